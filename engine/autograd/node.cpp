@@ -1,0 +1,57 @@
+// Node bookkeeping, leaf accumulation and the edge from a tensor into the graph.
+#include "engine/autograd/node.h"
+
+#include <atomic>
+#include <limits>
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/ops/binary.h"
+#include "kernels/error.h"
+
+namespace rg::autograd {
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+}
+
+Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+void Node::add_input(const Tensor& input) {
+  next_edges_.push_back(Edge{input.defined() ? gradient_edge(input) : nullptr});
+  input_shapes_.push_back(input.defined() ? input.shape() : Shape{});
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+  sequence_nr_ = std::numeric_limits<uint64_t>::max();
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+  NoGradGuard no_grad;
+  AutogradMeta& meta = *leaf_->autograd;
+  if (!meta.grad) {
+    // The incoming buffer belongs to this pass only; copy so later in-place accumulation into
+    // .grad cannot alias a tensor the caller still holds.
+    meta.grad = grad_output.clone().impl_ptr();
+  } else {
+    Tensor g(meta.grad);
+    add_(g, grad_output);
+  }
+  Tensor leaf(leaf_);
+  for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
+  return {};
+}
+
+std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  if (impl->autograd == nullptr) return nullptr;
+  AutogradMeta& meta = *impl->autograd;
+  if (meta.grad_fn) return meta.grad_fn;
+  if (!meta.requires_grad) return nullptr;
+  std::shared_ptr<AccumulateGrad> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    meta.grad_accumulator = acc;
+  }
+  return acc;
+}
+
+}  // namespace rg::autograd

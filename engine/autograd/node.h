@@ -1,0 +1,65 @@
+// Autograd graph nodes. A Node turns the gradient of its (single) output into gradients of its
+// inputs; edges point to the nodes of those inputs. Leaves end in AccumulateGrad.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace rg::autograd {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: that input needs no gradient
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node();  // takes the next sequence number
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  virtual std::string name() const = 0;
+  // One gradient per input edge (undefined where an input gets none).
+  virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Frees saved tensors after a backward pass that did not ask to retain the graph.
+  virtual void release_saved() {}
+
+  // Later nodes run first; AccumulateGrad uses the maximum so leaves finish as soon as ready.
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  // Shapes (and dtypes) the gradients of the inputs must have.
+  const std::vector<Shape>& input_shapes() const { return input_shapes_; }
+
+  void add_input(const Tensor& input);  // appends the edge to input's history
+
+ protected:
+  uint64_t sequence_nr_;
+
+ private:
+  std::vector<Edge> next_edges_;
+  std::vector<Shape> input_shapes_;
+};
+
+// Leaf sink: adds the incoming gradient to leaf.grad, then runs its post-accumulate hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  std::string name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(const Tensor& grad_output) override;
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// The node that a gradient flowing into `t` goes to: its grad_fn, or its leaf accumulator.
+std::shared_ptr<Node> gradient_edge(const Tensor& t);
+
+}  // namespace rg::autograd

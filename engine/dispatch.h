@@ -1,0 +1,38 @@
+// Calls a template lambda with the C++ type of a runtime DType:
+//   dispatch_float(t.dtype(), "relu", [&]<class T>() { kernel<T>(...); });
+// Ops state which dtypes they accept; anything else is a clear error naming the op.
+#pragma once
+
+#include "engine/dtype.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+// f32 and f64: the dtypes of CPU compute.
+template <class F>
+decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    default:
+      RG_FAIL(op, ": expected a f32 or f64 tensor, got ", dtype_name(t),
+              " (convert with .to(DType::f32))");
+  }
+}
+
+// Every dtype.
+template <class F>
+decltype(auto) dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::f16: return f.template operator()<Half>();
+    case DType::bf16: return f.template operator()<BFloat16>();
+    case DType::i64: return f.template operator()<int64_t>();
+    case DType::i32: return f.template operator()<int32_t>();
+    case DType::u8: return f.template operator()<uint8_t>();
+  }
+  RG_FAIL("unknown dtype");
+}
+
+}  // namespace rg

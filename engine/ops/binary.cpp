@@ -1,0 +1,202 @@
+// add/sub/mul/div: forward through kernels::cpu::binary*, backward reduces broadcast gradients
+// back to each input's shape with sum_to.
+#include "engine/ops/binary.h"
+
+#include <algorithm>
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/check.h"
+#include "engine/ops/reduce.h"
+#include "engine/ops/unary.h"
+#include "kernels/cpu/binary.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+using kernels::cpu::BinaryOp;
+using autograd::SavedTensor;
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    RG_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+namespace {
+
+const char* op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "?";
+}
+
+// Element strides of `s` read as `out`'s shape (0 where broadcast).
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < s.size(); ++k) {
+    const size_t i = s.size() - 1 - k;
+    const size_t o = out.size() - 1 - k;
+    strides[o] = s[i] == 1 ? 0 : stride;
+    stride *= s[i];
+  }
+  return strides;
+}
+
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = op_name(op);
+  check_inputs(name, {a, b});
+  if (a.shape() == b.shape()) {
+    Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+    dispatch_float(a.dtype(), name, [&]<class T>() {
+      kernels::cpu::binary<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
+    });
+    return out;
+  }
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  if (b.numel() == 1 && shape == a.shape()) {
+    dispatch_float(a.dtype(), name, [&]<class T>() {
+      kernels::cpu::binary_scalar<T>(op, a.data<T>(), b.data<T>()[0], out.data<T>(), a.numel(),
+                                     false);
+    });
+    return out;
+  }
+  if (a.numel() == 1 && shape == b.shape()) {
+    dispatch_float(a.dtype(), name, [&]<class T>() {
+      kernels::cpu::binary_scalar<T>(op, b.data<T>(), a.data<T>()[0], out.data<T>(), b.numel(),
+                                     true);
+    });
+    return out;
+  }
+  const auto as = broadcast_strides(a.shape(), shape);
+  const auto bs = broadcast_strides(b.shape(), shape);
+  dispatch_float(a.dtype(), name, [&]<class T>() {
+    kernels::cpu::binary_broadcast<T>(op, a.data<T>(), as.data(), b.data<T>(), bs.data(),
+                                      out.data<T>(), shape.data(), int(shape.size()));
+  });
+  return out;
+}
+
+Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
+  const char* name = op_name(op);
+  check_inputs(name, {a});
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  dispatch_float(a.dtype(), name, [&]<class T>() {
+    kernels::cpu::binary_scalar<T>(op, a.data<T>(), T(s), out.data<T>(), a.numel(), scalar_first);
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::add, a, b);
+  return autograd::record(out, "AddBackward", {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::sub, a, b);
+  return autograd::record(out, "SubBackward", {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(g, sa), neg(sum_to(g, sb))};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::mul, a, b);
+  const bool ga = autograd::needs_grad({a}), gb = autograd::needs_grad({b});
+  return autograd::record(out, "MulBackward", {a, b},
+                          [sa = SavedTensor(gb ? a : Tensor()), sb = SavedTensor(ga ? b : Tensor()),
+                           shape_a = a.shape(), shape_b = b.shape(), ga, gb](const Tensor& g) {
+                            return std::vector<Tensor>{
+                                ga ? sum_to(mul(g, sb.get()), shape_a) : Tensor(),
+                                gb ? sum_to(mul(g, sa.get()), shape_b) : Tensor()};
+                          });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::div, a, b);
+  const bool gb = autograd::needs_grad({b});
+  return autograd::record(
+      out, "DivBackward", {a, b},
+      [sa = SavedTensor(gb ? a : Tensor()), sb = SavedTensor(b), shape_a = a.shape(),
+       shape_b = b.shape(), gb](const Tensor& g) {
+        const Tensor bv = sb.get();
+        const Tensor ga = sum_to(div(g, bv), shape_a);
+        // d(a/b)/db = -a / b^2
+        const Tensor gbv = gb ? sum_to(neg(div(mul(g, sa.get()), mul(bv, bv))), shape_b) : Tensor();
+        return std::vector<Tensor>{ga, gbv};
+      });
+}
+
+Tensor add(const Tensor& a, double s) {
+  Tensor out = scalar_forward(BinaryOp::add, a, s, false);
+  return autograd::record(out, "AddScalarBackward", {a},
+                          [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor sub(const Tensor& a, double s) { return add(a, -s); }
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor out = scalar_forward(BinaryOp::mul, a, s, false);
+  return autograd::record(out, "MulScalarBackward", {a},
+                          [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
+}
+
+Tensor div(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+
+Tensor rsub(const Tensor& a, double s) {
+  Tensor out = scalar_forward(BinaryOp::sub, a, s, true);
+  return autograd::record(out, "RsubBackward", {a},
+                          [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+}
+
+Tensor rdiv(const Tensor& a, double s) {
+  Tensor out = scalar_forward(BinaryOp::div, a, s, true);
+  // d(s/a)/da = -s / a^2 = -out / a
+  return autograd::record(out, "RdivBackward", {a},
+                          [sa = SavedTensor(a), so = SavedTensor(out)](const Tensor& g) {
+                            return std::vector<Tensor>{neg(div(mul(g, so.get()), sa.get()))};
+                          });
+}
+
+Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
+  check_inputs("add_", {a, b});
+  RG_CHECK(a.shape() == b.shape(), "add_: shapes ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()), " differ");
+  RG_CHECK(!autograd::needs_grad({a}),
+           "add_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
+  dispatch_float(a.dtype(), "add_", [&]<class T>() {
+    kernels::cpu::axpy<T>(T(alpha), b.data<T>(), a.data<T>(), a.numel());
+  });
+  a.bump_version();
+  return a;
+}
+
+Tensor& mul_(Tensor& a, double s) {
+  check_inputs("mul_", {a});
+  RG_CHECK(!autograd::needs_grad({a}),
+           "mul_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
+  dispatch_float(a.dtype(), "mul_", [&]<class T>() {
+    kernels::cpu::binary_scalar<T>(BinaryOp::mul, a.data<T>(), T(s), a.data<T>(), a.numel(),
+                                   false);
+  });
+  a.bump_version();
+  return a;
+}
+
+}  // namespace rg

@@ -1,0 +1,32 @@
+// Shared input validation for ops.
+#include "engine/ops/check.h"
+
+#include "kernels/error.h"
+
+namespace rg {
+
+void check_inputs(const char* op, std::initializer_list<Tensor> tensors) {
+  const Tensor* first = nullptr;
+  int i = 0;
+  for (const Tensor& t : tensors) {
+    RG_CHECK(t.defined(), op, ": input ", i, " is an undefined tensor");
+    RG_CHECK(!t.device().is_cuda(), op, ": not implemented on CUDA yet (input ", i, " is on ",
+             t.device().str(), ")");
+    if (first == nullptr) {
+      first = &t;
+    } else {
+      RG_CHECK(t.dtype() == first->dtype(), op, ": dtype mismatch, input 0 is ",
+               dtype_name(first->dtype()), " but input ", i, " is ", dtype_name(t.dtype()));
+      RG_CHECK(t.device() == first->device(), op, ": device mismatch, input 0 is on ",
+               first->device().str(), " but input ", i, " is on ", t.device().str());
+    }
+    ++i;
+  }
+}
+
+void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout) {
+  RG_CHECK(t.dim() == ndim, op, ": expected a ", ndim, "-d tensor (", layout, "), got shape ",
+           shape_str(t.shape()));
+}
+
+}  // namespace rg

@@ -1,0 +1,65 @@
+// neg/exp/log/sqrt/pow forward through kernels::cpu::unary, with their derivatives.
+#include "engine/ops/unary.h"
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/check.h"
+#include "kernels/cpu/unary.h"
+
+namespace rg {
+
+using autograd::SavedTensor;
+using kernels::cpu::UnaryOp;
+
+namespace {
+Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x) {
+  check_inputs(name, {x});
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_float(x.dtype(), name, [&]<class T>() {
+    kernels::cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel());
+  });
+  return out;
+}
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary_forward(UnaryOp::neg, "neg", x);
+  return autograd::record(out, "NegBackward", {x},
+                          [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor out = unary_forward(UnaryOp::exp, "exp", x);
+  return autograd::record(out, "ExpBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
+    return std::vector<Tensor>{mul(g, so.get())};
+  });
+}
+
+Tensor log(const Tensor& x) {
+  Tensor out = unary_forward(UnaryOp::log, "log", x);
+  return autograd::record(out, "LogBackward", {x}, [sx = SavedTensor(x)](const Tensor& g) {
+    return std::vector<Tensor>{div(g, sx.get())};
+  });
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor out = unary_forward(UnaryOp::sqrt, "sqrt", x);
+  return autograd::record(out, "SqrtBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
+    return std::vector<Tensor>{div(g, mul(so.get(), 2.0))};
+  });
+}
+
+Tensor pow(const Tensor& x, double exponent) {
+  check_inputs("pow", {x});
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_float(x.dtype(), "pow", [&]<class T>() {
+    kernels::cpu::pow_scalar<T>(x.data<T>(), T(exponent), out.data<T>(), x.numel());
+  });
+  return autograd::record(out, "PowBackward", {x}, [sx = SavedTensor(x), exponent](const Tensor& g) {
+    if (exponent == 0.0) return std::vector<Tensor>{mul(g, 0.0)};
+    return std::vector<Tensor>{mul(mul(g, pow(sx.get(), exponent - 1.0)), exponent)};
+  });
+}
+
+}  // namespace rg

@@ -1,0 +1,49 @@
+// Storage: one allocation shared by a tensor and all its views, with a version counter that
+// in-place ops bump so autograd can detect saved tensors that were modified.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/device.h"
+
+namespace rg {
+
+// Device memory provider. CPU: 64-byte aligned blocks with byte statistics.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+};
+
+Allocator& allocator_for(Device device);
+
+struct CpuMemoryStats {
+  int64_t allocated_bytes;  // live now
+  int64_t peak_bytes;       // high-water mark since start or last reset
+};
+CpuMemoryStats cpu_memory_stats();
+void reset_cpu_peak_bytes();
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  uint64_t version_ = 0;
+};
+
+}  // namespace rg

@@ -1,0 +1,366 @@
+// Tensor handle methods: metadata, views, conversions, element access, printing, autograd entry.
+#include "engine/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "engine/autograd/engine.h"
+#include "engine/autograd/function.h"
+#include "engine/autograd/node.h"
+#include "engine/dispatch.h"
+#include "engine/ops/factory.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    RG_CHECK(d >= 0, "negative dimension in shape ", shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->numel = shape_numel(shape);
+  impl->storage = std::make_shared<Storage>(size_t(impl->numel) * element_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+#define RG_REQUIRE_DEFINED(what) RG_CHECK(impl_ != nullptr, what ": the tensor is undefined")
+
+const Shape& Tensor::shape() const {
+  RG_REQUIRE_DEFINED("shape()");
+  return impl_->shape;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t n = dim();
+  RG_CHECK(d >= -n && d < n, "size(", d, "): dimension out of range for a ", n, "-d tensor");
+  return impl_->shape[size_t(d < 0 ? d + n : d)];
+}
+
+int64_t Tensor::numel() const {
+  RG_REQUIRE_DEFINED("numel()");
+  return impl_->numel;
+}
+
+DType Tensor::dtype() const {
+  RG_REQUIRE_DEFINED("dtype()");
+  return impl_->dtype;
+}
+
+Device Tensor::device() const {
+  RG_REQUIRE_DEFINED("device()");
+  return impl_->storage->device();
+}
+
+void* Tensor::raw_data() const {
+  RG_REQUIRE_DEFINED("data()");
+  return static_cast<char*>(impl_->storage->data()) +
+         impl_->offset * int64_t(element_size(impl_->dtype));
+}
+
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  RG_REQUIRE_DEFINED("storage()");
+  return impl_->storage;
+}
+
+int64_t Tensor::storage_offset() const {
+  RG_REQUIRE_DEFINED("storage_offset()");
+  return impl_->offset;
+}
+
+void Tensor::bump_version() const { storage()->bump_version(); }
+
+void Tensor::check_dtype(DType expected) const {
+  RG_REQUIRE_DEFINED("data<T>()");
+  RG_CHECK(impl_->dtype == expected, "data<", dtype_name(expected), ">() called on a ",
+           dtype_name(impl_->dtype), " tensor");
+}
+
+namespace {
+
+// A new impl that aliases `base`'s storage.
+Tensor alias(const Tensor& base, Shape shape, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->numel = shape_numel(shape);
+  impl->shape = std::move(shape);
+  impl->dtype = base.dtype();
+  impl->storage = base.storage();
+  impl->offset = offset;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Tensor Tensor::view(const Shape& requested) const {
+  RG_REQUIRE_DEFINED("view()");
+  Shape shape = requested;
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      RG_CHECK(infer < 0, "view", shape_str(requested), ": only one dimension can be -1");
+      infer = int(i);
+    } else {
+      RG_CHECK(shape[i] >= 0, "view", shape_str(requested), ": invalid dimension ", shape[i]);
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    RG_CHECK(known != 0 && numel() % known == 0, "view", shape_str(requested),
+             " is invalid for a tensor of ", numel(), " elements");
+    shape[size_t(infer)] = numel() / known;
+  }
+  RG_CHECK(shape_numel(shape) == numel(), "view", shape_str(requested),
+           " is invalid for a tensor of shape ", shape_str(this->shape()), " (", numel(),
+           " elements)");
+  Tensor out = alias(*this, shape, impl_->offset);
+  const Shape in_shape = this->shape();
+  return autograd::record(out, "ViewBackward", {*this}, [in_shape](const Tensor& g) {
+    return std::vector<Tensor>{g.view(in_shape)};
+  });
+}
+
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  RG_REQUIRE_DEFINED("narrow()");
+  RG_CHECK(dim == 0, "narrow: only dim 0 is supported (tensors are contiguous), got dim ", dim);
+  RG_CHECK(this->dim() >= 1, "narrow: needs at least one dimension");
+  const int64_t n = impl_->shape[0];
+  RG_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
+           start + length, ") is out of bounds for dim 0 of size ", n);
+  Shape shape = impl_->shape;
+  shape[0] = length;
+  const int64_t row = n == 0 ? 0 : impl_->numel / n;
+  Tensor out = alias(*this, shape, impl_->offset + start * row);
+  const Shape in_shape = this->shape();
+  const DType dt = dtype();
+  const Device dev = device();
+  return autograd::record(out, "NarrowBackward", {*this}, [=](const Tensor& g) {
+    Tensor full = zeros(in_shape, dt, dev);
+    full.narrow(0, start, length).copy_(g);
+    return std::vector<Tensor>{full};
+  });
+}
+
+Tensor Tensor::flat_narrow(int64_t start, int64_t length) const {
+  RG_REQUIRE_DEFINED("flat_narrow()");
+  RG_CHECK(start >= 0 && length >= 0 && start + length <= numel(), "flat_narrow: range [",
+           start, ", ", start + length, ") is out of bounds for a tensor of ", numel(),
+           " elements");
+  RG_CHECK(!autograd::needs_grad({*this}),
+           "flat_narrow is not differentiable; use it under NoGradGuard or on detached tensors");
+  return alias(*this, Shape{length}, impl_->offset + start);
+}
+
+Tensor Tensor::detach() const {
+  RG_REQUIRE_DEFINED("detach()");
+  return alias(*this, shape(), impl_->offset);
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  RG_REQUIRE_DEFINED("copy_()");
+  RG_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  RG_CHECK(src.shape() == shape(), "copy_: source shape ", shape_str(src.shape()),
+           " does not match destination shape ", shape_str(shape()));
+  RG_CHECK(device().is_cpu() && src.device().is_cpu(),
+           "copy_: only CPU tensors are supported until the CUDA runtime lands");
+  if (src.impl() == impl() || numel() == 0) return *this;
+  if (src.dtype() == dtype()) {
+    std::memmove(raw_data(), src.raw_data(), nbytes());
+  } else {
+    dispatch_all(src.dtype(), [&]<class S>() {
+      dispatch_all(dtype(), [&]<class D>() {
+        kernels::cpu::cast<S, D>(src.data<S>(), data<D>(), numel());
+      });
+    });
+  }
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  RG_REQUIRE_DEFINED("fill_()");
+  RG_CHECK(device().is_cpu(), "fill_: only CPU tensors are supported until the CUDA runtime lands");
+  dispatch_all(dtype(), [&]<class T>() {
+    const T v = kernels::cpu::convert<T>(value);
+    T* p = data<T>();
+    for (int64_t i = 0; i < numel(); ++i) p[i] = v;
+  });
+  bump_version();
+  return *this;
+}
+
+Tensor Tensor::to(DType target) const {
+  RG_REQUIRE_DEFINED("to()");
+  if (target == dtype()) return *this;
+  Tensor out = Tensor::empty(shape(), target, device());
+  out.copy_(*this);
+  const DType src = dtype();
+  if (is_floating(src) && is_floating(target)) {
+    return autograd::record(out, "ToBackward", {*this},
+                            [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  RG_REQUIRE_DEFINED("clone()");
+  Tensor out = Tensor::empty(shape(), dtype(), device());
+  out.copy_(*this);
+  return autograd::record(out, "CloneBackward", {*this},
+                          [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+double Tensor::item() const {
+  RG_REQUIRE_DEFINED("item()");
+  RG_CHECK(numel() == 1, "item(): the tensor has ", numel(), " elements (shape ",
+           shape_str(shape()), "), expected exactly one");
+  RG_CHECK(device().is_cpu(), "item(): only CPU tensors are supported");
+  return dispatch_all(dtype(), [&]<class T>() { return kernels::cpu::convert<double>(*data<T>()); });
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  RG_REQUIRE_DEFINED("to_vector()");
+  RG_CHECK(device().is_cpu(), "to_vector(): only CPU tensors are supported");
+  std::vector<T> out(static_cast<size_t>(numel()));
+  dispatch_all(dtype(), [&]<class S>() {
+    const S* p = data<S>();
+    for (int64_t i = 0; i < numel(); ++i) out[size_t(i)] = kernels::cpu::convert<T>(p[i]);
+  });
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream os;
+  const std::vector<double> v = to_vector<double>();
+  const bool floating = is_floating(dtype());
+  const Shape& s = shape();
+  constexpr int64_t kEdge = 3;  // elements shown at each end of a long dimension
+  // Recursive printer over dimensions, eliding the middle of dims longer than 2*kEdge.
+  auto print = [&](auto&& self, size_t d, int64_t base, int64_t stride_prod) -> void {
+    if (d == s.size()) {
+      const double x = v[size_t(base)];
+      if (floating) {
+        if (std::isfinite(x) && (x == 0 || (std::fabs(x) >= 1e-4 && std::fabs(x) < 1e6))) {
+          os << std::fixed << std::setprecision(4) << x;
+        } else {
+          os << std::scientific << std::setprecision(4) << x;
+        }
+      } else {
+        os << int64_t(x);
+      }
+      return;
+    }
+    const int64_t n = s[d];
+    const int64_t inner = n == 0 ? 0 : stride_prod / n;
+    os << '[';
+    for (int64_t i = 0; i < n; ++i) {
+      if (n > 2 * kEdge && i == kEdge) {
+        os << "..., ";
+        i = n - kEdge;
+      }
+      self(self, d + 1, base + i * inner, inner);
+      if (i + 1 < n) os << (d + 1 == s.size() ? ", " : ",\n" + std::string(d + 8, ' '));
+    }
+    os << ']';
+  };
+  os << "tensor(";
+  print(print, 0, 0, numel());
+  os << ", shape=" << shape_str(s) << ", dtype=" << dtype_name(dtype());
+  if (!device().is_cpu()) os << ", device=" << device().str();
+  if (requires_grad()) os << (is_leaf() ? ", requires_grad=true" : ", grad_fn=" + grad_fn()->name());
+  os << ')';
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+// ---- autograd ----
+
+AutogradMeta& Tensor::autograd_meta() const {
+  RG_REQUIRE_DEFINED("autograd");
+  if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  return *impl_->autograd;
+}
+
+bool Tensor::requires_grad() const {
+  RG_REQUIRE_DEFINED("requires_grad()");
+  return impl_->autograd && impl_->autograd->requires_grad;
+}
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  RG_REQUIRE_DEFINED("set_requires_grad()");
+  RG_CHECK(is_leaf(), "set_requires_grad can only change leaf tensors; use detach() first");
+  RG_CHECK(!requires_grad || is_floating(dtype()),
+           "only floating-point tensors can require gradients, this one is ", dtype_name(dtype()));
+  autograd_meta().requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> kNone;
+  return impl_->autograd ? impl_->autograd->grad_fn : kNone;
+}
+
+Tensor Tensor::grad() const {
+  RG_REQUIRE_DEFINED("grad()");
+  return impl_->autograd && impl_->autograd->grad ? Tensor(impl_->autograd->grad) : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  if (grad.defined()) {
+    RG_CHECK(grad.shape() == shape() && grad.dtype() == dtype(), "set_grad: gradient ",
+             shape_str(grad.shape()), " ", dtype_name(grad.dtype()), " does not match tensor ",
+             shape_str(shape()), " ", dtype_name(dtype()));
+  }
+  autograd_meta().grad = grad.impl_ptr();
+}
+
+void Tensor::zero_grad(bool set_to_none) const {
+  if (!impl_->autograd || !impl_->autograd->grad) return;
+  if (set_to_none) {
+    impl_->autograd->grad.reset();
+  } else {
+    Tensor(impl_->autograd->grad).zero_();
+  }
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::Engine::backward({*this}, {gradient}, retain_graph);
+}
+
+void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const {
+  RG_CHECK(is_leaf() && requires_grad(),
+           "post-accumulate-grad hooks can only be registered on leaf tensors that require grad");
+  autograd_meta().post_accumulate_hooks.push_back(std::move(hook));
+}
+
+}  // namespace rg

@@ -1,0 +1,127 @@
+// Tensor: a cheap handle (shared_ptr<TensorImpl>) to a contiguous row-major block of a Storage,
+// plus the autograd state of that tensor (requires_grad, grad, grad_fn, hooks).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/storage.h"
+
+namespace rg {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[2, 3]"
+int64_t shape_numel(const Shape& s);
+
+class Tensor;
+namespace autograd {
+class Node;
+class AccumulateGrad;
+}  // namespace autograd
+
+using PostAccumulateGradHook = std::function<void(Tensor&)>;
+
+// Autograd state, allocated only for tensors that take part in autograd.
+struct AutogradMeta {
+  bool requires_grad = false;
+  std::shared_ptr<autograd::Node> grad_fn;                // set for non-leaf results
+  std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: created lazily
+  std::shared_ptr<struct TensorImpl> grad;                 // accumulated gradient of a leaf
+  std::vector<PostAccumulateGradHook> post_accumulate_hooks;
+};
+
+struct TensorImpl {
+  Shape shape;
+  DType dtype = DType::f32;
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  int64_t numel = 0;
+  std::unique_ptr<AutogradMeta> autograd;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // A new uninitialized contiguous tensor.
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  const Shape& shape() const;
+  int64_t dim() const { return int64_t(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  size_t nbytes() const { return size_t(numel()) * element_size(dtype()); }
+
+  // Typed pointer to the first element; checks that T matches dtype().
+  template <class T>
+  T* data() const {
+    check_dtype(dtype_of<T>());
+    return static_cast<T*>(raw_data());
+  }
+  void* raw_data() const;
+  const std::shared_ptr<Storage>& storage() const;
+  int64_t storage_offset() const;
+  // Marks an in-place modification (saved-tensor checks in autograd rely on it).
+  void bump_version() const;
+
+  // Views share storage with *this. view/reshape/narrow are differentiable.
+  Tensor view(const Shape& shape) const;  // one dim may be -1
+  Tensor reshape(const Shape& shape) const { return view(shape); }
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;  // dim 0 only
+  Tensor flat_narrow(int64_t start, int64_t length) const;          // 1-D view of a flat range
+
+  Tensor to(DType dtype) const;  // a copy unless the dtype is already `dtype`
+  Tensor clone() const;          // a new contiguous copy (differentiable)
+  Tensor detach() const;         // same storage, no autograd history
+
+  // Copies src (same shape, any dtype) into *this, converting; not recorded by autograd.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+  double item() const;  // the value of a one-element tensor, as double
+  template <class T>
+  T item() const {
+    return static_cast<T>(item());
+  }
+  template <class T>
+  std::vector<T> to_vector() const;  // all elements converted to T
+
+  std::string str() const;  // PyTorch-like printing
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool requires_grad);
+  bool is_leaf() const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  Tensor grad() const;  // undefined until a backward reached this leaf
+  void set_grad(const Tensor& grad) const;
+  void zero_grad(bool set_to_none = true) const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // Runs after this leaf's .grad was updated by a backward pass, once per pass.
+  void register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const;
+
+  AutogradMeta& autograd_meta() const;  // creates it on first use
+
+ private:
+  void check_dtype(DType expected) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace rg

@@ -1,0 +1,19 @@
+// CUDA device discovery that never throws for a missing driver or GPU (returns 0 devices), and
+// the versions of the CUDA libraries we link. Plain C++ header: no CUDA includes.
+#pragma once
+
+#include <string>
+
+namespace rg::cuda {
+
+bool built_with_cuda();
+// Number of usable CUDA devices; 0 when built without CUDA, or without a driver or GPU.
+int device_count();
+// "NVIDIA H100 80GB HBM3 (sm_90)"; throws rg::Error for an invalid index.
+std::string device_name(int index);
+// "cudart 13000, cuBLAS 130000, cuDNN 91000, NCCL 22800" or "built without CUDA".
+std::string library_versions();
+// Runs one trivial kernel (fill) on `index` and checks its result; throws rg::Error on failure.
+void self_test(int index);
+
+}  // namespace rg::cuda
