@@ -1,0 +1,208 @@
+// Autograd engine: diamond graphs, reused parameters, accumulation across backward calls, hook
+// order, final callbacks, NoGradGuard, and the errors users hit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <string>
+#include <vector>
+
+#include "engine/autograd/engine.h"
+#include "engine/autograd/function.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/node.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/factory.h"
+#include "engine/ops/reduce.h"
+#include "engine/ops/unary.h"
+#include "kernels/error.h"
+
+namespace rg {
+namespace {
+
+Tensor leaf(std::vector<double> v) {
+  Tensor t = from_vector<double>(v, {int64_t(v.size())});
+  t.set_requires_grad(true);
+  return t;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Autograd, DiamondGraphSumsBothPaths) {
+  // y = a*a + exp(a): dy/da = 2a + exp(a); both branches meet again at the add.
+  Tensor a = leaf({0.5, -1.0});
+  Tensor b = mul(a, a);
+  Tensor c = exp(a);
+  sum(add(b, c)).backward();
+  const auto g = a.grad().to_vector<double>();
+  EXPECT_NEAR(g[0], 2 * 0.5 + std::exp(0.5), 1e-12);
+  EXPECT_NEAR(g[1], -2.0 + std::exp(-1.0), 1e-12);
+}
+
+TEST(Autograd, ParameterUsedTwiceGetsOneAccumulation) {
+  // y = w*x + 2w: dy/dw = x + 2 = 4; the hook sees the complete gradient, exactly once.
+  Tensor w = leaf({3.0});
+  Tensor x = from_vector<double>({2.0}, {1});
+  int hook_calls = 0;
+  double seen = 0;
+  w.register_post_accumulate_grad_hook([&](Tensor& t) {
+    ++hook_calls;
+    seen = t.grad().item();
+  });
+  sum(add(mul(w, x), mul(w, 2.0))).backward();
+  EXPECT_EQ(hook_calls, 1);
+  EXPECT_EQ(seen, 4.0);
+  EXPECT_EQ(w.grad().item(), 4.0);
+}
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCallsUntilZeroGrad) {
+  Tensor w = leaf({1.0, 2.0});
+  sum(mul(w, 3.0)).backward();
+  sum(mul(w, 3.0)).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{6.0, 6.0}));
+  w.zero_grad(/*set_to_none=*/false);
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{0.0, 0.0}));
+  w.zero_grad();
+  EXPECT_FALSE(w.grad().defined());
+  sum(w).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{1.0, 1.0}));
+}
+
+TEST(Autograd, HooksFireOncePerBackwardInReverseOrderOfUse) {
+  // A chain p0 -> p1 -> p2 like layers of a network: gradients become ready last layer first.
+  std::vector<Tensor> params = {leaf({1.0}), leaf({2.0}), leaf({3.0})};
+  std::vector<int> order;
+  for (int i = 0; i < 3; ++i) {
+    params[size_t(i)].register_post_accumulate_grad_hook([&order, i](Tensor&) { order.push_back(i); });
+  }
+  for (int iter = 0; iter < 2; ++iter) {
+    order.clear();
+    Tensor x = from_vector<double>({0.1}, {1});
+    Tensor act = x;
+    for (auto& p : params) act = exp(mul(act, p));
+    sum(act).backward();
+    EXPECT_EQ(order, (std::vector<int>{2, 1, 0})) << "iteration " << iter;
+  }
+}
+
+TEST(Autograd, FinalCallbacksRunAfterEveryHook) {
+  Tensor a = leaf({1.0});
+  Tensor b = leaf({2.0});
+  std::vector<std::string> events;
+  auto hook = [&](const char* name) {
+    return [&events, name](Tensor&) {
+      events.push_back(name);
+      if (events.size() == 1) {
+        autograd::Engine::queue_callback([&events] {
+          events.push_back("callback");
+          // A callback may queue another one; it runs in the same pass.
+          autograd::Engine::queue_callback([&events] { events.push_back("nested"); });
+        });
+      }
+    };
+  };
+  a.register_post_accumulate_grad_hook(hook("a"));
+  b.register_post_accumulate_grad_hook(hook("b"));
+  sum(mul(a, b)).backward();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[2], "callback");
+  EXPECT_EQ(events[3], "nested");
+  EXPECT_FALSE(autograd::Engine::in_backward());
+  EXPECT_NE(error_of([] { autograd::Engine::queue_callback([] {}); }).find("backward"),
+            std::string::npos);
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor a = leaf({1.0});
+  Tensor y;
+  {
+    NoGradGuard guard;
+    y = mul(a, 2.0);
+    EXPECT_FALSE(GradMode::is_enabled());
+  }
+  EXPECT_TRUE(GradMode::is_enabled());
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_EQ(y.grad_fn(), nullptr);
+  EXPECT_NE(error_of([&] { sum(y).backward(); }).find("does not require grad"), std::string::npos);
+}
+
+TEST(Autograd, NonScalarRootNeedsExplicitGradient) {
+  Tensor a = leaf({1.0, 2.0});
+  Tensor y = mul(a, 3.0);
+  EXPECT_NE(error_of([&] { y.backward(); }).find("scalar"), std::string::npos);
+  y.backward(from_vector<double>({1.0, 10.0}, {2}));
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{3.0, 30.0}));
+  EXPECT_NE(error_of([&] { mul(a, 3.0).backward(ones({3}, DType::f64)); }).find("does not match"),
+            std::string::npos);
+}
+
+TEST(Autograd, SecondBackwardThroughFreedGraphIsAnError) {
+  Tensor a = leaf({1.0, 2.0});
+  Tensor y = sum(exp(a));
+  y.backward();
+  const std::string msg = error_of([&] { y.backward(); });
+  EXPECT_NE(msg.find("second time"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("retain_graph"), std::string::npos) << msg;
+  // With retain_graph the second pass works and accumulates.
+  Tensor b = leaf({0.0});
+  Tensor z = sum(exp(b));
+  z.backward(Tensor(), /*retain_graph=*/true);
+  z.backward();
+  EXPECT_NEAR(b.grad().item(), 2.0, 1e-12);
+}
+
+TEST(Autograd, WrongGradientShapeFromANodeIsAnError) {
+  // A hand-written node that returns a gradient of the wrong shape.
+  Tensor a = leaf({1.0, 2.0, 3.0});
+  Tensor out = autograd::record(zeros({2}, DType::f64), "BrokenBackward", {a},
+                                [](const Tensor&) { return std::vector<Tensor>{zeros({2}, DType::f64)}; });
+  const std::string msg = error_of([&] { sum(out).backward(); });
+  EXPECT_NE(msg.find("BrokenBackward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3]"), std::string::npos) << msg;
+}
+
+TEST(Autograd, ModifiedSavedTensorIsDetected) {
+  Tensor a = leaf({1.0, 2.0});
+  Tensor e = exp(a);  // saves its output
+  Tensor y = sum(e);
+  {
+    NoGradGuard guard;
+    Tensor alias = e.detach();
+    mul_(alias, 2.0);
+  }
+  EXPECT_NE(error_of([&] { y.backward(); }).find("modified by an in-place operation"),
+            std::string::npos);
+}
+
+TEST(Autograd, InPlaceUpdateOfLeafNeedsNoGrad) {
+  Tensor w = leaf({1.0});
+  EXPECT_NE(error_of([&] { add_(w, ones({1}, DType::f64)); }).find("NoGradGuard"),
+            std::string::npos);
+  NoGradGuard guard;
+  add_(w, ones({1}, DType::f64), -0.5);
+  EXPECT_EQ(w.item(), 0.5);
+}
+
+TEST(Autograd, LatestCreatedReadyNodeRunsFirst) {
+  // Two independent branches from different leaves: the branch created later finishes first.
+  Tensor a = leaf({1.0});
+  Tensor b = leaf({1.0});
+  std::vector<char> order;
+  a.register_post_accumulate_grad_hook([&](Tensor&) { order.push_back('a'); });
+  b.register_post_accumulate_grad_hook([&](Tensor&) { order.push_back('b'); });
+  Tensor ya = exp(mul(a, 2.0));
+  Tensor yb = exp(mul(b, 2.0));
+  sum(add(ya, yb)).backward();
+  EXPECT_EQ(order, (std::vector<char>{'b', 'a'}));
+}
+
+}  // namespace
+}  // namespace rg
