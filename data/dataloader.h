@@ -1,0 +1,71 @@
+// DataLoader: batches of a Dataset in the order of a Sampler, assembled by worker threads into a
+// bounded prefetch window and handed out strictly in batch order, so the sequence of batches does
+// not depend on the number of workers.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+
+namespace rg::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool drop_last = false;
+  int workers = 2;   // 0: batches are built on the calling thread
+  int prefetch = 4;  // batches built ahead of the consumer (per loader, not per worker)
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler,
+             DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Sets the sampler's epoch and starts producing that epoch's batches.
+  void start_epoch(int64_t epoch);
+  // The next batch of the current epoch, or nullopt at its end. Rethrows a worker's error.
+  std::optional<Batch> next();
+  int64_t num_batches() const;  // in one epoch with the current sampler
+  // Seconds the last next() call waited for a batch that was not ready yet.
+  double last_wait_seconds() const { return last_wait_seconds_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+ private:
+  struct Slot {
+    std::optional<Batch> batch;
+    std::exception_ptr error;
+  };
+  Batch make_batch(int64_t b) const;
+  void worker_loop();
+  void stop_workers();
+
+  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<Sampler> sampler_;
+  DataLoaderOptions options_;
+
+  std::vector<int64_t> order_;  // this epoch's indices
+  int64_t epoch_ = 0;
+  int64_t epoch_batches_ = 0;
+  int64_t next_to_return_ = 0;
+  int64_t next_to_claim_ = 0;
+  bool stopping_ = false;
+  std::map<int64_t, Slot> ready_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread> workers_;
+  double last_wait_seconds_ = 0;
+};
+
+}  // namespace rg::data

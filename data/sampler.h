@@ -1,0 +1,46 @@
+// Samplers decide the order of sample indices per epoch. RandomSampler shuffles with Philox
+// seeded by (seed, epoch), so the order is reproducible and changes with set_epoch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rg::data {
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual std::vector<int64_t> indices() const = 0;  // for the current epoch
+  virtual int64_t size() const = 0;                  // indices().size()
+  virtual void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+
+ protected:
+  int64_t epoch_ = 0;
+};
+
+class SequentialSampler final : public Sampler {
+ public:
+  explicit SequentialSampler(int64_t n);
+  std::vector<int64_t> indices() const override;
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_;
+};
+
+class RandomSampler final : public Sampler {
+ public:
+  RandomSampler(int64_t n, uint64_t seed);
+  std::vector<int64_t> indices() const override;
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+};
+
+// A permutation of [0, n) from Philox(seed), by Fisher-Yates. Shared with DistributedSampler.
+std::vector<int64_t> random_permutation(int64_t n, uint64_t seed);
+
+}  // namespace rg::data
