@@ -1,0 +1,197 @@
+// Module registration, traversal, conversion and state_dict loading.
+#include "layers/module.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "engine/autograd/grad_mode.h"
+#include "kernels/error.h"
+
+namespace rg::nn {
+
+void assign_in_place(const Tensor& t, const Tensor& value) {
+  TensorImpl* impl = t.impl();
+  impl->storage = value.storage();
+  impl->offset = value.storage_offset();
+  impl->dtype = value.dtype();
+  if (impl->autograd && impl->autograd->grad) {
+    Tensor g(impl->autograd->grad);
+    if (g.dtype() != value.dtype()) impl->autograd->grad = g.to(value.dtype()).impl_ptr();
+  }
+}
+
+void Module::check_new_name(const std::string& name) const {
+  RG_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(),
+           ": invalid member name '", name, "' (must be non-empty without '.')");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& p) { return p.first == name; });
+  };
+  RG_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name(),
+           ": member name '", name, "' is already registered");
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name(name);
+  RG_CHECK(t.defined(), type_name(), ": parameter '", name, "' is undefined");
+  RG_CHECK(t.is_leaf(), type_name(), ": parameter '", name, "' must be a leaf tensor");
+  t.set_requires_grad(requires_grad);
+  params_.emplace_back(name, t);
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name(name);
+  RG_CHECK(t.defined(), type_name(), ": buffer '", name, "' is undefined");
+  buffers_.emplace_back(name, t);
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_new_name(name);
+  RG_CHECK(m != nullptr, type_name(), ": child module '", name, "' is null");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool params, bool buffers,
+                     NamedTensors& out) const {
+  if (params) {
+    for (const auto& [n, t] : params_) out.emplace_back(prefix + n, t);
+  }
+  if (buffers) {
+    for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+  }
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, buffers, out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", true, false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", false, true, out);
+  return out;
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  collect("", true, true, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [n, c] : children_) {
+    for (auto& [cn, cm] : c->named_modules()) out.emplace_back(cn.empty() ? n : n + "." + cn, cm);
+  }
+  return out;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::to(Device device) {
+  for (auto& [n, t] : state_dict()) {
+    if (t.device() == device) continue;
+    RG_FAIL(type_name(), ".to(", device.str(), "): moving tensors between devices is not "
+            "implemented yet (the CUDA runtime arrives with the CUDA backend)");
+  }
+}
+
+void Module::to(DType dtype) {
+  RG_CHECK(is_floating(dtype), type_name(), ".to(", dtype_name(dtype),
+           "): modules can only be converted to a floating-point dtype");
+  NoGradGuard no_grad;
+  for (auto& [n, t] : state_dict()) {
+    if (!is_floating(t.dtype()) || t.dtype() == dtype) continue;
+    assign_in_place(t, t.detach().to(dtype));
+  }
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (const Tensor& p : parameters()) p.zero_grad(set_to_none);
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  const NamedTensors mine = state_dict();
+  std::map<std::string, Tensor> given;
+  for (const auto& [n, t] : state) {
+    RG_CHECK(given.emplace(n, t).second, "load_state_dict: key '", n, "' appears twice");
+  }
+  std::vector<std::string> missing, mismatched;
+  std::set<std::string> used;
+  for (const auto& [n, t] : mine) {
+    auto it = given.find(n);
+    if (it == given.end()) {
+      missing.push_back(n);
+      continue;
+    }
+    used.insert(n);
+    const Tensor& v = it->second;
+    if (v.shape() != t.shape()) {
+      mismatched.push_back(n + " (checkpoint " + shape_str(v.shape()) + ", model " +
+                           shape_str(t.shape()) + ")");
+    } else if (is_floating(v.dtype()) != is_floating(t.dtype())) {
+      mismatched.push_back(n + " (checkpoint " + dtype_name(v.dtype()) + ", model " +
+                           dtype_name(t.dtype()) + ")");
+    }
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [n, t] : given) {
+    if (!used.count(n)) unexpected.push_back(n);
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  std::string problems;
+  if (!mismatched.empty()) problems += " mismatched: " + join(mismatched) + ";";
+  if (strict && !missing.empty()) problems += " missing: " + join(missing) + ";";
+  if (strict && !unexpected.empty()) problems += " unexpected: " + join(unexpected) + ";";
+  RG_CHECK(problems.empty(), "load_state_dict into ", type_name(), ":", problems);
+  NoGradGuard no_grad;
+  for (const auto& [n, t] : mine) {
+    auto it = given.find(n);
+    if (it != given.end()) Tensor(t).copy_(it->second);
+  }
+}
+
+void Module::str_into(std::string& out, int indent) const {
+  out += type_name() + "(" + extra_repr();
+  if (!children_.empty()) {
+    out += "\n";
+    for (const auto& [n, c] : children_) {
+      out += std::string(size_t(indent + 2), ' ') + "(" + n + "): ";
+      c->str_into(out, indent + 2);
+      out += "\n";
+    }
+    out += std::string(size_t(indent), ' ');
+  }
+  out += ")";
+}
+
+std::string Module::str() const {
+  std::string out;
+  str_into(out, 0);
+  return out;
+}
+
+}  // namespace rg::nn

@@ -1,0 +1,81 @@
+// nn::Module: named parameters, buffers and child modules in registration order, train/eval,
+// device/dtype moves, and state_dict with torchvision-compatible dotted names.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace rg::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // The class name shown when printing ("Conv2d", "ToyNet").
+  virtual std::string type_name() const = 0;
+
+  NamedTensors named_parameters() const;  // recursive, "layer1.0.conv1.weight"
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_buffers() const;     // recursive
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const {
+    return children_;
+  }
+  // This module ("") and all descendants, depth first, in registration order.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  int64_t parameter_count() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Converts every parameter and floating-point buffer in place (handles stay valid, so
+  // optimizers built before keep working). Integer buffers keep their dtype.
+  void to(Device device);
+  void to(DType dtype);
+  void zero_grad(bool set_to_none = true);
+
+  // Parameters then buffers of each module, in registration order, like PyTorch's state_dict.
+  NamedTensors state_dict() const;
+  // Copies values in; with strict, names must match exactly. Shape or dtype mismatches, missing
+  // and unexpected keys are reported together in one error.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
+
+  std::string str() const;  // PyTorch-like module tree
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+  virtual std::string extra_repr() const { return ""; }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
+  void str_into(std::string& out, int indent) const;
+
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Replaces t's contents (storage, dtype) in place with `value`'s, keeping autograd flags.
+void assign_in_place(const Tensor& t, const Tensor& value);
+
+}  // namespace rg::nn

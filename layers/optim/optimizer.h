@@ -1,0 +1,74 @@
+// Optimizers over a list of parameters: SGD (momentum, dampening, Nesterov, weight decay), Adam
+// and AdamW, with PyTorch's update formulas. The learning rate is set by a schedule per step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace rg::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  // Updates every parameter that has a gradient; parameters without one are skipped.
+  virtual void step() = 0;
+  void zero_grad(bool set_to_none = true);
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  const std::vector<Tensor>& params() const { return params_; }
+  virtual std::string name() const = 0;
+
+ protected:
+  std::vector<Tensor> params_;
+  double lr_;
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(std::vector<Tensor> params, SgdOptions options);
+  void step() override;
+  std::string name() const override { return "sgd"; }
+  const Tensor& momentum_buffer(size_t i) const { return momentum_[i]; }
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor> momentum_;  // undefined until a parameter's first step
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+};
+
+class Adam final : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay = false);
+  void step() override;
+  std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+  std::vector<Tensor> m_, v_;
+  std::vector<int64_t> steps_;
+};
+
+// Adam with decoupled weight decay. torch.optim.AdamW defaults to weight_decay 0.01; pass it.
+std::unique_ptr<Optimizer> make_adamw(std::vector<Tensor> params, AdamOptions options);
+
+}  // namespace rg::optim
