@@ -1,0 +1,37 @@
+// dropout: a Philox mask holding 0 or 1/(1-p) per element, multiplied in; the backward multiplies
+// the gradient by the same saved mask.
+#include "engine/ops/dropout.h"
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/check.h"
+#include "kernels/cpu/binary.h"
+#include "kernels/cpu/random.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+using autograd::SavedTensor;
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  check_inputs("dropout", {x});
+  RG_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  // Like PyTorch, p == 1 multiplies by zero rather than by 1/(1-p) = inf, and draws nothing.
+  if (p == 1.0) return mul(x, 0.0);
+  const int64_t n = x.numel();
+  const uint64_t offset = gen.reserve(uint64_t(n + 3) / 4);
+  Tensor mask = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_float(x.dtype(), "dropout", [&]<class T>() {
+    kernels::cpu::dropout_mask<T>(mask.data<T>(), n, p, T(1.0 / (1.0 - p)), gen.seed(), offset);
+    kernels::cpu::binary<T>(kernels::cpu::BinaryOp::mul, x.data<T>(), mask.data<T>(), out.data<T>(),
+                            n);
+  });
+  return autograd::record(out, "DropoutBackward", {x}, [sm = SavedTensor(mask)](const Tensor& g) {
+    return std::vector<Tensor>{mul(g, sm.get())};
+  });
+}
+
+}  // namespace rg

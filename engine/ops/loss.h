@@ -1,0 +1,21 @@
+// Classification losses with class-index targets (mean over the batch, like PyTorch's defaults):
+// log_softmax, nll_loss and a fused cross_entropy with label smoothing.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace rg {
+
+// Numerically stable log(softmax(x)) along `dim` (negative counts from the end).
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// -mean_i log_probs[i, target[i]] with log_probs [N, C] and target i64 [N]; a 0-d result.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target);
+
+// nll_loss(log_softmax(logits, 1), target) in one pass, with PyTorch's label smoothing:
+// (1 - eps) * nll + eps * mean_i mean_j(-log_softmax(logits)[i, j]); eps must be in [0, 1].
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
+
+}  // namespace rg

@@ -1,0 +1,175 @@
+// matmul and linear on kernels::cpu::gemm: transposes are GEMM flags, never copies, and every
+// backward product is one more GEMM (batched ones loop over the batch, summing where broadcast).
+#include "engine/ops/matmul.h"
+
+#include <algorithm>
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/check.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+using autograd::SavedTensor;
+
+namespace {
+
+// c (m x n) = op(a) op(b), or += when accumulate, for densely stored row-major matrices. An empty
+// inner dimension never reaches BLAS, which rejects leading dimensions of 0.
+template <class T>
+void gemm_dense(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
+                bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) std::fill_n(c, m * n, T(0));
+    return;
+  }
+  kernels::cpu::gemm<T>(ta, tb, m, n, k, T(1), a, ta ? m : k, b, tb ? k : n,
+                        accumulate ? T(1) : T(0), c, n);
+}
+
+// c_i = op(a_i) op(b_i) for i < batch, matrices `s*` elements apart. A stride of 0 for a or b
+// reuses one matrix for the whole batch; a stride of 0 for c sums all products into one matrix
+// (the backward of that reuse).
+template <class T>
+void batched_gemm(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k, const T* a,
+                  int64_t sa, const T* b, int64_t sb, T* c, int64_t sc) {
+  if (batch == 0 && sc == 0) std::fill_n(c, m * n, T(0));
+  for (int64_t i = 0; i < batch; ++i) {
+    gemm_dense<T>(ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc, sc == 0 && i > 0);
+  }
+}
+
+// [m,k]x[k,n], [b,m,k]x[b,k,n] and [m,k]x[b,k,n]; shapes were checked by matmul().
+Tensor batched_matmul(const Tensor& a, const Tensor& b) {
+  const bool a_batched = a.dim() == 3, b_batched = b.dim() == 3;
+  const int64_t batch = a_batched ? a.size(0) : b_batched ? b.size(0) : 1;
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  const int64_t sa = a_batched ? m * k : 0, sb = b_batched ? k * n : 0;
+  Tensor out = Tensor::empty(a_batched || b_batched ? Shape{batch, m, n} : Shape{m, n}, a.dtype(),
+                             a.device());
+  dispatch_float(a.dtype(), "matmul", [&]<class T>() {
+    batched_gemm<T>(false, false, batch, m, n, k, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(),
+                    m * n);
+  });
+  const bool ga = autograd::needs_grad({a}), gb = autograd::needs_grad({b});
+  return autograd::record(
+      out, "MatmulBackward", {a, b},
+      [saved_a = SavedTensor(gb ? a : Tensor()), saved_b = SavedTensor(ga ? b : Tensor()),
+       shape_a = a.shape(), shape_b = b.shape(), ga, gb, batch, m, n, k, sa, sb](const Tensor& g) {
+        Tensor grad_a, grad_b;
+        dispatch_float(g.dtype(), "matmul_backward", [&]<class T>() {
+          if (ga) {  // dA_i = dC_i B_i^T
+            grad_a = Tensor::empty(shape_a, g.dtype(), g.device());
+            batched_gemm<T>(false, true, batch, m, k, n, g.data<T>(), m * n,
+                            saved_b.get().data<T>(), sb, grad_a.data<T>(), sa);
+          }
+          if (gb) {  // dB_i = A_i^T dC_i
+            grad_b = Tensor::empty(shape_b, g.dtype(), g.device());
+            batched_gemm<T>(true, false, batch, k, n, m, saved_a.get().data<T>(), sa, g.data<T>(),
+                            m * n, grad_b.data<T>(), sb);
+          }
+        });
+        return std::vector<Tensor>{grad_a, grad_b};
+      });
+}
+
+// `s` without dimension `d` (the size-1 dimension a 1-D operand was promoted with).
+Shape drop_dim(Shape s, int64_t d) {
+  s.erase(s.begin() + (d < 0 ? int64_t(s.size()) + d : d));
+  return s;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_inputs("matmul", {a, b});
+  const int64_t da = a.dim(), db = b.dim();
+  RG_CHECK(da >= 1 && da <= 3 && db >= 1 && db <= 3,
+           "matmul: expected 1-d, 2-d or 3-d operands, got shapes ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()));
+  const int64_t ka = a.size(-1), kb = db == 1 ? b.size(0) : b.size(-2);
+  RG_CHECK(ka == kb, "matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+           " cannot be multiplied (", ka, " != ", kb, ")");
+  RG_CHECK(da != 3 || db != 3 || a.size(0) == b.size(0), "matmul: batch sizes differ in shapes ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  // 1-D operands become a row (a) or a column (b) matrix whose extra dimension is then dropped;
+  // view() is differentiable, so the backward needs nothing extra.
+  if (da == 1 && db == 1) return matmul(a.view({1, ka}), b.view({kb, 1})).view({});
+  if (da == 1) {
+    const Tensor out = matmul(a.view({1, ka}), b);
+    return out.view(drop_dim(out.shape(), -2));
+  }
+  if (db == 1) {
+    const Tensor out = matmul(a, b.view({kb, 1}));
+    return out.view(drop_dim(out.shape(), -1));
+  }
+  // [b,m,k]x[k,n] is one [b*m,k]x[k,n] GEMM, in the forward and in both backward products.
+  if (da == 3 && db == 2) {
+    const Tensor out = batched_matmul(a.view({a.size(0) * a.size(1), ka}), b);
+    return out.view({a.size(0), a.size(1), b.size(1)});
+  }
+  return batched_matmul(a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool has_bias = bias.defined();
+  if (has_bias) {
+    check_inputs("linear", {x, weight, bias});
+  } else {
+    check_inputs("linear", {x, weight});
+  }
+  check_dim("linear", weight, 2, "weight [out_features, in_features]");
+  RG_CHECK(x.dim() >= 1, "linear: input must have at least one dimension, got shape ",
+           shape_str(x.shape()));
+  const int64_t in = weight.size(1), out_f = weight.size(0);
+  RG_CHECK(x.size(-1) == in, "linear: input shape ", shape_str(x.shape()), " has ", x.size(-1),
+           " features but weight ", shape_str(weight.shape()), " expects ", in);
+  RG_CHECK(!has_bias || (bias.dim() == 1 && bias.size(0) == out_f), "linear: bias shape ",
+           shape_str(has_bias ? bias.shape() : Shape{}), " does not match weight ",
+           shape_str(weight.shape()), " (expected [", out_f, "])");
+  int64_t lead = 1;  // rows of the GEMM: the product of x's leading dimensions
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) lead *= x.size(d);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_f;
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  dispatch_float(x.dtype(), "linear", [&]<class T>() {
+    T* yp = y.data<T>();
+    if (has_bias) {  // start every row at the bias, then accumulate x W^T onto it
+      const T* bp = bias.data<T>();
+      for (int64_t r = 0; r < lead; ++r) std::copy_n(bp, out_f, yp + r * out_f);
+    }
+    gemm_dense<T>(false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp, has_bias);
+  });
+  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
+  const bool gb = has_bias && autograd::needs_grad({bias});
+  return autograd::record(y, "LinearBackward", {x, weight, bias},
+                          [saved_x = SavedTensor(gw ? x : Tensor()),
+                           saved_w = SavedTensor(gx ? weight : Tensor()), shape_x = x.shape(),
+                           shape_w = weight.shape(), gx, gw, gb, lead, in, out_f](const Tensor& g) {
+                            Tensor grad_x, grad_w, grad_b;
+                            dispatch_float(g.dtype(), "linear_backward", [&]<class T>() {
+                              if (gx) {  // dX = dY W
+                                grad_x = Tensor::empty(shape_x, g.dtype(), g.device());
+                                gemm_dense<T>(false, false, lead, in, out_f, g.data<T>(),
+                                              saved_w.get().data<T>(), grad_x.data<T>(), false);
+                              }
+                              if (gw) {  // dW = dY^T X
+                                grad_w = Tensor::empty(shape_w, g.dtype(), g.device());
+                                gemm_dense<T>(true, false, out_f, in, lead, g.data<T>(),
+                                              saved_x.get().data<T>(), grad_w.data<T>(), false);
+                              }
+                              if (gb) {  // db = sum of dY over rows
+                                grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
+                                kernels::cpu::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead,
+                                                         out_f);
+                              }
+                            });
+                            return std::vector<Tensor>{grad_x, grad_w, grad_b};
+                          });
+}
+
+}  // namespace rg

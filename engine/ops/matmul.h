@@ -1,0 +1,17 @@
+// Matrix products through OpenBLAS GEMM: matmul (1-D, 2-D and batched 3-D operands, like
+// torch.matmul) and linear with PyTorch's weight layout.
+#pragma once
+
+#include "engine/tensor.h"
+
+namespace rg {
+
+// Supported shapes: [k]x[k] -> [], [k]x[k,n] -> [n], [m,k]x[k] -> [m], [m,k]x[k,n] -> [m,n],
+// [b,m,k]x[b,k,n] -> [b,m,n], [b,m,k]x[k,n] -> [b,m,n] and [m,k]x[b,k,n] -> [b,m,n].
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// y = x W^T + b with x [..., in], weight [out, in], bias [out] (an undefined Tensor: no bias);
+// y has x's shape with the last dimension replaced by out.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace rg
