@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, configures (preset `ci`: CUDA compiled for one architecture when nvcc
-# exists), builds, runs the whole ctest suite and prints its summary line.
+# exists), fetches MNIST, builds, runs the whole ctest suite and prints its summary line.
 # Usage: scripts/test.sh [extra ctest args, e.g. -L unit]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-deps.sh
+scripts/get-data.sh mnist  # the e2e tests train on the real files
 JOBS="$(nproc)"
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
 

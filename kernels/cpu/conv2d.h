@@ -13,6 +13,10 @@ struct Conv2dGeometry {
   int64_t ho, wo;
 };
 
+// Columns of the forward GEMM of one chunk, [o, c*kh*kw] x [c*kh*kw, columns] (exposed so that
+// benchmarks can time the GEMM shapes the convolution runs).
+int64_t conv2d_gemm_columns(const Conv2dGeometry& g, int64_t element_size);
+
 // y = conv(x, w) + bias; bias may be null.
 template <class T>
 void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y);

@@ -1,0 +1,56 @@
+// The training loop behind ringgrad-train (and its end-to-end tests): data, model, optimizer,
+// schedule, evaluation, progress output and JSONL metrics.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace rg::app {
+
+struct TrainConfig {
+  std::string model = "toynet";
+  std::string dataset = "mnist";
+  std::string data_dir;  // default: data/<dataset>
+  int epochs = 1;
+  int64_t batch_size = 64;
+  int64_t test_batch_size = 1000;
+  std::string optimizer = "sgd";  // sgd | adam | adamw
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  std::string lr_schedule = "constant";  // constant | step | multistep | cosine
+  double warmup_epochs = 0.0;
+  int64_t lr_step_size = 30;            // epochs (step schedule)
+  std::vector<int64_t> lr_milestones;   // epochs (multistep schedule)
+  double lr_gamma = 0.1;
+  double label_smoothing = 0.0;
+  uint64_t seed = 1;
+  int workers = 2;
+  int eval_every = 1;       // epochs; 0 = only after the last epoch
+  int64_t max_steps = -1;   // stop training after this many steps in total (-1: no limit)
+  std::string metrics_path; // JSONL, one line per epoch and a final line
+  bool progress_bar = false;  // \r-updated bar (terminals); otherwise plain lines
+};
+
+struct EpochSummary {
+  int epoch = 0;
+  int64_t steps = 0;
+  double train_loss = 0, test_loss = 0, top1 = 0, top5 = 0, img_per_s = 0, seconds = 0;
+  bool evaluated = false;
+};
+
+struct TrainResult {
+  std::vector<EpochSummary> epochs;
+  double final_top1 = 0, final_top5 = 0, final_test_loss = 0;
+  int64_t total_steps = 0;
+  double total_seconds = 0;
+};
+
+// Runs the whole training; progress and summaries go to `out`. Throws rg::Error on bad config
+// or data.
+TrainResult train(const TrainConfig& config, std::ostream& out);
+
+}  // namespace rg::app

@@ -1,0 +1,105 @@
+// ringgrad-bench: end-to-end benchmarks.
+//   train: training throughput (img/s) of a model on synthetic data after warm-up, as the median
+//          of several timed windows, with peak memory.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <iostream>
+#include <vector>
+
+#include "data/synthetic.h"
+#include "engine/ops/loss.h"
+#include "engine/storage.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/error.h"
+#include "layers/models/registry.h"
+#include "layers/optim/optimizer.h"
+
+namespace {
+
+struct TrainBenchOptions {
+  std::string model = "toynet";
+  int64_t batch_size = 64;
+  int threads = 0;
+  int warmup = 5;
+  int windows = 5;
+  int window_steps = 10;
+};
+
+int run_train_bench(const TrainBenchOptions& o) {
+  if (o.threads > 0) rg::kernels::cpu::set_num_threads(o.threads);
+  const rg::Shape shape = o.model == "toynet" ? rg::Shape{1, 28, 28} : rg::Shape{3, 32, 32};
+  rg::data::SyntheticDataset data(o.batch_size * 4, shape, 10, 7);
+  auto model = rg::nn::make_model({.name = o.model, .sample_shape = shape, .num_classes = 10});
+  model->train();
+  rg::optim::Sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  // A few fixed batches, so the benchmark measures compute, not data loading.
+  std::vector<rg::data::Batch> batches;
+  for (int b = 0; b < 4; ++b) {
+    std::vector<int64_t> idx(static_cast<size_t>(o.batch_size));
+    for (int64_t i = 0; i < o.batch_size; ++i) idx[size_t(i)] = b * o.batch_size + i;
+    batches.push_back(data.get_batch(idx, 0));
+  }
+  auto step = [&](int i) {
+    const auto& b = batches[size_t(i % 4)];
+    rg::Tensor loss = rg::cross_entropy(model->forward(b.inputs), b.targets);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  fmt::print("ringgrad-bench train: model={} batch={} threads={} params={}\n", o.model,
+             o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count());
+  for (int i = 0; i < o.warmup; ++i) step(i);
+  std::vector<double> rates;
+  fmt::print("{:>8} {:>10} {:>10}\n", "window", "seconds", "img/s");
+  for (int w = 0; w < o.windows; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.window_steps; ++i) step(i);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(double(o.window_steps * o.batch_size) / s);
+    fmt::print("{:>8} {:>10.3f} {:>10.1f}\n", w, s, rates.back());
+  }
+  std::sort(rates.begin(), rates.end());
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const auto mem = rg::cpu_memory_stats();
+  fmt::print("median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB\n",
+             rates[rates.size() / 2], double(ru.ru_maxrss) / 1024.0,
+             double(mem.peak_bytes) / (1024.0 * 1024.0));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ringgrad-bench: end-to-end benchmarks"};
+  app.require_subcommand(1);
+  TrainBenchOptions t;
+  CLI::App* train = app.add_subcommand("train", "training throughput on synthetic data");
+  train->option_defaults()->always_capture_default();
+  train->add_option("--model", t.model, "toynet | mlp | resnet18");
+  train->add_option("--batch-size", t.batch_size)->check(CLI::PositiveNumber);
+  train->add_option("--threads", t.threads, "compute threads (default: all cores)");
+  train->add_option("--warmup", t.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  train->add_option("--windows", t.windows, "timed windows (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--window-steps", t.window_steps, "steps per window")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ringgrad-bench: " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  try {
+    if (train->parsed()) return run_train_bench(t);
+  } catch (const rg::Error& e) {
+    std::cerr << "ringgrad-bench: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

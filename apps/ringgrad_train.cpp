@@ -1,0 +1,72 @@
+// ringgrad-train: trains a model on a dataset from the command line (flags named like the
+// PyTorch examples). Exit codes: 0 success, 2 usage error, 1 runtime error (one-line message).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "apps/common/trainer.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/error.h"
+
+int main(int argc, char** argv) {
+  rg::app::TrainConfig c;
+  int threads = 0;
+  CLI::App app{"ringgrad-train: train a model with ringgrad"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model", c.model, "toynet | mlp | resnet18 | resnet18-imagenet");
+  app.add_option("--dataset", c.dataset, "mnist | fashion-mnist | synthetic | synthetic-cifar");
+  app.add_option("--data-dir", c.data_dir, "directory of the dataset files (default data/<dataset>)");
+  app.add_option("--epochs", c.epochs, "number of epochs")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", c.batch_size, "training batch size")->check(CLI::PositiveNumber);
+  app.add_option("--test-batch-size", c.test_batch_size, "evaluation batch size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--lr", c.lr, "learning rate")->check(CLI::NonNegativeNumber);
+  app.add_option("--momentum", c.momentum, "SGD momentum")->check(CLI::NonNegativeNumber);
+  app.add_flag("--nesterov", c.nesterov, "Nesterov momentum (SGD)");
+  app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-schedule", c.lr_schedule, "constant | step | multistep | cosine")
+      ->check(CLI::IsMember({"constant", "step", "multistep", "cosine"}));
+  app.add_option("--warmup-epochs", c.warmup_epochs, "linear warm-up length in epochs (may be "
+                 "fractional)")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-step-size", c.lr_step_size, "epochs between decays (step schedule)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr-milestones", c.lr_milestones, "epochs at which to decay (multistep)");
+  app.add_option("--lr-gamma", c.lr_gamma, "decay factor (step, multistep)");
+  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", c.seed, "seed for initialization, shuffling and dropout");
+  app.add_option("--workers", c.workers, "data loader threads (0: load on the training thread)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "compute threads (default: RG_NUM_THREADS or all cores)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-every", c.eval_every, "evaluate every N epochs (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-steps", c.max_steps, "stop after this many training steps (-1: none)");
+  app.add_option("--metrics", c.metrics_path, "write per-epoch metrics as JSON lines to FILE");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ringgrad-train: " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  c.progress_bar = isatty(STDOUT_FILENO) != 0;
+  try {
+    if (threads > 0) rg::kernels::cpu::set_num_threads(threads);
+    rg::app::train(c, std::cout);
+  } catch (const rg::Error& e) {
+    std::cout.flush();
+    std::cerr << "ringgrad-train: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cerr << "ringgrad-train: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

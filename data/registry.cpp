@@ -1,0 +1,29 @@
+// Dataset factory.
+#include "data/registry.h"
+
+#include "data/mnist.h"
+#include "data/synthetic.h"
+#include "kernels/error.h"
+
+namespace rg::data {
+
+std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::string& dir,
+                                            bool train) {
+  if (name == "mnist") return std::make_shared<MnistDataset>(dir, train, MnistKind::mnist);
+  if (name == "fashion-mnist") {
+    return std::make_shared<MnistDataset>(dir, train, MnistKind::fashion_mnist);
+  }
+  // Train and test synthetic sets use different seeds so they never share samples.
+  if (name == "synthetic") {
+    return std::make_shared<SyntheticDataset>(train ? 60000 : 10000, Shape{1, 28, 28}, 10,
+                                              train ? 1 : 2);
+  }
+  if (name == "synthetic-cifar") {
+    return std::make_shared<SyntheticDataset>(train ? 50000 : 10000, Shape{3, 32, 32}, 10,
+                                              train ? 3 : 4);
+  }
+  RG_FAIL("unknown dataset '", name,
+          "' (expected mnist, fashion-mnist, synthetic or synthetic-cifar)");
+}
+
+}  // namespace rg::data

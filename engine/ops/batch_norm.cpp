@@ -1,0 +1,107 @@
+// batch_norm forward and backward through kernels::cpu::batch_norm. The per-channel mean and
+// 1/sqrt(var + eps) used by the forward are kept (in double) for the backward.
+#include "engine/ops/batch_norm.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/check.h"
+#include "kernels/cpu/batch_norm.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+using autograd::SavedTensor;
+
+namespace {
+
+void check_channel_tensor(const Tensor& t, const char* name, const Tensor& x, int64_t c) {
+  if (!t.defined()) return;
+  check_inputs("batch_norm", {x, t});
+  RG_CHECK(t.dim() == 1 && t.size(0) == c, "batch_norm: ", name, " has shape ",
+           shape_str(t.shape()), " but input ", shape_str(x.shape()), " has ", c, " channels");
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  const char* op = "batch_norm";
+  check_inputs(op, {x});
+  RG_CHECK(x.dim() == 2 || x.dim() == 4, op,
+           ": expected a 2-d [N, C] or 4-d [N, C, H, W] input, got shape ", shape_str(x.shape()));
+  const int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
+  check_channel_tensor(running_mean, "running_mean", x, c);
+  check_channel_tensor(running_var, "running_var", x, c);
+  check_channel_tensor(weight, "weight", x, c);
+  check_channel_tensor(bias, "bias", x, c);
+  RG_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  RG_CHECK(running_mean.defined() == running_var.defined(), op,
+           ": running_mean and running_var must both be defined or both undefined");
+  RG_CHECK(
+      !(running_mean.defined() && (running_mean.requires_grad() || running_var.requires_grad())),
+      op, ": running_mean/running_var are statistics updated in place and must not require grad");
+  const int64_t count = n * hw;
+  if (training) {
+    RG_CHECK(count > 1, op, ": expected more than 1 value per channel when training, got input ",
+             shape_str(x.shape()));
+  } else {
+    RG_CHECK(running_mean.defined(), op,
+             ": running_mean and running_var are required in evaluation mode (training=false)");
+  }
+
+  // mean and invstd per channel, shared with the backward.
+  auto mean = std::make_shared<std::vector<double>>(size_t(c));
+  auto invstd = std::make_shared<std::vector<double>>(size_t(c));
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_float(x.dtype(), op, [&]<class T>() {
+    std::vector<double> var(static_cast<size_t>(c));
+    if (training) {
+      kernels::cpu::batch_norm_stats<T>(x.data<T>(), n, c, hw, mean->data(), var.data());
+      if (running_mean.defined()) {
+        kernels::cpu::batch_norm_update_running<T>(running_mean.data<T>(), running_var.data<T>(),
+                                                   mean->data(), var.data(), c, count, momentum);
+        running_mean.bump_version();
+        running_var.bump_version();
+      }
+    } else {
+      const T* rm = running_mean.data<T>();
+      const T* rv = running_var.data<T>();
+      for (int64_t ch = 0; ch < c; ++ch) {
+        (*mean)[size_t(ch)] = double(rm[ch]);
+        var[size_t(ch)] = double(rv[ch]);
+      }
+    }
+    for (int64_t ch = 0; ch < c; ++ch) {
+      (*invstd)[size_t(ch)] = 1.0 / std::sqrt(var[size_t(ch)] + eps);
+    }
+    kernels::cpu::batch_norm_apply<T>(x.data<T>(), n, c, hw, mean->data(), invstd->data(),
+                                      weight.defined() ? weight.data<T>() : nullptr,
+                                      bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
+  });
+
+  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
+  const bool gb = autograd::needs_grad({bias});
+  return autograd::record(
+      out, "BatchNormBackward", {x, weight, bias},
+      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
+       hw](const Tensor& grad) -> std::vector<Tensor> {
+        const Tensor xv = sx.get(), wv = sw.get();
+        Tensor dx = gx ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
+        Tensor dw = gw ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
+        Tensor db = gb ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
+        dispatch_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
+          kernels::cpu::batch_norm_backward<T>(
+              grad.data<T>(), xv.data<T>(), n, c, hw, mean->data(), invstd->data(),
+              wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,
+              gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr);
+        });
+        return {dx, dw, db};
+      });
+}
+
+}  // namespace rg

@@ -1,0 +1,98 @@
+// conv2d forward and backward through kernels::cpu::conv2d (im2col + GEMM); the backward is one
+// kernel call that produces only the gradients the inputs need.
+#include "engine/ops/conv2d.h"
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/check.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+using autograd::SavedTensor;
+using kernels::cpu::Conv2dGeometry;
+
+namespace {
+
+std::string pair_str(std::array<int64_t, 2> p) {
+  return detail::cat("(", p[0], ", ", p[1], ")");
+}
+
+Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                               std::array<int64_t, 2> dilation) {
+  const char* op = "conv2d";
+  if (bias.defined()) {
+    check_inputs(op, {x, weight, bias});
+  } else {
+    check_inputs(op, {x, weight});
+  }
+  check_dim(op, x, 4, "input: N, C, H, W");
+  check_dim(op, weight, 4, "weight: O, C, kh, kw");
+  const Shape& xs = x.shape();
+  const Shape& ws = weight.shape();
+  RG_CHECK(ws[0] > 0 && ws[1] > 0 && ws[2] > 0 && ws[3] > 0, op, ": weight ", shape_str(ws),
+           " has an empty dimension");
+  RG_CHECK(xs[1] == ws[1], op, ": input ", shape_str(xs), " has ", xs[1], " channels but weight ",
+           shape_str(ws), " expects ", ws[1]);
+  if (bias.defined()) {
+    RG_CHECK(bias.dim() == 1 && bias.size(0) == ws[0], op, ": bias ", shape_str(bias.shape()),
+             " does not match the ", ws[0], " output channels of weight ", shape_str(ws));
+  }
+  RG_CHECK(stride[0] > 0 && stride[1] > 0, op, ": stride ", pair_str(stride), " must be positive");
+  RG_CHECK(dilation[0] > 0 && dilation[1] > 0, op, ": dilation ", pair_str(dilation),
+           " must be positive");
+  RG_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": padding ", pair_str(padding),
+           " must be non-negative");
+  const int64_t extent_h = dilation[0] * (ws[2] - 1) + 1;
+  const int64_t extent_w = dilation[1] * (ws[3] - 1) + 1;
+  const int64_t padded_h = xs[2] + 2 * padding[0], padded_w = xs[3] + 2 * padding[1];
+  RG_CHECK(extent_h <= padded_h && extent_w <= padded_w, op, ": kernel extent (", extent_h, ", ",
+           extent_w, ") of weight ", shape_str(ws), " with dilation ", pair_str(dilation),
+           " is larger than the padded input (", padded_h, ", ", padded_w, ") of input ",
+           shape_str(xs));
+  Conv2dGeometry g{};
+  g.n = xs[0], g.c = xs[1], g.h = xs[2], g.w = xs[3];
+  g.o = ws[0], g.kh = ws[2], g.kw = ws[3];
+  g.sh = stride[0], g.sw = stride[1], g.ph = padding[0], g.pw = padding[1];
+  g.dh = dilation[0], g.dw = dilation[1];
+  g.ho = (padded_h - extent_h) / g.sh + 1;
+  g.wo = (padded_w - extent_w) / g.sw + 1;
+  return g;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+              std::array<int64_t, 2> dilation) {
+  const Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
+  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
+  dispatch_float(x.dtype(), "conv2d", [&]<class T>() {
+    kernels::cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(),
+                                    bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
+  });
+  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
+  const bool gb = autograd::needs_grad({bias});
+  // x is needed only for the weight gradient, weight only for the input gradient.
+  return autograd::record(
+      out, "Conv2dBackward", {x, weight, bias},
+      [g, gx, gw, gb, sx = SavedTensor(gw ? x : Tensor()), sw = SavedTensor(gx ? weight : Tensor()),
+       wshape = weight.shape()](const Tensor& grad) -> std::vector<Tensor> {
+        const Tensor xv = sx.get(), wv = sw.get();
+        Tensor dx =
+            gx ? Tensor::empty({g.n, g.c, g.h, g.w}, grad.dtype(), grad.device()) : Tensor();
+        Tensor dw = gw ? Tensor::empty(wshape, grad.dtype(), grad.device()) : Tensor();
+        Tensor db = gb ? Tensor::empty({g.o}, grad.dtype(), grad.device()) : Tensor();
+        dispatch_float(grad.dtype(), "conv2d backward", [&]<class T>() {
+          kernels::cpu::conv2d_backward<T>(g, gw ? xv.data<T>() : nullptr,
+                                           gx ? wv.data<T>() : nullptr, grad.data<T>(),
+                                           gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
+                                           gb ? db.data<T>() : nullptr);
+        });
+        return {dx, dw, db};
+      });
+}
+
+}  // namespace rg

@@ -1,0 +1,104 @@
+// max_pool2d / avg_pool2d / adaptive_avg_pool2d through kernels::cpu::pool; max pooling keeps
+// the argmax of every window (i64) for its backward.
+#include "engine/ops/pool.h"
+
+#include "engine/autograd/function.h"
+#include "engine/dispatch.h"
+#include "engine/ops/check.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+using kernels::cpu::Pool2dGeometry;
+
+namespace {
+
+std::string pair_str(std::array<int64_t, 2> p) { return detail::cat("(", p[0], ", ", p[1], ")"); }
+
+Pool2dGeometry pool_geometry(const char* op, const Tensor& x, std::array<int64_t, 2> kernel,
+                             std::array<int64_t, 2> stride, std::array<int64_t, 2> padding) {
+  check_inputs(op, {x});
+  check_dim(op, x, 4, "N, C, H, W");
+  if (stride[0] == 0 && stride[1] == 0) stride = kernel;
+  RG_CHECK(kernel[0] > 0 && kernel[1] > 0, op, ": kernel ", pair_str(kernel), " must be positive");
+  RG_CHECK(stride[0] > 0 && stride[1] > 0, op, ": stride ", pair_str(stride), " must be positive");
+  RG_CHECK(padding[0] >= 0 && padding[1] >= 0 && 2 * padding[0] <= kernel[0] &&
+               2 * padding[1] <= kernel[1],
+           op, ": padding ", pair_str(padding), " must be between 0 and half the kernel ",
+           pair_str(kernel));
+  const Shape& s = x.shape();
+  const int64_t padded_h = s[2] + 2 * padding[0], padded_w = s[3] + 2 * padding[1];
+  RG_CHECK(kernel[0] <= padded_h && kernel[1] <= padded_w, op, ": kernel ", pair_str(kernel),
+           " is larger than the padded input (", padded_h, ", ", padded_w, ") of input ",
+           shape_str(s));
+  return Pool2dGeometry{s[0] * s[1],
+                        s[2],
+                        s[3],
+                        kernel[0],
+                        kernel[1],
+                        stride[0],
+                        stride[1],
+                        padding[0],
+                        padding[1],
+                        (padded_h - kernel[0]) / stride[0] + 1,
+                        (padded_w - kernel[1]) / stride[1] + 1};
+}
+
+Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool count_include_pad) {
+  Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
+  dispatch_float(x.dtype(), op, [&]<class T>() {
+    kernels::cpu::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad);
+  });
+  return autograd::record(
+      out, "AvgPool2dBackward", {x}, [g, count_include_pad, shape = x.shape()](const Tensor& grad) {
+        Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
+        dispatch_float(grad.dtype(), "avg_pool2d backward", [&]<class T>() {
+          kernels::cpu::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(), count_include_pad);
+        });
+        return std::vector<Tensor>{dx};
+      });
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding) {
+  const Pool2dGeometry g = pool_geometry("max_pool2d", x, kernel, stride, padding);
+  const Shape out_shape{x.size(0), x.size(1), g.ho, g.wo};
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  // The argmax is internal to this op (nobody can modify it), so it needs no SavedTensor.
+  Tensor argmax = Tensor::empty(out_shape, DType::i64, x.device());
+  dispatch_float(x.dtype(), "max_pool2d", [&]<class T>() {
+    kernels::cpu::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>());
+  });
+  return autograd::record(out, "MaxPool2dBackward", {x},
+                          [g, argmax, shape = x.shape()](const Tensor& grad) {
+                            Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
+                            dispatch_float(grad.dtype(), "max_pool2d backward", [&]<class T>() {
+                              kernels::cpu::max_pool2d_backward<T>(
+                                  g, grad.data<T>(), argmax.data<int64_t>(), dx.data<T>());
+                            });
+                            return std::vector<Tensor>{dx};
+                          });
+}
+
+Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding, bool count_include_pad) {
+  const Pool2dGeometry g = pool_geometry("avg_pool2d", x, kernel, stride, padding);
+  return avg_pool("avg_pool2d", x, g, count_include_pad);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
+  const char* op = "adaptive_avg_pool2d";
+  RG_CHECK(output_size[0] == 1 && output_size[1] == 1, op, ": output size ", pair_str(output_size),
+           " is not implemented (only (1, 1), global average pooling)");
+  check_inputs(op, {x});
+  check_dim(op, x, 4, "N, C, H, W");
+  RG_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": input ", shape_str(x.shape()),
+           " has an empty spatial dimension");
+  // Global average pooling is one window covering the whole plane.
+  return avg_pool(op, x, pool_geometry(op, x, {x.size(2), x.size(3)}, {1, 1}, {0, 0}), true);
+}
+
+}  // namespace rg

@@ -1,0 +1,407 @@
+// Convolution as GEMM. Work is cut into chunks, each one column matrix [c*kh*kw, columns] and one
+// GEMM: several whole samples when feature maps are small (so 4x4 maps still give wide GEMMs),
+// or a block of output rows of one sample when a sample's columns would not fit the budget.
+// Each thread runs whole chunks with a single-threaded OpenBLAS GEMM (see SingleThreadedBlas).
+#include "kernels/cpu/conv2d.h"
+
+#include <algorithm>
+#include <cstdlib>  // TMP
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace rg::kernels::cpu {
+namespace {
+
+// Bytes of column matrix per chunk: wide GEMMs, yet written by im2col and read back by
+// OpenBLAS's packing while still in the core's L2 cache.
+constexpr int64_t kColumnBudgetBytes = int64_t(2) << 20;
+// A 1x1 stride-1 unpadded convolution reads a sample's input as its column matrix (no im2col)
+// once a sample is this many pixels; smaller maps are batched like the general case.
+constexpr int64_t kDirectMinColumns = 512;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// nb samples from n0, output rows [oh0, oh1) of each (all rows whenever nb > 1).
+struct Chunk {
+  int64_t n0, nb, oh0, oh1;
+  int64_t rows() const { return oh1 - oh0; }
+};
+
+struct Plan {
+  int64_t k;       // rows of the column matrix: c * kh * kw
+  int64_t hw;      // output pixels per sample
+  int64_t nb;      // samples per chunk
+  int64_t rows;    // output rows per chunk
+  int64_t blocks;  // row blocks per sample (1 when nb > 1)
+  int64_t chunks;
+  int64_t workers;
+  bool direct;  // 1x1, stride 1, no padding: the input already is the column matrix
+
+  // One-sample chunks of a direct convolution read the input in place (no im2col, no copy).
+  bool in_place() const { return direct && nb == 1; }
+  int64_t cols_size(const Conv2dGeometry& g) const { return in_place() ? 0 : k * nb * rows * g.wo; }
+  Chunk chunk(const Conv2dGeometry& g, int64_t j) const {
+    if (blocks == 1) return {j * nb, std::min(nb, g.n - j * nb), 0, g.ho};
+    const int64_t oh0 = (j % blocks) * rows;
+    return {j / blocks, 1, oh0, std::min(g.ho, oh0 + rows)};
+  }
+};
+
+// split_rows = false keeps samples whole (col2im adds into input rows that neighbouring row
+// blocks share, so those may not run concurrently).
+Plan make_plan(const Conv2dGeometry& g, int64_t element_size, bool split_rows) {
+  Plan p;
+  p.k = g.c * g.kh * g.kw;
+  p.hw = g.ho * g.wo;
+  p.direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+  const int64_t threads = num_threads(), n = std::max<int64_t>(g.n, 1);
+  static const int64_t budget = std::getenv("RG_TMP_BUDGET_KB")
+                                    ? std::atoll(std::getenv("RG_TMP_BUDGET_KB")) * 1024
+                                    : kColumnBudgetBytes;  // TMP
+  const int64_t per_sample = std::max<int64_t>(p.k * p.hw * element_size, 1);
+  const bool batch = p.direct ? p.hw < kDirectMinColumns : per_sample <= budget;
+  if (batch && n >= threads) {
+    // As many samples per chunk as the budget allows, with a chunk count that divides evenly
+    // among the threads.
+    const int64_t nb_max = std::clamp<int64_t>(budget / per_sample, 1, n);
+    const int64_t chunks = std::min(n, ceil_div(ceil_div(n, nb_max), threads) * threads);
+    p.nb = ceil_div(n, chunks);
+    p.rows = g.ho;
+    p.blocks = 1;
+    p.chunks = ceil_div(n, p.nb);
+  } else {
+    // One sample per chunk, cut into row blocks that fit the budget and, for batches smaller
+    // than the thread count, give every thread some rows.
+    p.nb = 1;
+    int64_t blocks = 1;
+    if (split_rows) {
+      blocks = std::max(p.direct ? 1 : ceil_div(per_sample, budget), ceil_div(threads, n));
+    }
+    p.rows = ceil_div(g.ho, std::min(blocks, g.ho));
+    p.blocks = ceil_div(g.ho, p.rows);
+    p.chunks = n * p.blocks;
+  }
+  if (std::getenv("RG_TMP_MODE"))
+    p.workers = 1;
+  else  // TMP
+    p.workers = std::min(threads, p.chunks);
+  return p;
+}
+
+// While our workers each run their own GEMMs, OpenBLAS must not start threads of its own: two
+// thread pools on the same cores make each other wait (an idle pool spins before it sleeps).
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() { openblas_set_num_threads(1); }
+  ~SingleThreadedBlas() { openblas_set_num_threads(num_threads()); }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+};
+
+// Runs body(worker, chunk) for every chunk; worker w takes a contiguous run of chunks. With one
+// worker, the GEMMs use OpenBLAS's threads and the copies parallel_for.
+template <class F>
+void for_each_chunk(const Conv2dGeometry& g, const Plan& p, F&& body) {
+  auto run_worker = [&](int64_t worker) {
+    const int64_t lo = p.chunks * worker / p.workers, hi = p.chunks * (worker + 1) / p.workers;
+    for (int64_t j = lo; j < hi; ++j) body(worker, p.chunk(g, j));
+  };
+  if (p.workers == 1) {
+    run_worker(0);
+    return;
+  }
+  SingleThreadedBlas single;
+  parallel_for(0, p.workers, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t worker = lo; worker < hi; ++worker) run_worker(worker);
+  });
+}
+
+// Rows [r0, r1) of a channel plane in padded coordinates, zero padding written out so that the
+// copy loops need no bounds checks: returns P with P[(r - r0) * wp + col] = padded[r][col].
+// Without padding that is the plane itself. The buffer is per thread and reused.
+template <class T>
+const T* padded_rows(const Conv2dGeometry& g, const T* plane, int64_t r0, int64_t r1) {
+  if (g.ph == 0 && g.pw == 0) return plane + r0 * g.w;
+  const int64_t wp = g.w + 2 * g.pw;
+  thread_local std::vector<T> buf;
+  buf.resize(size_t((r1 - r0) * wp));
+  for (int64_t r = r0; r < r1; ++r) {
+    T* dst = buf.data() + (r - r0) * wp;
+    const int64_t ih = r - g.ph;
+    if (ih < 0 || ih >= g.h) {
+      std::fill_n(dst, wp, T(0));
+      continue;
+    }
+    std::fill_n(dst, g.pw, T(0));
+    std::copy_n(plane + ih * g.w, g.w, dst + g.pw);
+    std::fill_n(dst + g.pw + g.w, g.pw, T(0));
+  }
+  return buf.data();
+}
+
+// cols[(ci*kh + ki)*kw + kj][s*seg + (oh - oh0)*wo + ow]
+//   = x[s, ci, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw]  (0 in the padding)
+// for the chunk's samples (x points at its first) and rows, seg = rows * wo. A job is one
+// channel: its kh*kw rows are then written front to back as s grows, which the hardware
+// prefetchers follow even when a sample's piece of a row is one cache line (4x4 maps).
+template <class T>
+void im2col(const Conv2dGeometry& g, const Chunk& c, const T* x, T* cols) {
+  const int64_t seg = c.rows() * g.wo, ld = c.nb * seg, wp = g.w + 2 * g.pw;
+  const int64_t r0 = c.oh0 * g.sh, r1 = (c.oh1 - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  parallel_for(0, g.c, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t ci = lo; ci < hi; ++ci) {
+      for (int64_t s = 0; s < c.nb; ++s) {
+        const T* src = padded_rows(g, x + (s * g.c + ci) * g.h * g.w, r0, r1);
+        for (int64_t ki = 0; ki < g.kh; ++ki) {
+          for (int64_t kj = 0; kj < g.kw; ++kj) {
+            T* dst = cols + ((ci * g.kh + ki) * g.kw + kj) * ld + s * seg;
+            const T* base = src + ki * g.dh * wp + kj * g.dw;
+            for (int64_t oh = 0; oh < c.rows(); ++oh) {
+              const T* r = base + oh * g.sh * wp;
+              T* d = dst + oh * g.wo;
+              if (g.sw == 1) {
+                for (int64_t ow = 0; ow < g.wo; ++ow) d[ow] = r[ow];
+              } else {
+                for (int64_t ow = 0; ow < g.wo; ++ow) d[ow] = r[ow * g.sw];
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// The adjoint of im2col for chunks of whole samples: gx[s, ci] = the sum of the column entries
+// that read each input pixel, accumulated in a padded plane whose border is then dropped. One
+// job owns one (sample, channel) plane, so no two threads add into the same pixel.
+template <class T>
+void col2im(const Conv2dGeometry& g, const Chunk& c, const T* cols, T* gx) {
+  const int64_t ld = c.nb * g.ho * g.wo, wp = g.w + 2 * g.pw, hp = g.h + 2 * g.ph;
+  const bool padded = g.ph != 0 || g.pw != 0;
+  parallel_for(0, c.nb * g.c, 1, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<T> buf;
+    if (padded) buf.resize(size_t(hp * wp));
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t s = job / g.c, ci = job % g.c;
+      T* out = gx + job * g.h * g.w;
+      T* acc = padded ? buf.data() : out;
+      std::fill_n(acc, hp * wp, T(0));
+      for (int64_t ki = 0; ki < g.kh; ++ki) {
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          const T* src = cols + ((ci * g.kh + ki) * g.kw + kj) * ld + s * g.ho * g.wo;
+          T* base = acc + ki * g.dh * wp + kj * g.dw;
+          for (int64_t oh = 0; oh < g.ho; ++oh) {
+            T* r = base + oh * g.sh * wp;
+            const T* d = src + oh * g.wo;
+            if (g.sw == 1) {
+              for (int64_t ow = 0; ow < g.wo; ++ow) r[ow] += d[ow];
+            } else {
+              for (int64_t ow = 0; ow < g.wo; ++ow) r[ow * g.sw] += d[ow];
+            }
+          }
+        }
+      }
+      if (padded) {
+        for (int64_t ih = 0; ih < g.h; ++ih) {
+          std::copy_n(acc + (ih + g.ph) * wp + g.pw, g.w, out + ih * g.w);
+        }
+      }
+    }
+  });
+}
+
+// Between [nb, o, hw] (NCHW) and [o, nb * hw] (the GEMM's layout), adding bias on the way out.
+template <class T>
+void pack_channels(const T* src, int64_t nb, int64_t o, int64_t hw, T* dst) {
+  parallel_for(0, nb * o, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t s = job / o, oc = job % o;
+      std::memcpy(dst + oc * nb * hw + s * hw, src + job * hw, size_t(hw) * sizeof(T));
+    }
+  });
+}
+
+template <class T>
+void unpack_channels(const T* src, const T* bias, int64_t nb, int64_t o, int64_t hw, T* dst) {
+  parallel_for(0, nb * o, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t s = job / o, oc = job % o;
+      const T* a = src + oc * nb * hw + s * hw;
+      T* d = dst + job * hw;
+      const T b = bias ? bias[oc] : T(0);
+      for (int64_t i = 0; i < hw; ++i) d[i] = a[i] + b;
+    }
+  });
+}
+
+// Per-worker buffers are allocated before any worker starts: nothing may throw inside one.
+template <class T>
+std::unique_ptr<T[]> scratch(int64_t n) {
+  return std::make_unique_for_overwrite<T[]>(size_t(std::max<int64_t>(n, 1)));
+}
+
+// The column matrix of chunk c: the input itself for direct convolutions, else im2col into buf.
+// Returns the matrix and its row stride.
+template <class T>
+std::pair<const T*, int64_t> columns(const Conv2dGeometry& g, const Plan& p, const Chunk& c,
+                                     const T* x, T* buf) {
+  const T* xs = x + c.n0 * g.c * g.h * g.w;
+  if (p.in_place()) return {xs + c.oh0 * g.wo, p.hw};
+  im2col(g, c, xs, buf);
+  return {buf, c.nb * c.rows() * g.wo};
+}
+
+}  // namespace
+
+int64_t conv2d_gemm_columns(const Conv2dGeometry& g, int64_t element_size) {
+  const Plan p = make_plan(g, element_size, true);
+  return p.nb * p.rows * g.wo;
+}
+
+template <class T>
+void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  if (g.n == 0) return;
+  const Plan p = make_plan(g, int64_t(sizeof(T)), true);
+  const int64_t out_sample = g.o * p.hw;
+  auto cols = scratch<T>(p.workers * p.cols_size(g));
+  auto out = scratch<T>(p.nb == 1 ? 0 : p.workers * g.o * p.nb * p.hw);
+  for_each_chunk(g, p, [&](int64_t worker, const Chunk& c) {
+    const auto [b, ldb] = columns(g, p, c, x, cols.get() + worker * p.cols_size(g));
+    const int64_t ld = c.nb * c.rows() * g.wo;
+    if (c.nb == 1) {
+      // One sample's rows: the GEMM writes y in place, on top of the broadcast bias.
+      T* ys = y + c.n0 * out_sample + c.oh0 * g.wo;
+      if (bias) {
+        for (int64_t oc = 0; oc < g.o; ++oc) std::fill_n(ys + oc * p.hw, ld, bias[oc]);
+      }
+      gemm<T>(false, false, g.o, ld, p.k, T(1), w, p.k, b, ldb, bias ? T(1) : T(0), ys, p.hw);
+    } else {
+      T* buf = out.get() + worker * g.o * p.nb * p.hw;
+      gemm<T>(false, false, g.o, ld, p.k, T(1), w, p.k, b, ldb, T(0), buf, ld);
+      unpack_channels(buf, bias, c.nb, g.o, p.hw, y + c.n0 * out_sample);
+    }
+  });
+}
+
+namespace {
+
+// gx from gy. For stride 1 the input gradient is itself a convolution: gy, padded by
+// d*(k-1) - p, correlated with the weights transposed to [c, o] and flipped in space. That runs
+// through the forward path (im2col + a GEMM with k = o*kh*kw) instead of a GEMM with k = o
+// followed by col2im's scattered adds. Strided convolutions take the GEMM + col2im route.
+template <class T>
+void conv2d_input_grad(const Conv2dGeometry& g, const T* w, const T* gy, T* gx) {
+  if (g.sh == 1 && g.sw == 1 && g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1)) {
+    Conv2dGeometry gt = g;
+    gt.c = g.o, gt.h = g.ho, gt.w = g.wo, gt.o = g.c, gt.ho = g.h, gt.wo = g.w;
+    gt.ph = g.dh * (g.kh - 1) - g.ph, gt.pw = g.dw * (g.kw - 1) - g.pw;
+    const int64_t taps = g.kh * g.kw;
+    auto flipped = scratch<T>(g.o * g.c * taps);
+    for (int64_t ci = 0; ci < g.c; ++ci) {
+      for (int64_t oc = 0; oc < g.o; ++oc) {
+        const T* src = w + (oc * g.c + ci) * taps;
+        T* dst = flipped.get() + (ci * g.o + oc) * taps;
+        for (int64_t i = 0; i < taps; ++i) dst[i] = src[taps - 1 - i];
+      }
+    }
+    conv2d_forward(gt, gy, flipped.get(), static_cast<const T*>(nullptr), gx);
+    return;
+  }
+  const Plan p = make_plan(g, int64_t(sizeof(T)), false);
+  const int64_t out_sample = g.o * p.hw, dcols_size = p.k * p.nb * p.hw;
+  auto dcols = scratch<T>(p.workers * dcols_size);
+  auto gy_packed = scratch<T>(p.nb == 1 ? 0 : p.workers * g.o * p.nb * p.hw);
+  for_each_chunk(g, p, [&](int64_t worker, const Chunk& c) {
+    const int64_t ld = c.nb * p.hw;
+    const T* gys = gy + c.n0 * out_sample;
+    if (c.nb != 1) {
+      T* buf = gy_packed.get() + worker * g.o * p.nb * p.hw;
+      pack_channels(gys, c.nb, g.o, p.hw, buf);
+      gys = buf;
+    }
+    // dcols [k, ld] = w^T [k, o] * gy [o, ld], then added onto the input pixels they came from.
+    T* d = dcols.get() + worker * dcols_size;
+    gemm<T>(true, false, p.k, ld, g.o, T(1), w, p.k, gys, ld, T(0), d, ld);
+    col2im(g, c, d, gx + c.n0 * g.c * g.h * g.w);
+  });
+}
+
+// gw [o, k] = the sum over chunks of gy [o, columns] * cols^T [columns, k]. Worker 0
+// accumulates into gw itself, the others into partial sums added at the end.
+template <class T>
+void conv2d_weight_grad(const Conv2dGeometry& g, const T* x, const T* gy, T* gw) {
+  const Plan p = make_plan(g, int64_t(sizeof(T)), true);
+  const int64_t out_sample = g.o * p.hw, w_size = g.o * p.k;
+  auto cols = scratch<T>(p.workers * p.cols_size(g));
+  auto gy_packed = scratch<T>(p.nb == 1 ? 0 : p.workers * g.o * p.nb * p.hw);
+  auto partial = scratch<T>((p.workers - 1) * w_size);
+  std::vector<char> started(size_t(p.workers), 0);
+  for_each_chunk(g, p, [&](int64_t worker, const Chunk& c) {
+    const int64_t ld = c.nb * c.rows() * g.wo;
+    const T* a = gy + c.n0 * out_sample + c.oh0 * g.wo;
+    int64_t lda = p.hw;
+    if (c.nb != 1) {
+      T* buf = gy_packed.get() + worker * g.o * p.nb * p.hw;
+      pack_channels(a, c.nb, g.o, p.hw, buf);
+      a = buf;
+      lda = ld;
+    }
+    const auto [b, ldb] = columns(g, p, c, x, cols.get() + worker * p.cols_size(g));
+    T* acc = worker == 0 ? gw : partial.get() + (worker - 1) * w_size;
+    const T beta = started[size_t(worker)] ? T(1) : T(0);
+    started[size_t(worker)] = 1;
+    gemm<T>(false, true, g.o, p.k, ld, T(1), a, lda, b, ldb, beta, acc, p.k);
+  });
+  if (p.workers > 1) {
+    parallel_for(0, w_size, 1 << 14, [&](int64_t lo, int64_t hi) {
+      for (int64_t wk = 1; wk < p.workers; ++wk) {
+        const T* part = partial.get() + (wk - 1) * w_size;
+        for (int64_t i = lo; i < hi; ++i) gw[i] += part[i];
+      }
+    });
+  }
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw,
+                     T* gb) {
+  const int64_t hw = g.ho * g.wo;
+  if (gb) {
+    parallel_for(0, g.o, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t oc = lo; oc < hi; ++oc) {
+        double acc = 0;
+        for (int64_t s = 0; s < g.n; ++s) {
+          const T* r = gy + (s * g.o + oc) * hw;
+          for (int64_t i = 0; i < hw; ++i) acc += double(r[i]);
+        }
+        gb[oc] = T(acc);
+      }
+    });
+  }
+  if (g.n == 0) {
+    if (gw) std::fill_n(gw, g.o * g.c * g.kh * g.kw, T(0));
+    return;
+  }
+  if (gx) conv2d_input_grad(g, w, gy, gx);
+  if (gw) conv2d_weight_grad(g, x, gy, gw);
+}
+
+template void conv2d_forward<float>(const Conv2dGeometry&, const float*, const float*, const float*,
+                                    float*);
+template void conv2d_forward<double>(const Conv2dGeometry&, const double*, const double*,
+                                     const double*, double*);
+template void conv2d_backward<float>(const Conv2dGeometry&, const float*, const float*,
+                                     const float*, float*, float*, float*);
+template void conv2d_backward<double>(const Conv2dGeometry&, const double*, const double*,
+                                      const double*, double*, double*, double*);
+
+}  // namespace rg::kernels::cpu

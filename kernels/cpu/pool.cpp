@@ -1,0 +1,140 @@
+// Pooling loops, parallel over planes: each plane's window bounds are clipped once per output
+// pixel, so padding never needs a padded copy of the input.
+#include "kernels/cpu/pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/parallel.h"
+
+namespace rg::kernels::cpu {
+namespace {
+
+// Planes per parallel task: enough pixels that a task outweighs its scheduling.
+int64_t plane_grain(const Pool2dGeometry& g) {
+  return std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(g.h * g.w, 1));
+}
+
+// Window [h0, h1) x [w0, w1) of output pixel (oh, ow) inside the padded input (for the
+// count_include_pad divisor) and inside the input itself.
+struct Window {
+  int64_t h0, h1, w0, w1;  // clipped to the input
+  int64_t padded_size;     // clipped to the padded input
+};
+
+Window window(const Pool2dGeometry& g, int64_t oh, int64_t ow) {
+  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  const int64_t he = std::min(hs + g.kh, g.h + g.ph), we = std::min(ws + g.kw, g.w + g.pw);
+  return {std::max<int64_t>(hs, 0), std::min(he, g.h), std::max<int64_t>(ws, 0), std::min(we, g.w),
+          (he - hs) * (we - ws)};
+}
+
+int64_t divisor(const Window& win, bool count_include_pad) {
+  return count_include_pad ? win.padded_size : (win.h1 - win.h0) * (win.w1 - win.w0);
+}
+
+// The first maximum of a window (padding would be -inf, so it never wins); a NaN wins and ends
+// the search, as PyTorch propagates NaN.
+template <class T>
+int64_t window_argmax(const T* in, int64_t w, const Window& win) {
+  int64_t best_i = win.h0 * w + win.w0;
+  T best = -std::numeric_limits<T>::infinity();
+  for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+    for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+      const T v = in[ih * w + iw];
+      if (std::isnan(v)) return ih * w + iw;
+      if (v > best) {
+        best = v;
+        best_i = ih * w + iw;
+      }
+    }
+  }
+  return best_i;
+}
+
+}  // namespace
+
+template <class T>
+void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      const T* in = x + p * g.h * g.w;
+      T* out = y + p * g.ho * g.wo;
+      int64_t* idx = argmax + p * g.ho * g.wo;
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          const int64_t best = window_argmax(in, g.w, window(g, oh, ow));
+          out[oh * g.wo + ow] = in[best];
+          idx[oh * g.wo + ow] = best;
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax, T* gx) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      T* out = gx + p * g.h * g.w;
+      std::fill_n(out, g.h * g.w, T(0));
+      const T* grad = gy + p * g.ho * g.wo;
+      const int64_t* idx = argmax + p * g.ho * g.wo;
+      for (int64_t i = 0; i < g.ho * g.wo; ++i) out[idx[i]] += grad[i];
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      const T* in = x + p * g.h * g.w;
+      T* out = y + p * g.ho * g.wo;
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          const Window win = window(g, oh, ow);
+          T acc = 0;
+          for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+            for (int64_t iw = win.w0; iw < win.w1; ++iw) acc += in[ih * g.w + iw];
+          }
+          out[oh * g.wo + ow] = acc / T(divisor(win, count_include_pad));
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx, bool count_include_pad) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      T* out = gx + p * g.h * g.w;
+      std::fill_n(out, g.h * g.w, T(0));
+      const T* grad = gy + p * g.ho * g.wo;
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          const Window win = window(g, oh, ow);
+          const T share = grad[oh * g.wo + ow] / T(divisor(win, count_include_pad));
+          for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+            for (int64_t iw = win.w0; iw < win.w1; ++iw) out[ih * g.w + iw] += share;
+          }
+        }
+      }
+    }
+  });
+}
+
+template void max_pool2d_forward<float>(const Pool2dGeometry&, const float*, float*, int64_t*);
+template void max_pool2d_forward<double>(const Pool2dGeometry&, const double*, double*, int64_t*);
+template void max_pool2d_backward<float>(const Pool2dGeometry&, const float*, const int64_t*,
+                                         float*);
+template void max_pool2d_backward<double>(const Pool2dGeometry&, const double*, const int64_t*,
+                                          double*);
+template void avg_pool2d_forward<float>(const Pool2dGeometry&, const float*, float*, bool);
+template void avg_pool2d_forward<double>(const Pool2dGeometry&, const double*, double*, bool);
+template void avg_pool2d_backward<float>(const Pool2dGeometry&, const float*, float*, bool);
+template void avg_pool2d_backward<double>(const Pool2dGeometry&, const double*, double*, bool);
+
+}  // namespace rg::kernels::cpu

@@ -1,0 +1,36 @@
+// BatchNorm2d module: running statistics are buffers, updated by the op in training mode.
+#include "layers/batch_norm.h"
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/ops/batch_norm.h"
+#include "engine/ops/factory.h"
+#include "kernels/error.h"
+
+namespace rg::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
+    : features_(num_features), eps_(eps), momentum_(momentum) {
+  RG_CHECK(num_features > 0, "BatchNorm2d: num_features must be positive, got ", num_features);
+  weight = register_parameter("weight", ones({num_features}));
+  bias = register_parameter("bias", zeros({num_features}));
+  running_mean = register_buffer("running_mean", zeros({num_features}));
+  running_var = register_buffer("running_var", ones({num_features}));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  RG_CHECK(x.dim() == 4 && x.size(1) == features_, "BatchNorm2d(", features_,
+           "): expected input [N, ", features_, ", H, W], got ", shape_str(x.shape()));
+  if (is_training()) {
+    NoGradGuard no_grad;
+    Tensor(num_batches_tracked).fill_(num_batches_tracked.item() + 1);
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_);
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return std::to_string(features_) + ", eps=" + std::to_string(eps_) +
+         ", momentum=" + std::to_string(momentum_);
+}
+
+}  // namespace rg::nn

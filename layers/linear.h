@@ -1,0 +1,23 @@
+// Linear: y = x W^T + b with W [out, in] (PyTorch layout and default initialization).
+#pragma once
+
+#include "engine/generator.h"
+#include "layers/module.h"
+
+namespace rg::nn {
+
+class Linear final : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Linear"; }
+  Tensor weight, bias;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  int64_t in_, out_;
+};
+
+}  // namespace rg::nn

@@ -1,0 +1,22 @@
+// MLP: flatten, then Linear+ReLU per hidden size, then a Linear to the classes (fc1, fc2, ...).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/generator.h"
+#include "layers/linear.h"
+
+namespace rg::nn {
+
+class MLP final : public Module {
+ public:
+  MLP(int64_t in_features, std::vector<int64_t> hidden, int64_t num_classes, Generator& gen);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MLP"; }
+
+ private:
+  std::vector<std::shared_ptr<Linear>> layers_;
+};
+
+}  // namespace rg::nn

@@ -1,0 +1,39 @@
+// End to end on the real MNIST files (scripts/get-data.sh mnist; scripts/test.sh fetches them):
+// ToyNet trained for a bounded number of steps must reach >= 97% test top-1.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "apps/common/trainer.h"
+
+namespace rg::app {
+namespace {
+
+std::string mnist_dir() {
+  if (const char* d = std::getenv("RG_MNIST_DIR")) return d;
+  return std::string(RG_SOURCE_DIR) + "/data/mnist";
+}
+
+TEST(MnistE2E, ToyNetReaches97PercentInBoundedSteps) {
+  TrainConfig c;
+  c.model = "toynet";
+  c.dataset = "mnist";
+  c.data_dir = mnist_dir();
+  c.epochs = 1;
+  c.batch_size = 64;
+  c.max_steps = 400;  // 25,600 images, under half an epoch
+  c.optimizer = "sgd";
+  c.lr = 0.05;
+  c.momentum = 0.9;
+  c.seed = 1;
+  std::ostringstream log;
+  const TrainResult r = train(c, log);
+  EXPECT_EQ(r.total_steps, 400);
+  EXPECT_GE(r.final_top1, 0.97) << log.str();
+  EXPECT_GE(r.final_top5, r.final_top1);
+  std::cout << log.str().substr(log.str().rfind("epoch 1 |"));
+}
+
+}  // namespace
+}  // namespace rg::app

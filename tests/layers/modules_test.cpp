@@ -1,0 +1,205 @@
+// Modules and models: parameter names (torchvision/PyTorch-example compatible), counts, default
+// initialization ranges, train/eval behaviour, state_dict round trips and load errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/factory.h"
+#include "engine/ops/loss.h"
+#include "engine/ops/matmul.h"
+#include "engine/ops/reduce.h"
+#include "kernels/error.h"
+#include "layers/activation.h"
+#include "layers/batch_norm.h"
+#include "layers/conv2d.h"
+#include "layers/linear.h"
+#include "layers/models/registry.h"
+#include "layers/pooling.h"
+#include "layers/sequential.h"
+
+namespace rg::nn {
+namespace {
+
+std::vector<std::string> names(const NamedTensors& v) {
+  std::vector<std::string> out;
+  for (auto& [n, t] : v) out.push_back(n);
+  return out;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double x : t.to_vector<double>()) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+TEST(Linear, ForwardMatchesOpAndInitBounds) {
+  Generator gen(1);
+  Linear lin(100, 7, gen);
+  EXPECT_EQ(names(lin.named_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_EQ(lin.weight.shape(), (Shape{7, 100}));
+  EXPECT_EQ(lin.parameter_count(), 707);
+  // PyTorch default: U(-1/sqrt(in), 1/sqrt(in)) for both weight and bias.
+  EXPECT_LE(max_abs(lin.weight), 0.1);
+  EXPECT_GT(max_abs(lin.weight), 0.09);
+  EXPECT_LE(max_abs(lin.bias), 0.1);
+  Tensor x = ones({3, 100});
+  auto y = lin(x).to_vector<float>();
+  auto ref = linear(x, lin.weight, lin.bias).to_vector<float>();
+  EXPECT_EQ(y, ref);
+  Linear nobias(4, 2, gen, false);
+  EXPECT_EQ(names(nobias.named_parameters()), (std::vector<std::string>{"weight"}));
+}
+
+TEST(Conv2d, ShapesNamesAndInit) {
+  Generator gen(2);
+  Conv2d conv(3, 8, {3, 3}, gen, {.stride = {2, 2}, .padding = {1, 1}});
+  EXPECT_EQ(conv.weight.shape(), (Shape{8, 3, 3, 3}));
+  EXPECT_LE(max_abs(conv.weight), 1.0 / std::sqrt(27.0));
+  EXPECT_EQ(conv(zeros({2, 3, 9, 9})).shape(), (Shape{2, 8, 5, 5}));
+  EXPECT_NE(conv.str().find("stride=(2, 2)"), std::string::npos) << conv.str();
+}
+
+TEST(BatchNorm2d, TrainUpdatesRunningStatsEvalUsesThem) {
+  BatchNorm2d bn(2);
+  EXPECT_EQ(names(bn.state_dict()),
+            (std::vector<std::string>{"weight", "bias", "running_mean", "running_var",
+                                      "num_batches_tracked"}));
+  // Channel 0 holds 1,3 (mean 2, unbiased var 2); channel 1 holds 0,0.
+  Tensor x = from_vector<float>({1, 0, 3, 0}, {2, 2, 1, 1});
+  Tensor y = bn(x);
+  auto rm = bn.running_mean.to_vector<float>(), rv = bn.running_var.to_vector<float>();
+  EXPECT_FLOAT_EQ(rm[0], 0.1f * 2.0f);
+  EXPECT_FLOAT_EQ(rv[0], 0.9f + 0.1f * 2.0f);
+  EXPECT_FLOAT_EQ(rv[1], 0.9f);
+  EXPECT_EQ(bn.num_batches_tracked.item(), 1.0);
+  EXPECT_NEAR(y.to_vector<float>()[0], -1.0, 1e-4);  // (1 - 2) / sqrt(1 + eps)
+  bn.eval();
+  Tensor z = bn(x);
+  EXPECT_NEAR(z.to_vector<float>()[0], (1 - 0.2) / std::sqrt(1.1 + 1e-5), 1e-5);
+  EXPECT_EQ(bn.num_batches_tracked.item(), 1.0);
+}
+
+TEST(Pooling, Modules) {
+  Tensor x = arange(16, DType::f32).view({1, 1, 4, 4});
+  EXPECT_EQ(MaxPool2d({2, 2})(x).to_vector<float>(), (std::vector<float>{5, 7, 13, 15}));
+  EXPECT_EQ(AvgPool2d({2, 2})(x).to_vector<float>(), (std::vector<float>{2.5, 4.5, 10.5, 12.5}));
+  EXPECT_EQ(AdaptiveAvgPool2d()(x).to_vector<float>(), (std::vector<float>{7.5}));
+}
+
+TEST(Dropout, OnlyInTraining) {
+  auto gen = std::make_shared<Generator>(3);
+  Dropout d(0.5, gen);
+  Tensor x = ones({1000});
+  const auto train = d(x).to_vector<float>();
+  int zeros_seen = 0;
+  for (float v : train) {
+    EXPECT_TRUE(v == 0.0f || v == 2.0f);
+    zeros_seen += v == 0.0f;
+  }
+  EXPECT_NEAR(zeros_seen, 500, 80);
+  d.eval();
+  EXPECT_EQ(d(x).to_vector<float>(), x.to_vector<float>());
+  EXPECT_THROW(Dropout(1.5, gen), Error);
+}
+
+TEST(Sequential, RunsInOrderWithNumericNames) {
+  Generator gen(4);
+  Sequential seq;
+  seq.push_back(std::make_shared<Flatten>());
+  seq.push_back(std::make_shared<Linear>(12, 5, gen));
+  seq.push_back(std::make_shared<ReLU>());
+  EXPECT_EQ(names(seq.named_parameters()), (std::vector<std::string>{"1.weight", "1.bias"}));
+  Tensor y = seq(ones({2, 3, 2, 2}));
+  EXPECT_EQ(y.shape(), (Shape{2, 5}));
+  for (float v : y.to_vector<float>()) EXPECT_GE(v, 0.0f);
+}
+
+TEST(ToyNet, MatchesThePyTorchExample) {
+  auto net = make_model({.name = "toynet", .sample_shape = {1, 28, 28}});
+  // Parameter count and names of examples/mnist Net.
+  EXPECT_EQ(net->parameter_count(), 1199882);
+  EXPECT_EQ(names(net->named_parameters()),
+            (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                                      "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  Tensor logits = (*net)(zeros({2, 1, 28, 28}));
+  EXPECT_EQ(logits.shape(), (Shape{2, 10}));
+  EXPECT_THROW(make_model({.name = "toynet", .sample_shape = {3, 32, 32}}), Error);
+}
+
+TEST(ResNet18, TorchvisionNamesAndCounts) {
+  auto net = make_model({.name = "resnet18", .sample_shape = {3, 32, 32}});
+  EXPECT_EQ(net->parameter_count(), 11173962);  // torchvision resnet18(num_classes=10), 3x3 stem
+  const auto sd = names(net->state_dict());
+  EXPECT_EQ(sd.size(), 122u);
+  auto has = [&](const std::string& n) { return std::find(sd.begin(), sd.end(), n) != sd.end(); };
+  for (const char* n : {"conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight",
+                        "layer1.0.bn1.num_batches_tracked", "layer2.0.downsample.0.weight",
+                        "layer2.0.downsample.1.running_var", "layer4.1.bn2.bias", "fc.weight",
+                        "fc.bias"}) {
+    EXPECT_TRUE(has(n)) << n;
+  }
+  EXPECT_FALSE(has("layer1.0.downsample.0.weight"));
+  auto imagenet = make_model({.name = "resnet18-imagenet", .sample_shape = {3, 64, 64}});
+  EXPECT_EQ(imagenet->parameter_count(), 11173962 - 64 * 3 * 9 + 64 * 3 * 49);
+  Tensor logits = (*net)(zeros({2, 3, 32, 32}));
+  EXPECT_EQ(logits.shape(), (Shape{2, 10}));
+  EXPECT_EQ((*imagenet)(zeros({1, 3, 64, 64})).shape(), (Shape{1, 10}));
+}
+
+TEST(Module, StateDictRoundTripAndLoadErrors) {
+  auto a = make_model({.name = "mlp", .sample_shape = {1, 4, 4}, .seed = 1});
+  auto b = make_model({.name = "mlp", .sample_shape = {1, 4, 4}, .seed = 2});
+  EXPECT_NE(a->parameters()[0].to_vector<float>(), b->parameters()[0].to_vector<float>());
+  b->load_state_dict(a->state_dict());
+  EXPECT_EQ(a->parameters()[0].to_vector<float>(), b->parameters()[0].to_vector<float>());
+
+  NamedTensors broken = a->state_dict();
+  broken[0].second = zeros({3, 3});
+  broken.pop_back();
+  broken.emplace_back("extra.weight", zeros({1}));
+  try {
+    b->load_state_dict(broken);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("mismatched: fc1.weight (checkpoint [3, 3], model [512, 16])"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("missing: fc3.bias"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unexpected: extra.weight"), std::string::npos) << msg;
+  }
+}
+
+TEST(Module, TrainEvalPropagatesAndDTypeConversionKeepsHandles) {
+  auto net = make_model({.name = "resnet18", .sample_shape = {3, 32, 32}});
+  net->eval();
+  for (auto& [n, m] : net->named_modules()) EXPECT_FALSE(m->is_training()) << n;
+  net->train();
+  Tensor w = net->parameters()[0];
+  net->to(DType::f64);
+  EXPECT_EQ(w.dtype(), DType::f64);
+  EXPECT_TRUE(w.requires_grad());
+  for (auto& [n, t] : net->named_buffers()) {
+    if (n.find("num_batches_tracked") != std::string::npos) {
+      EXPECT_EQ(t.dtype(), DType::i64);
+    }
+  }
+  EXPECT_THROW(net->to(Device::cuda(0)), Error);
+}
+
+TEST(Module, GradientsFlowToEveryParameter) {
+  auto net = make_model({.name = "resnet18", .sample_shape = {3, 32, 32}});
+  Generator gen(5);
+  Tensor x = randn({2, 3, 32, 32}, gen);
+  Tensor y = from_vector<int64_t>({1, 7}, {2});
+  cross_entropy((*net)(x), y).backward();
+  for (auto& [n, p] : net->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << n;
+    EXPECT_GT(max_abs(p.grad()), 0.0) << n;
+  }
+}
+
+}  // namespace
+}  // namespace rg::nn
