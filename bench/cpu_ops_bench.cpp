@@ -15,6 +15,9 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/unary.h"
 
+// OpenBLAS picks its kernels by CPU model; reported so that results can be judged.
+extern "C" char* openblas_get_corename(void);
+
 namespace rg {
 namespace {
 
@@ -138,6 +141,10 @@ void elementwise(benchmark::State& state, Elementwise op, int64_t n, bool engine
   state.counters["GB/s"] = Counter(bytes * 1e-9, Counter::kIsIterationInvariantRate);
 }
 
+std::string shape_name(const kernels::cpu::GemmShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
 std::string layer_name(const Conv2dGeometry& g) {
   return std::to_string(g.c) + "ch_" + std::to_string(g.h) + "x" + std::to_string(g.w);
 }
@@ -146,6 +153,14 @@ std::string layer_name(const Conv2dGeometry& g) {
 // the conv benchmarks can report vs_sgemm.
 int register_all() {
   using benchmark::RegisterBenchmark;
+  const std::string core = openblas_get_corename();
+  benchmark::AddCustomContext("openblas_core", core);
+  if (core == "Prescott") {
+    // OpenBLAS 0.3.21 does not know recent CPUs (e.g. Emerald Rapids) and falls back to SSE3.
+    benchmark::AddCustomContext("openblas_warning",
+                                "generic SSE3 kernels; set OPENBLAS_CORETYPE (e.g. SkylakeX, "
+                                "Haswell) to the CPU's family");
+  }
   for (int64_t s : {512, 1024, 2048}) {
     const std::string name = "sgemm/square/" + std::to_string(s);
     RegisterBenchmark(name.c_str(), sgemm, s, s, s, false, false, true)
@@ -154,16 +169,16 @@ int register_all() {
   }
   for (const auto& [channels, size] : kResNetLayers) {
     const Conv2dGeometry g = resnet_geometry(channels, size);
-    const int64_t cols = kernels::cpu::conv2d_gemm_columns(g, sizeof(float));
-    const int64_t k = g.c * g.kh * g.kw;
-    const std::string base = "sgemm/" + layer_name(g) + "_n" + std::to_string(cols);
-    RegisterBenchmark((base + "/fwd").c_str(), sgemm, g.o, cols, k, false, false, false)
+    // The input gradient of these layers (c == o, stride 1) runs the forward's GEMMs.
+    const auto fwd = kernels::cpu::conv2d_forward_gemm(g, sizeof(float));
+    const auto dw = kernels::cpu::conv2d_weight_grad_gemm(g, sizeof(float));
+    const std::string base = "sgemm/" + layer_name(g);
+    RegisterBenchmark((base + "/fwd_" + shape_name(fwd)).c_str(), sgemm, fwd.m, fwd.n, fwd.k, false,
+                      false, false)
         ->UseRealTime()
         ->MinTime(0.3);
-    RegisterBenchmark((base + "/dweight").c_str(), sgemm, g.o, k, cols, false, true, false)
-        ->UseRealTime()
-        ->MinTime(0.3);
-    RegisterBenchmark((base + "/dinput").c_str(), sgemm, k, cols, g.o, true, false, false)
+    RegisterBenchmark((base + "/dweight_" + shape_name(dw)).c_str(), sgemm, dw.m, dw.n, dw.k, false,
+                      true, false)
         ->UseRealTime()
         ->MinTime(0.3);
   }

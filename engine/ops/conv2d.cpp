@@ -15,9 +15,7 @@ using kernels::cpu::Conv2dGeometry;
 
 namespace {
 
-std::string pair_str(std::array<int64_t, 2> p) {
-  return detail::cat("(", p[0], ", ", p[1], ")");
-}
+std::string pair_str(std::array<int64_t, 2> p) { return detail::cat("(", p[0], ", ", p[1], ")"); }
 
 Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,

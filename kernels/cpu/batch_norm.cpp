@@ -113,16 +113,21 @@ void batch_norm_backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t 
   });
 }
 
-#define RG_INSTANTIATE(T)                                                                   \
-  template void batch_norm_stats<T>(const T*, int64_t, int64_t, int64_t, double*, double*); \
-  template void batch_norm_apply<T>(const T*, int64_t, int64_t, int64_t, const double*,     \
-                                    const double*, const T*, const T*, T*);                 \
-  template void batch_norm_update_running<T>(T*, T*, const double*, const double*, int64_t, \
-                                             int64_t, double);                              \
-  template void batch_norm_backward<T>(const T*, const T*, int64_t, int64_t, int64_t,       \
-                                       const double*, const double*, const T*, bool, T*, T*, T*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-#undef RG_INSTANTIATE
+template void batch_norm_stats<float>(const float*, int64_t, int64_t, int64_t, double*, double*);
+template void batch_norm_apply<float>(const float*, int64_t, int64_t, int64_t, const double*,
+                                      const double*, const float*, const float*, float*);
+template void batch_norm_update_running<float>(float*, float*, const double*, const double*,
+                                               int64_t, int64_t, double);
+template void batch_norm_backward<float>(const float*, const float*, int64_t, int64_t, int64_t,
+                                         const double*, const double*, const float*, bool, float*,
+                                         float*, float*);
+template void batch_norm_stats<double>(const double*, int64_t, int64_t, int64_t, double*, double*);
+template void batch_norm_apply<double>(const double*, int64_t, int64_t, int64_t, const double*,
+                                       const double*, const double*, const double*, double*);
+template void batch_norm_update_running<double>(double*, double*, const double*, const double*,
+                                                int64_t, int64_t, double);
+template void batch_norm_backward<double>(const double*, const double*, int64_t, int64_t, int64_t,
+                                          const double*, const double*, const double*, bool,
+                                          double*, double*, double*);
 
 }  // namespace rg::kernels::cpu

@@ -1,11 +1,12 @@
 // Convolution as GEMM. Work is cut into chunks, each one column matrix [c*kh*kw, columns] and one
 // GEMM: several whole samples when feature maps are small (so 4x4 maps still give wide GEMMs),
 // or a block of output rows of one sample when a sample's columns would not fit the budget.
-// Each thread runs whole chunks with a single-threaded OpenBLAS GEMM (see SingleThreadedBlas).
+// Stride-1 convolutions on wide maps skip im2col (conv2d_forward_taps); stride-1 input
+// gradients are forward convolutions. Each thread runs whole chunks with single-threaded
+// OpenBLAS GEMMs (see SingleThreadedBlas).
 #include "kernels/cpu/conv2d.h"
 
 #include <algorithm>
-#include <cstdlib>  // TMP
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -21,6 +22,12 @@ namespace {
 // Bytes of column matrix per chunk: wide GEMMs, yet written by im2col and read back by
 // OpenBLAS's packing while still in the core's L2 cache.
 constexpr int64_t kColumnBudgetBytes = int64_t(2) << 20;
+// A chunk's GEMM packs the whole weight matrix once, so chunks of small maps get at least this
+// many columns (stretching the budget up to 4x) to keep that packing small next to the GEMM.
+constexpr int64_t kMinColumns = 256;
+// Stride-1 convolutions skip im2col (see conv2d_forward_taps) when the junk columns that this
+// costs are at most 1/kTapMaxWaste of the output columns (32-wide maps with 3x3 kernels).
+constexpr int64_t kTapMaxWaste = 16;
 // A 1x1 stride-1 unpadded convolution reads a sample's input as its column matrix (no im2col)
 // once a sample is this many pixels; smaller maps are batched like the general case.
 constexpr int64_t kDirectMinColumns = 512;
@@ -61,15 +68,15 @@ Plan make_plan(const Conv2dGeometry& g, int64_t element_size, bool split_rows) {
   p.hw = g.ho * g.wo;
   p.direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
   const int64_t threads = num_threads(), n = std::max<int64_t>(g.n, 1);
-  static const int64_t budget = std::getenv("RG_TMP_BUDGET_KB")
-                                    ? std::atoll(std::getenv("RG_TMP_BUDGET_KB")) * 1024
-                                    : kColumnBudgetBytes;  // TMP
   const int64_t per_sample = std::max<int64_t>(p.k * p.hw * element_size, 1);
-  const bool batch = p.direct ? p.hw < kDirectMinColumns : per_sample <= budget;
+  const bool batch = p.direct ? p.hw < kDirectMinColumns : per_sample <= kColumnBudgetBytes;
   if (batch && n >= threads) {
     // As many samples per chunk as the budget allows, with a chunk count that divides evenly
     // among the threads.
-    const int64_t nb_max = std::clamp<int64_t>(budget / per_sample, 1, n);
+    const int64_t wide_enough =
+        std::min(ceil_div(kMinColumns, p.hw), 4 * kColumnBudgetBytes / per_sample);
+    const int64_t nb_max =
+        std::clamp<int64_t>(std::max(kColumnBudgetBytes / per_sample, wide_enough), 1, n);
     const int64_t chunks = std::min(n, ceil_div(ceil_div(n, nb_max), threads) * threads);
     p.nb = ceil_div(n, chunks);
     p.rows = g.ho;
@@ -81,16 +88,14 @@ Plan make_plan(const Conv2dGeometry& g, int64_t element_size, bool split_rows) {
     p.nb = 1;
     int64_t blocks = 1;
     if (split_rows) {
-      blocks = std::max(p.direct ? 1 : ceil_div(per_sample, budget), ceil_div(threads, n));
+      blocks =
+          std::max(p.direct ? 1 : ceil_div(per_sample, kColumnBudgetBytes), ceil_div(threads, n));
     }
     p.rows = ceil_div(g.ho, std::min(blocks, g.ho));
     p.blocks = ceil_div(g.ho, p.rows);
     p.chunks = n * p.blocks;
   }
-  if (std::getenv("RG_TMP_MODE"))
-    p.workers = 1;
-  else  // TMP
-    p.workers = std::min(threads, p.chunks);
+  p.workers = std::min(threads, p.chunks);
   return p;
 }
 
@@ -104,8 +109,9 @@ class SingleThreadedBlas {
   SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
 };
 
-// Runs body(worker, chunk) for every chunk; worker w takes a contiguous run of chunks. With one
-// worker, the GEMMs use OpenBLAS's threads and the copies parallel_for.
+// Runs body(worker, chunk) for every chunk; worker w takes a fixed contiguous run of chunks, so
+// that sums across chunks (the weight gradient) are added in the same order on every run. With
+// one worker, the GEMMs use OpenBLAS's threads and the copies parallel_for.
 template <class F>
 void for_each_chunk(const Conv2dGeometry& g, const Plan& p, F&& body) {
   auto run_worker = [&](int64_t worker) {
@@ -122,17 +128,12 @@ void for_each_chunk(const Conv2dGeometry& g, const Plan& p, F&& body) {
   });
 }
 
-// Rows [r0, r1) of a channel plane in padded coordinates, zero padding written out so that the
-// copy loops need no bounds checks: returns P with P[(r - r0) * wp + col] = padded[r][col].
-// Without padding that is the plane itself. The buffer is per thread and reused.
+// Rows [r0, r1) of a channel plane in padded coordinates, zero padding written out, into dst
+// (rows of wp = w + 2*pw values).
 template <class T>
-const T* padded_rows(const Conv2dGeometry& g, const T* plane, int64_t r0, int64_t r1) {
-  if (g.ph == 0 && g.pw == 0) return plane + r0 * g.w;
+void pad_rows(const Conv2dGeometry& g, const T* plane, int64_t r0, int64_t r1, T* dst) {
   const int64_t wp = g.w + 2 * g.pw;
-  thread_local std::vector<T> buf;
-  buf.resize(size_t((r1 - r0) * wp));
-  for (int64_t r = r0; r < r1; ++r) {
-    T* dst = buf.data() + (r - r0) * wp;
+  for (int64_t r = r0; r < r1; ++r, dst += wp) {
     const int64_t ih = r - g.ph;
     if (ih < 0 || ih >= g.h) {
       std::fill_n(dst, wp, T(0));
@@ -142,6 +143,17 @@ const T* padded_rows(const Conv2dGeometry& g, const T* plane, int64_t r0, int64_
     std::copy_n(plane + ih * g.w, g.w, dst + g.pw);
     std::fill_n(dst + g.pw + g.w, g.pw, T(0));
   }
+}
+
+// The same rows for the im2col loops, which then need no bounds checks: returns P with
+// P[(r - r0) * wp + col] = padded[r][col]. Without padding that is the plane itself; else a
+// per-thread buffer, reused.
+template <class T>
+const T* padded_rows(const Conv2dGeometry& g, const T* plane, int64_t r0, int64_t r1) {
+  if (g.ph == 0 && g.pw == 0) return plane + r0 * g.w;
+  thread_local std::vector<T> buf;
+  buf.resize(size_t((r1 - r0) * (g.w + 2 * g.pw)));
+  pad_rows(g, plane, r0, r1, buf.data());
   return buf.data();
 }
 
@@ -241,7 +253,8 @@ void unpack_channels(const T* src, const T* bias, int64_t nb, int64_t o, int64_t
   });
 }
 
-// Per-worker buffers are allocated before any worker starts: nothing may throw inside one.
+// The large per-worker buffers are allocated before the workers start, so that an allocation
+// failure throws on the calling thread rather than inside an OpenMP region.
 template <class T>
 std::unique_ptr<T[]> scratch(int64_t n) {
   return std::make_unique_for_overwrite<T[]>(size_t(std::max<int64_t>(n, 1)));
@@ -258,16 +271,106 @@ std::pair<const T*, int64_t> columns(const Conv2dGeometry& g, const Plan& p, con
   return {buf, c.nb * c.rows() * g.wo};
 }
 
+bool use_taps(const Conv2dGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.kh * g.kw > 1 &&
+         (g.w + 2 * g.pw - g.wo) * kTapMaxWaste <= g.wo;
+}
+
+// Tap chunks are row blocks of one sample, sized so that the padded input rows and the output
+// rows each fit the column budget (and every thread gets rows when the batch is small).
+Plan make_tap_plan(const Conv2dGeometry& g, int64_t element_size) {
+  Plan p{};
+  p.k = g.c;
+  p.hw = g.ho * g.wo;
+  p.nb = 1;
+  const int64_t threads = num_threads(), n = std::max<int64_t>(g.n, 1);
+  const int64_t wp = g.w + 2 * g.pw;
+  const int64_t per_sample = std::max(g.c * (g.h + 2 * g.ph), g.o * g.ho) * wp * element_size;
+  const int64_t blocks =
+      std::min(g.ho, std::max(ceil_div(per_sample, kColumnBudgetBytes), ceil_div(threads, n)));
+  p.rows = ceil_div(g.ho, blocks);
+  p.blocks = ceil_div(g.ho, p.rows);
+  p.chunks = n * p.blocks;
+  p.workers = std::min(threads, p.chunks);
+  return p;
+}
+
+// Stride-1 convolution without im2col ("kn2row"). With the input rows zero-padded to wp values,
+// output pixel (oh, ow) of tap (ki, kj) reads padded input (oh + ki*dh, ow + kj*dw): computing
+// outputs on rows of wp instead of wo (the last wp - wo of each row are junk, dropped when
+// copying out), tap (ki, kj) is one GEMM [o, c] x [c, columns] whose B operand is the padded
+// input itself, shifted by ki*dh*wp + kj*dw. The kh*kw GEMMs accumulate into the output; OpenBLAS
+// packs B straight from the input, so the column matrix is never written.
+template <class T>
+void conv2d_forward_taps(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  const Plan p = make_tap_plan(g, int64_t(sizeof(T)));
+  const int64_t wp = g.w + 2 * g.pw, taps = g.kh * g.kw;
+  const int64_t in_rows = p.rows + (g.kh - 1) * g.dh;  // padded input rows per chunk
+  // w as taps x [o, c].
+  auto wt = scratch<T>(taps * g.o * g.c);
+  for (int64_t oc = 0; oc < g.o; ++oc) {
+    for (int64_t ci = 0; ci < g.c; ++ci) {
+      for (int64_t t = 0; t < taps; ++t)
+        wt[(t * g.o + oc) * g.c + ci] = w[(oc * g.c + ci) * taps + t];
+    }
+  }
+  auto in = scratch<T>(p.workers * g.c * in_rows * wp);
+  auto out = scratch<T>(p.workers * g.o * p.rows * wp);
+  for_each_chunk(g, p, [&](int64_t worker, const Chunk& c) {
+    const int64_t rows = c.rows(), ld_in = (rows + (g.kh - 1) * g.dh) * wp;
+    const int64_t columns = (rows - 1) * wp + g.wo;  // the last row's junk is not needed
+    T* xp = in.get() + worker * g.c * in_rows * wp;
+    T* yp = out.get() + worker * g.o * p.rows * wp;
+    const T* xs = x + c.n0 * g.c * g.h * g.w;
+    for (int64_t ci = 0; ci < g.c; ++ci) {
+      pad_rows(g, xs + ci * g.h * g.w, c.oh0, c.oh0 + ld_in / wp, xp + ci * ld_in);
+    }
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const int64_t t = ki * g.kw + kj;
+        gemm<T>(false, false, g.o, columns, g.c, T(1), wt.get() + t * g.o * g.c, g.c,
+                xp + ki * g.dh * wp + kj * g.dw, ld_in, t == 0 ? T(0) : T(1), yp, columns);
+      }
+    }
+    T* ys = y + c.n0 * g.o * p.hw + c.oh0 * g.wo;
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      const T b = bias ? bias[oc] : T(0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* src = yp + oc * columns + r * wp;
+        T* dst = ys + oc * p.hw + r * g.wo;
+        if (bias) {
+          for (int64_t ow = 0; ow < g.wo; ++ow) dst[ow] = src[ow] + b;
+        } else {
+          std::copy_n(src, g.wo, dst);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
-int64_t conv2d_gemm_columns(const Conv2dGeometry& g, int64_t element_size) {
+GemmShape conv2d_forward_gemm(const Conv2dGeometry& g, int64_t element_size) {
+  if (use_taps(g)) {
+    const Plan p = make_tap_plan(g, element_size);
+    return {g.o, (p.rows - 1) * (g.w + 2 * g.pw) + g.wo, g.c};
+  }
   const Plan p = make_plan(g, element_size, true);
-  return p.nb * p.rows * g.wo;
+  return {g.o, p.nb * p.rows * g.wo, p.k};
+}
+
+GemmShape conv2d_weight_grad_gemm(const Conv2dGeometry& g, int64_t element_size) {
+  const Plan p = make_plan(g, element_size, true);
+  return {g.o, p.k, p.nb * p.rows * g.wo};
 }
 
 template <class T>
 void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   if (g.n == 0) return;
+  if (use_taps(g)) {
+    conv2d_forward_taps(g, x, w, bias, y);
+    return;
+  }
   const Plan p = make_plan(g, int64_t(sizeof(T)), true);
   const int64_t out_sample = g.o * p.hw;
   auto cols = scratch<T>(p.workers * p.cols_size(g));
@@ -304,13 +407,19 @@ void conv2d_input_grad(const Conv2dGeometry& g, const T* w, const T* gy, T* gx) 
     gt.ph = g.dh * (g.kh - 1) - g.ph, gt.pw = g.dw * (g.kw - 1) - g.pw;
     const int64_t taps = g.kh * g.kw;
     auto flipped = scratch<T>(g.o * g.c * taps);
-    for (int64_t ci = 0; ci < g.c; ++ci) {
-      for (int64_t oc = 0; oc < g.o; ++oc) {
-        const T* src = w + (oc * g.c + ci) * taps;
-        T* dst = flipped.get() + (ci * g.o + oc) * taps;
-        for (int64_t i = 0; i < taps; ++i) dst[i] = src[taps - 1 - i];
+    // Blocks of 16 input channels: contiguous reads, 16 contiguous write streams (512x512x3x3
+    // weights are large enough for a plain transpose to cost a visible share of the backward).
+    parallel_for(0, ceil_div(g.c, 16), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t block = lo; block < hi; ++block) {
+        for (int64_t oc = 0; oc < g.o; ++oc) {
+          for (int64_t ci = block * 16; ci < std::min(g.c, block * 16 + 16); ++ci) {
+            const T* src = w + (oc * g.c + ci) * taps;
+            T* dst = flipped.get() + (ci * g.o + oc) * taps;
+            for (int64_t i = 0; i < taps; ++i) dst[i] = src[taps - 1 - i];
+          }
+        }
       }
-    }
+    });
     conv2d_forward(gt, gy, flipped.get(), static_cast<const T*>(nullptr), gx);
     return;
   }
@@ -334,7 +443,8 @@ void conv2d_input_grad(const Conv2dGeometry& g, const T* w, const T* gy, T* gx) 
 }
 
 // gw [o, k] = the sum over chunks of gy [o, columns] * cols^T [columns, k]. Worker 0
-// accumulates into gw itself, the others into partial sums added at the end.
+// accumulates into gw itself, the others into partial sums added at the end (every worker has
+// at least one chunk: workers <= chunks).
 template <class T>
 void conv2d_weight_grad(const Conv2dGeometry& g, const T* x, const T* gy, T* gw) {
   const Plan p = make_plan(g, int64_t(sizeof(T)), true);

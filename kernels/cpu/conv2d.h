@@ -13,9 +13,14 @@ struct Conv2dGeometry {
   int64_t ho, wo;
 };
 
-// Columns of the forward GEMM of one chunk, [o, c*kh*kw] x [c*kh*kw, columns] (exposed so that
-// benchmarks can time the GEMM shapes the convolution runs).
-int64_t conv2d_gemm_columns(const Conv2dGeometry& g, int64_t element_size);
+// The GEMM one chunk runs, C [m, n] = A [m, k] x B [k, n] (exposed so that benchmarks can time
+// the same shapes). Forward: m = o, k = c*kh*kw, or k = c for each of the kh*kw taps when a
+// stride-1 convolution skips im2col. Weight gradient: m = o, n = c*kh*kw, B transposed.
+struct GemmShape {
+  int64_t m, n, k;
+};
+GemmShape conv2d_forward_gemm(const Conv2dGeometry& g, int64_t element_size);
+GemmShape conv2d_weight_grad_gemm(const Conv2dGeometry& g, int64_t element_size);
 
 // y = conv(x, w) + bias; bias may be null.
 template <class T>

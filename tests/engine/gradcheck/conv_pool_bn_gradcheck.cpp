@@ -73,6 +73,14 @@ TEST(Gradcheck, Conv2dOneByOne) {
   check_conv({{2, 2, 4, 4}, {2, 2, 1, 1}, {1, 1}, {1, 1}, {1, 1}, true}, 123);
 }
 
+// Stride 1 on maps wide enough that the forward (and the input gradient, itself a stride-1
+// convolution) skip im2col and run one GEMM per kernel tap.
+TEST(Gradcheck, Conv2dWideMapsWithoutIm2col) {
+  check_conv({{2, 2, 4, 34}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true}, 140);
+  check_conv({{1, 2, 5, 36}, {2, 2, 2, 3}, {1, 1}, {0, 1}, {1, 1}, false}, 141);
+  check_conv({{1, 2, 5, 64}, {2, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, true}, 142);
+}
+
 // One sample is split into row blocks (one per thread); five samples give uneven chunks.
 TEST(Gradcheck, Conv2dSingleSampleAndOddBatch) {
   check_conv({{1, 2, 9, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true}, 130);
@@ -92,31 +100,34 @@ Tensor distinct_input(const Shape& shape, uint64_t seed) {
   return t;
 }
 
-TEST(Gradcheck, MaxPool2d) {
+TEST(Gradcheck, MaxPool2dDistinctValues) {
   const Tensor x = distinct_input({2, 3, 7, 6}, 140);
   EXPECT_EQ(gradcheck([](auto& in) { return max_pool2d(in[0], {2, 2}); }, {x}), "");
-  EXPECT_EQ(gradcheck([](auto& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x}),
-            "");
+  EXPECT_EQ(gradcheck([](auto& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x}), "");
   // Overlapping windows (stride < kernel): one input may be the maximum of several windows.
-  EXPECT_EQ(gradcheck([](auto& in) { return max_pool2d(in[0], {3, 2}, {1, 1}, {1, 0}); }, {x}),
-            "");
+  EXPECT_EQ(gradcheck([](auto& in) { return max_pool2d(in[0], {3, 2}, {1, 1}, {1, 0}); }, {x}), "");
 }
 
-TEST(Gradcheck, AvgPool2d) {
+TEST(Gradcheck, AvgPool2dPaddingAndExcludePad) {
   Generator gen(150);
   const Tensor x = random_input({2, 3, 7, 6}, gen);
   EXPECT_EQ(gradcheck([](auto& in) { return avg_pool2d(in[0], {2, 2}); }, {x}), "");
-  EXPECT_EQ(gradcheck([](auto& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x}),
-            "");
-  EXPECT_EQ(gradcheck([](auto& in) { return avg_pool2d(in[0], {3, 2}, {1, 2}, {1, 1}, false); },
-                      {x}),
+  EXPECT_EQ(gradcheck([](auto& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x}), "");
+  EXPECT_EQ(gradcheck(
+                [](auto& in) {
+                  return avg_pool2d(in[0], {3, 2}, {1, 2}, {1, 1}, false);
+                },
+                {x}),
             "");
 }
 
-TEST(Gradcheck, AdaptiveAvgPool2d) {
+TEST(Gradcheck, AdaptiveAvgPool2dGlobal) {
   Generator gen(160);
-  EXPECT_EQ(gradcheck([](auto& in) { return adaptive_avg_pool2d(in[0], {1, 1}); },
-                      {random_input({3, 4, 5, 3}, gen)}),
+  EXPECT_EQ(gradcheck(
+                [](auto& in) {
+                  return adaptive_avg_pool2d(in[0], {1, 1});
+                },
+                {random_input({3, 4, 5, 3}, gen)}),
             "");
 }
 
@@ -126,15 +137,15 @@ TEST(Gradcheck, BatchNorm2dTraining) {
   const Tensor w = random_input({4}, gen, 0.5, 1.5);
   const Tensor b = random_input({4}, gen);
   Tensor rm = zeros({4}, DType::f64), rv = ones({4}, DType::f64);
-  EXPECT_EQ(gradcheck([&](auto& in) { return batch_norm(in[0], rm, rv, in[1], in[2], true); },
-                      {x, w, b}),
-            "");
+  EXPECT_EQ(
+      gradcheck([&](auto& in) { return batch_norm(in[0], rm, rv, in[1], in[2], true); }, {x, w, b}),
+      "");
   // Without affine parameters or running statistics.
-  EXPECT_EQ(gradcheck([](auto& in) {
-              return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
-            },
-                      {x}),
-            "");
+  EXPECT_EQ(
+      gradcheck(
+          [](auto& in) { return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+          {x}),
+      "");
 }
 
 TEST(Gradcheck, BatchNorm1dTraining) {
@@ -142,14 +153,15 @@ TEST(Gradcheck, BatchNorm1dTraining) {
   const Tensor x = random_input({6, 5}, gen, -1, 2);
   const Tensor w = random_input({5}, gen, 0.5, 1.5);
   const Tensor b = random_input({5}, gen);
-  EXPECT_EQ(gradcheck([](auto& in) {
-              return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-3);
-            },
-                      {x, w, b}),
+  EXPECT_EQ(gradcheck(
+                [](auto& in) {
+                  return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-3);
+                },
+                {x, w, b}),
             "");
 }
 
-TEST(Gradcheck, BatchNormEval) {
+TEST(Gradcheck, BatchNormEvalRunningStats) {
   Generator gen(172);
   const Tensor x = random_input({3, 4, 2, 3}, gen);
   const Tensor w = random_input({4}, gen, 0.5, 1.5);
