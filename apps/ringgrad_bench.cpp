@@ -14,6 +14,7 @@
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
@@ -50,8 +51,9 @@ int run_train_bench(const TrainBenchOptions& o) {
     loss.backward();
     opt.step();
   };
-  fmt::print("ringgrad-bench train: model={} batch={} threads={} params={}\n", o.model,
-             o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count());
+  fmt::print("ringgrad-bench train: model={} batch={} threads={} params={} blas={}\n", o.model,
+             o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count(),
+             rg::kernels::cpu::blas_core_name());
   for (int i = 0; i < o.warmup; ++i) step(i);
   std::vector<double> rates;
   fmt::print("{:>8} {:>10} {:>10}\n", "window", "seconds", "img/s");
@@ -75,6 +77,7 @@ int run_train_bench(const TrainBenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rg::kernels::cpu::ensure_runtime_env(argc, argv);
   CLI::App app{"ringgrad-bench: end-to-end benchmarks"};
   app.require_subcommand(1);
   TrainBenchOptions t;

@@ -8,9 +8,11 @@
 
 #include "apps/common/trainer.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
 
 int main(int argc, char** argv) {
+  rg::kernels::cpu::ensure_runtime_env(argc, argv);
   rg::app::TrainConfig c;
   int threads = 0;
   CLI::App app{"ringgrad-train: train a model with ringgrad"};

@@ -11,6 +11,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/unary.h"
 #include "kernels/cpu/binary.h"
+#include "kernels/cpu/runtime_env.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/unary.h"
@@ -212,4 +213,11 @@ int register_all() {
 }  // namespace
 }  // namespace rg
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  rg::kernels::cpu::ensure_runtime_env(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,22 @@
+// Process environment that must be fixed before OpenBLAS and OpenMP start, applied by re-executing
+// the program once at the top of main():
+//  - OPENBLAS_CORETYPE: Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls back to
+//    generic "Prescott" SSE3 kernels (about 5x slower sgemm); we pick SkylakeX or Haswell from
+//    the CPU's own feature flags.
+//  - OMP_WAIT_POLICY=PASSIVE: idle OpenMP workers would otherwise spin on the cores that
+//    OpenBLAS's own threads need right after each parallel region.
+// Values the user set are kept. RG_NO_REEXEC=1 disables the re-exec.
+#pragma once
+
+#include <string>
+
+namespace rg::kernels::cpu {
+
+// Re-executes /proc/self/exe with the variables above when they are missing; returns when
+// nothing needs to change (or the re-exec is disabled or impossible).
+void ensure_runtime_env(int argc, char** argv);
+
+// The OpenBLAS kernel family in use, e.g. "SkylakeX" or "Prescott".
+std::string blas_core_name();
+
+}  // namespace rg::kernels::cpu
