@@ -68,9 +68,11 @@ int run_train_bench(const TrainBenchOptions& o) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const auto mem = rg::cpu_memory_stats();
-  fmt::print("median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB\n",
+  fmt::print("median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
+             "allocator reserved {:.0f} MB\n",
              rates[rates.size() / 2], double(ru.ru_maxrss) / 1024.0,
-             double(mem.peak_bytes) / (1024.0 * 1024.0));
+             double(mem.peak_bytes) / (1024.0 * 1024.0),
+             double(mem.reserved_bytes) / (1024.0 * 1024.0));
   return 0;
 }
 

@@ -1,9 +1,13 @@
-// CPU allocator (64-byte aligned, with live/peak byte counters) and Storage.
+// CPU allocator (64-byte aligned, caching blocks >= 256 KiB by size class, with live/peak/
+// reserved byte counters) and Storage.
 #include "engine/storage.h"
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "engine/dtype.h"
 #include "kernels/error.h"
@@ -13,14 +17,40 @@ namespace {
 
 std::atomic<int64_t> g_cpu_allocated{0};
 std::atomic<int64_t> g_cpu_peak{0};
+std::atomic<int64_t> g_cpu_reserved{0};
+
+// Blocks of at least this size are cached: a training step frees and re-requests the same
+// activation sizes every iteration, and reusing them avoids both page faults on fresh mmap'd
+// memory and the heap fragmentation that made RSS grow far beyond the live tensor bytes.
+constexpr size_t kCacheMinBytes = size_t(256) << 10;
+
+// Sizes round up to 8 classes per power of two (at most 12.5% slack).
+size_t size_class(size_t n) {
+  if (n < kCacheMinBytes) return (n + 63) / 64 * 64;
+  const int top = 63 - __builtin_clzll(n);
+  const size_t step = size_t(1) << (top - 3);
+  return (n + step - 1) / step * step;
+}
 
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    const size_t rounded = (nbytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    RG_CHECK(p != nullptr, "out of CPU memory allocating ", nbytes, " bytes");
+    const size_t cls = size_class(nbytes);
+    void* p = nullptr;
+    if (cls >= kCacheMinBytes) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+      }
+    }
+    if (p == nullptr) {
+      p = std::aligned_alloc(64, cls);
+      RG_CHECK(p != nullptr, "out of CPU memory allocating ", nbytes, " bytes");
+      g_cpu_reserved.fetch_add(int64_t(cls));
+    }
     const int64_t now = g_cpu_allocated.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
     int64_t peak = g_cpu_peak.load();
     while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now)) {
@@ -30,20 +60,49 @@ class CpuAllocator final : public Allocator {
   void deallocate(void* ptr, size_t nbytes) override {
     if (ptr == nullptr) return;
     g_cpu_allocated.fetch_sub(int64_t(nbytes));
+    const size_t cls = size_class(nbytes);
+    if (cls >= kCacheMinBytes) {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_[cls].push_back(ptr);
+      return;
+    }
+    g_cpu_reserved.fetch_sub(int64_t(cls));
     std::free(ptr);
   }
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [cls, blocks] : free_) {
+      for (void* p : blocks) {
+        std::free(p);
+        g_cpu_reserved.fetch_sub(int64_t(cls));
+      }
+    }
+    free_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
 };
+
+// Never destroyed: tensors in static storage may be freed after main() returns.
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator* a = new CpuAllocator();
+  return *a;
+}
 
 }  // namespace
 
 Allocator& allocator_for(Device device) {
-  static CpuAllocator cpu;
   RG_CHECK(device.is_cpu(), "no allocator for device ", device.str(),
            ": the CUDA runtime is not implemented yet");
-  return cpu;
+  return cpu_allocator();
 }
 
-CpuMemoryStats cpu_memory_stats() { return {g_cpu_allocated.load(), g_cpu_peak.load()}; }
+CpuMemoryStats cpu_memory_stats() {
+  return {g_cpu_allocated.load(), g_cpu_peak.load(), g_cpu_reserved.load()};
+}
+void cpu_empty_cache() { cpu_allocator().empty_cache(); }
 void reset_cpu_peak_bytes() { g_cpu_peak.store(g_cpu_allocated.load()); }
 
 Storage::Storage(size_t nbytes, Device device)

@@ -9,7 +9,8 @@
 
 namespace rg {
 
-// Device memory provider. CPU: 64-byte aligned blocks with byte statistics.
+// Device memory provider. CPU: 64-byte aligned blocks; blocks of 256 KiB and more are cached
+// per size class (8 per power of two) and reused, never returned until cpu_empty_cache().
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -22,9 +23,12 @@ Allocator& allocator_for(Device device);
 struct CpuMemoryStats {
   int64_t allocated_bytes;  // live now
   int64_t peak_bytes;       // high-water mark since start or last reset
+  int64_t reserved_bytes;   // held from the system: live plus cached free blocks
 };
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_bytes();
+// Returns cached free blocks to the system.
+void cpu_empty_cache();
 
 class Storage {
  public:

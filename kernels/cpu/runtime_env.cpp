@@ -35,10 +35,6 @@ void ensure_runtime_env(int argc, char** argv) {
       changed = true;
     }
   }
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    changed = true;
-  }
   if (!changed) return;
   setenv("RG_ENV_APPLIED", "1", 1);  // never loop
   execv("/proc/self/exe", argv);

@@ -3,8 +3,6 @@
 //  - OPENBLAS_CORETYPE: Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls back to
 //    generic "Prescott" SSE3 kernels (about 5x slower sgemm); we pick SkylakeX or Haswell from
 //    the CPU's own feature flags.
-//  - OMP_WAIT_POLICY=PASSIVE: idle OpenMP workers would otherwise spin on the cores that
-//    OpenBLAS's own threads need right after each parallel region.
 // Values the user set are kept. RG_NO_REEXEC=1 disables the re-exec.
 #pragma once
 

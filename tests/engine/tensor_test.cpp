@@ -120,3 +120,30 @@ TEST(Tensor, ClearErrors) {
 
 }  // namespace
 }  // namespace rg
+
+namespace rg {
+namespace {
+
+TEST(CpuAllocator, CachesLargeBlocksAndCountsBytes) {
+  cpu_empty_cache();
+  const auto before = cpu_memory_stats();
+  {
+    Tensor big = empty({1 << 18});  // 1 MiB: cached size class
+    const auto during = cpu_memory_stats();
+    EXPECT_EQ(during.allocated_bytes - before.allocated_bytes, 1 << 20);
+    EXPECT_GE(during.peak_bytes, during.allocated_bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big.raw_data()) % 64, 0u);
+  }
+  const auto after_free = cpu_memory_stats();
+  EXPECT_EQ(after_free.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after_free.reserved_bytes - before.reserved_bytes, 1 << 20);  // kept for reuse
+  {
+    Tensor again = empty({(1 << 18) - 100});  // same size class: no new memory
+    EXPECT_EQ(cpu_memory_stats().reserved_bytes, after_free.reserved_bytes);
+  }
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_memory_stats().reserved_bytes, before.reserved_bytes);
+}
+
+}  // namespace
+}  // namespace rg
