@@ -2,26 +2,22 @@
 // with the multiplication by the incoming gradient.
 #include "kernels/cpu/activation.h"
 
-#include <Eigen/Core>
 #include <numbers>
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "kernels/cpu/eigen_maps.h"
 #include "kernels/cpu/parallel.h"
 
 namespace rg::kernels::cpu {
 namespace {
-template <class T>
-using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 constexpr int64_t kGrain = 1 << 14;
 
 // Runs fn(x_chunk, out_chunk) over parallel chunks of two arrays.
 template <class T, class F>
 void map1(const T* x, T* out, int64_t n, F&& fn) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    Arr<T> o(out + lo, hi - lo);
-    fn(CArr<T>(x + lo, hi - lo), o);
+    ArrayMap<T> o(out + lo, hi - lo);
+    fn(ConstArrayMap<T>(x + lo, hi - lo), o);
   });
 }
 
@@ -29,8 +25,8 @@ void map1(const T* x, T* out, int64_t n, F&& fn) {
 template <class T, class F>
 void map2(const T* grad, const T* saved, T* grad_in, int64_t n, F&& fn) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    Arr<T> gi(grad_in + lo, hi - lo);
-    fn(CArr<T>(grad + lo, hi - lo), CArr<T>(saved + lo, hi - lo), gi);
+    ArrayMap<T> gi(grad_in + lo, hi - lo);
+    fn(ConstArrayMap<T>(grad + lo, hi - lo), ConstArrayMap<T>(saved + lo, hi - lo), gi);
   });
 }
 

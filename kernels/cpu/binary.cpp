@@ -2,18 +2,14 @@
 // broadcasting (innermost dimension kept as a tight loop).
 #include "kernels/cpu/binary.h"
 
-#include <Eigen/Core>
 #include <vector>
 
+#include "kernels/cpu/eigen_maps.h"
 #include "kernels/cpu/parallel.h"
 
 namespace rg::kernels::cpu {
 namespace {
 
-template <class T>
-using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -33,8 +29,8 @@ inline T apply(BinaryOp op, T x, T y) {
 template <class T>
 void binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    CArr<T> x(a + lo, hi - lo), y(b + lo, hi - lo);
-    Arr<T> o(out + lo, hi - lo);
+    ConstArrayMap<T> x(a + lo, hi - lo), y(b + lo, hi - lo);
+    ArrayMap<T> o(out + lo, hi - lo);
     switch (op) {
       case BinaryOp::add: o = x + y; break;
       case BinaryOp::sub: o = x - y; break;
@@ -47,8 +43,8 @@ void binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n) {
 template <class T>
 void binary_scalar(BinaryOp op, const T* a, T s, T* out, int64_t n, bool scalar_first) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    CArr<T> x(a + lo, hi - lo);
-    Arr<T> o(out + lo, hi - lo);
+    ConstArrayMap<T> x(a + lo, hi - lo);
+    ArrayMap<T> o(out + lo, hi - lo);
     switch (op) {
       case BinaryOp::add: o = x + s; break;
       case BinaryOp::sub:
@@ -113,7 +109,7 @@ void binary_broadcast(BinaryOp op, const T* a, const int64_t* a_strides, const T
 template <class T>
 void axpy(T alpha, const T* x, T* out, int64_t n) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    Arr<T>(out + lo, hi - lo) += alpha * CArr<T>(x + lo, hi - lo);
+    ArrayMap<T>(out + lo, hi - lo) += alpha * ConstArrayMap<T>(x + lo, hi - lo);
   });
 }
 

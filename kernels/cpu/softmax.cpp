@@ -3,19 +3,15 @@
 // a fixed order, so results do not depend on the thread count.
 #include "kernels/cpu/softmax.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/eigen_maps.h"
 #include "kernels/cpu/parallel.h"
 
 namespace rg::kernels::cpu {
 namespace {
-template <class T>
-using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
 constexpr int64_t kGrain = 1 << 14;  // elements per parallel chunk
@@ -44,8 +40,8 @@ void log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner) {
   if (inner == 1) {
     parallel_for(0, outer, row_grain(c), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
-        CArr<T> row(x + o * c, c);
-        Arr<T> y(out + o * c, c);
+        ConstArrayMap<T> row(x + o * c, c);
+        ArrayMap<T> y(out + o * c, c);
         const T m = row.maxCoeff();
         y = row - (m + std::log((row - m).exp().sum()));
       }
@@ -54,14 +50,14 @@ void log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner) {
   }
   for_each_slice(outer, c, inner, [&](int64_t o, int64_t i0, int64_t len) {
     const T* base = x + o * c * inner + i0;
-    auto slice = [&](int64_t k) { return CArr<T>(base + k * inner, len); };
+    auto slice = [&](int64_t k) { return ConstArrayMap<T>(base + k * inner, len); };
     Vec<T> m = slice(0);
     for (int64_t k = 1; k < c; ++k) m = m.max(slice(k));
     Vec<T> s = Vec<T>::Zero(len);
     for (int64_t k = 0; k < c; ++k) s += (slice(k) - m).exp();
     const Vec<T> lse = m + s.log();
     for (int64_t k = 0; k < c; ++k) {
-      Arr<T>(out + (o * c + k) * inner + i0, len) = slice(k) - lse;
+      ArrayMap<T>(out + (o * c + k) * inner + i0, len) = slice(k) - lse;
     }
   });
 }
@@ -73,8 +69,8 @@ void log_softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer
   if (inner == 1) {
     parallel_for(0, outer, row_grain(c), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
-        CArr<T> g(grad + o * c, c), y(out + o * c, c);
-        Arr<T> gi(grad_in + o * c, c);
+        ConstArrayMap<T> g(grad + o * c, c), y(out + o * c, c);
+        ArrayMap<T> gi(grad_in + o * c, c);
         gi = g - y.exp() * g.sum();
       }
     });
@@ -83,10 +79,10 @@ void log_softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer
   for_each_slice(outer, c, inner, [&](int64_t o, int64_t i0, int64_t len) {
     const int64_t base = o * c * inner + i0;
     Vec<T> s = Vec<T>::Zero(len);
-    for (int64_t k = 0; k < c; ++k) s += CArr<T>(grad + base + k * inner, len);
+    for (int64_t k = 0; k < c; ++k) s += ConstArrayMap<T>(grad + base + k * inner, len);
     for (int64_t k = 0; k < c; ++k) {
       const int64_t at = base + k * inner;
-      Arr<T>(grad_in + at, len) = CArr<T>(grad + at, len) - CArr<T>(out + at, len).exp() * s;
+      ArrayMap<T>(grad_in + at, len) = ConstArrayMap<T>(grad + at, len) - ConstArrayMap<T>(out + at, len).exp() * s;
     }
   });
 }
@@ -110,7 +106,7 @@ double cross_entropy(const T* logits, const int64_t* target, T* lse, int64_t n, 
   std::vector<double> row_loss(size_t(std::max<int64_t>(n, 0)));
   parallel_for(0, n, row_grain(c), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      CArr<T> row(logits + i * c, c);
+      ConstArrayMap<T> row(logits + i * c, c);
       const T m = row.maxCoeff();
       const T l = m + std::log((row - m).exp().sum());
       lse[i] = l;
@@ -132,8 +128,8 @@ void cross_entropy_backward(const T* logits, const int64_t* target, const T* lse
   const T on_target = T(1.0 - label_smoothing);
   parallel_for(0, n, row_grain(c), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      Arr<T> gi(grad_in + i * c, c);
-      gi = ((CArr<T>(logits + i * c, c) - lse[i]).exp() - uniform) * scale;
+      ArrayMap<T> gi(grad_in + i * c, c);
+      gi = ((ConstArrayMap<T>(logits + i * c, c) - lse[i]).exp() - uniform) * scale;
       gi[target[i]] -= on_target * scale;
     }
   });

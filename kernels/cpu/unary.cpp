@@ -1,24 +1,20 @@
 // Unary math with Eigen array maps, parallel over chunks.
 #include "kernels/cpu/unary.h"
 
-#include <Eigen/Core>
 
+#include "kernels/cpu/eigen_maps.h"
 #include "kernels/cpu/parallel.h"
 
 namespace rg::kernels::cpu {
 namespace {
-template <class T>
-using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 constexpr int64_t kGrain = 1 << 14;
 }  // namespace
 
 template <class T>
 void unary(UnaryOp op, const T* x, T* out, int64_t n) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    CArr<T> a(x + lo, hi - lo);
-    Arr<T> o(out + lo, hi - lo);
+    ConstArrayMap<T> a(x + lo, hi - lo);
+    ArrayMap<T> o(out + lo, hi - lo);
     switch (op) {
       case UnaryOp::neg: o = -a; break;
       case UnaryOp::exp: o = a.exp(); break;
@@ -31,8 +27,8 @@ void unary(UnaryOp op, const T* x, T* out, int64_t n) {
 template <class T>
 void pow_scalar(const T* x, T p, T* out, int64_t n) {
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    CArr<T> a(x + lo, hi - lo);
-    Arr<T> o(out + lo, hi - lo);
+    ConstArrayMap<T> a(x + lo, hi - lo);
+    ArrayMap<T> o(out + lo, hi - lo);
     if (p == T(2)) {
       o = a.square();
     } else if (p == T(1)) {

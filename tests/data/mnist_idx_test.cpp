@@ -11,11 +11,13 @@
 #include "data/idx.h"
 #include "data/mnist.h"
 #include "kernels/error.h"
+#include "support/errors.h"
 
 namespace rg::data {
 namespace {
 
 namespace fs = std::filesystem;
+using rg::testing::error_of;
 
 std::vector<uint8_t> be32(uint32_t v) {
   return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
@@ -69,14 +71,6 @@ class MnistFiles : public ::testing::Test {
       write(prefix + "-images-idx3-ubyte", images);
       write(prefix + "-labels-idx1-ubyte", labels);
     }
-  }
-  std::string error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
   }
   fs::path dir_;
 };

@@ -16,6 +16,7 @@
 #include "engine/ops/reduce.h"
 #include "engine/ops/unary.h"
 #include "kernels/error.h"
+#include "support/errors.h"
 
 namespace rg {
 namespace {
@@ -26,14 +27,7 @@ Tensor leaf(std::vector<double> v) {
   return t;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Autograd, DiamondGraphSumsBothPaths) {
   // y = a*a + exp(a): dy/da = 2a + exp(a); both branches meet again at the add.

@@ -13,6 +13,7 @@
 #include "engine/ops/pool.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/error.h"
+#include "support/errors.h"
 
 namespace rg {
 namespace {
@@ -28,14 +29,7 @@ void expect_near_all(const std::vector<double>& actual, const std::vector<double
   }
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 // ---- conv2d by hand ----
 

@@ -19,6 +19,7 @@
 #include "engine/ops/unary.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/error.h"
+#include "support/errors.h"
 
 namespace rg {
 namespace {
@@ -34,15 +35,7 @@ void expect_near(const Tensor& t, const std::vector<double>& expected, double to
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], tol) << "element " << i;
 }
 
-// f throws an rg::Error whose message contains `fragment`.
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an rg::Error containing '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 // d sum(f(x)) / dx for a f32 input.
 Tensor grad_of_sum(const std::function<Tensor(const Tensor&)>& f, Tensor x) {
