@@ -1,15 +1,17 @@
 // ringgrad-bench: end-to-end benchmarks.
 //   train: training throughput (img/s) of a model on synthetic data after warm-up, as the median
 //          of several timed windows, with peak memory.
+//   allreduce: all-reduce bandwidth over a size sweep (apps/allreduce_bench.h).
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <fmt/format.h>
 #include <iostream>
 #include <vector>
 
+#include "apps/allreduce_bench.h"
 #include "data/synthetic.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
@@ -68,11 +70,11 @@ int run_train_bench(const TrainBenchOptions& o) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const auto mem = rg::cpu_memory_stats();
-  fmt::print("median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
-             "allocator reserved {:.0f} MB\n",
-             rates[rates.size() / 2], double(ru.ru_maxrss) / 1024.0,
-             double(mem.peak_bytes) / (1024.0 * 1024.0),
-             double(mem.reserved_bytes) / (1024.0 * 1024.0));
+  fmt::print(
+      "median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
+      "allocator reserved {:.0f} MB\n",
+      rates[rates.size() / 2], double(ru.ru_maxrss) / 1024.0,
+      double(mem.peak_bytes) / (1024.0 * 1024.0), double(mem.reserved_bytes) / (1024.0 * 1024.0));
   return 0;
 }
 
@@ -91,7 +93,10 @@ int main(int argc, char** argv) {
   train->add_option("--warmup", t.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   train->add_option("--windows", t.windows, "timed windows (the median is reported)")
       ->check(CLI::PositiveNumber);
-  train->add_option("--window-steps", t.window_steps, "steps per window")->check(CLI::PositiveNumber);
+  train->add_option("--window-steps", t.window_steps, "steps per window")
+      ->check(CLI::PositiveNumber);
+  rg::apps::AllreduceBenchOptions ar;
+  CLI::App* allreduce = rg::apps::add_allreduce_command(app, ar);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -102,6 +107,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (train->parsed()) return run_train_bench(t);
+    if (allreduce->parsed()) return rg::apps::run_allreduce_bench(ar);
   } catch (const rg::Error& e) {
     std::cerr << "ringgrad-bench: error: " << e.what() << "\n";
     return 1;

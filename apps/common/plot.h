@@ -1,0 +1,24 @@
+// PNG line plots for the benchmarks, drawn by gnuplot (Debian's gnuplot-nox, installed by
+// scripts/setup-deps.sh): plotting is a solved problem we do not re-solve.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rg::apps {
+
+struct Series {
+  std::string name;
+  std::vector<double> x, y;
+};
+
+struct PlotSpec {
+  std::string title, xlabel, ylabel;
+  bool logx = false, logy = false;
+  bool x_is_bytes = false;  // tick labels like 4K, 16M
+};
+
+// Writes `path` (PNG); throws rg::Error saying how to install gnuplot when it is missing.
+void plot_png(const std::string& path, const PlotSpec& spec, const std::vector<Series>& series);
+
+}  // namespace rg::apps

@@ -1,0 +1,598 @@
+// ringgrad-run: starts one node's workers of a data-parallel job, like torchrun. Node 0 hosts the
+// job's store; each worker gets the launch variables (comm/env.h) and its output lines prefixed
+// with its rank; when one worker fails the others are stopped and, if restarts remain, all are
+// started again.
+//
+// Exit codes: 0 every worker exited 0; otherwise the first failing worker's code (128+N when it
+// died of signal N); 128+N when the launcher got signal N (forwarded to the workers first); 127
+// the program was not found, 126 it could not be executed; 2 a bad command line; 1 any other
+// launcher error (e.g. the store's port is taken).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "comm/tcp_store.h"
+#include "kernels/error.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitNotExecutable = 126;
+constexpr int kExitNotFound = 127;
+// A line longer than this without a newline is forwarded in pieces, so that a worker printing
+// binary junk cannot make the launcher buffer without bound.
+constexpr size_t kMaxLineBytes = size_t(64) << 10;
+// What is still read from a worker's pipe once the worker has exited (a pipe holds at most 1 MiB).
+constexpr size_t kMaxDrainBytes = size_t(16) << 20;
+// The signals the launcher forwards to its workers (torchrun handles the same four).
+constexpr std::array<int, 4> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+struct Options {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int max_restarts = 0;
+  int threads_per_worker = 0;  // 0: max(1, cores / nproc_per_node)
+  double grace_period_s = 5.0;
+  bool no_prefix = false;
+  std::vector<std::string> command;  // PROGRAM ARGS...
+};
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+// Writes all of `s`. Output nobody reads any more (a closed pipe: SIGPIPE is ignored) is dropped:
+// whether the workers run to the end must not depend on the launcher's reader.
+void write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    s.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// The launcher's own messages: one complete line each, through the same descriptor as the
+// workers' stderr lines so that the two never split each other.
+void say(const std::string& message) {
+  write_all(STDERR_FILENO, "ringgrad-run: " + message + "\n");
+}
+
+std::string random_token() {
+  std::random_device rd;
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", rd());
+  return token;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// One worker pipe (its stdout or stderr): reads what is there and writes complete lines, each
+// with the rank prefix, to the launcher's matching descriptor. A partial line waits for its
+// newline (or for the pipe to close), so lines of different ranks never mix.
+class LineForwarder {
+ public:
+  LineForwarder(int fd, int target, std::string prefix)
+      : fd_(fd), target_(target), prefix_(std::move(prefix)) {}
+  ~LineForwarder() { close(); }
+  LineForwarder(const LineForwarder&) = delete;
+  LineForwarder& operator=(const LineForwarder&) = delete;
+
+  int fd() const { return fd_; }
+  bool open() const { return fd_ >= 0; }
+
+  // Reads until the pipe would block; on end of file flushes the partial line and closes.
+  void read_available() {
+    char chunk[65536];
+    while (fd_ >= 0) {
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n > 0) {
+        buffer_.append(chunk, static_cast<size_t>(n));
+        emit(false);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && errno == EAGAIN) {
+        return;
+      } else {
+        close();
+      }
+    }
+  }
+
+  // Forwards whatever is still readable and the partial last line, then closes. Called once the
+  // worker has exited: everything it wrote is in the pipe by then, while a grandchild that kept
+  // the pipe open must not hold up the launcher.
+  void close() {
+    if (fd_ < 0) return;
+    const int fd = fd_;
+    fd_ = -1;
+    char chunk[65536];
+    ssize_t n = 0;
+    size_t drained = 0;  // bounded: a grandchild could keep writing forever
+    while (drained < kMaxDrainBytes &&
+           ((n = ::read(fd, chunk, sizeof chunk)) > 0 || (n < 0 && errno == EINTR))) {
+      if (n > 0) {
+        buffer_.append(chunk, static_cast<size_t>(n));
+        drained += static_cast<size_t>(n);
+        emit(false);
+      }
+    }
+    ::close(fd);
+    emit(true);
+  }
+
+ private:
+  void emit(bool flush_partial) {
+    std::string out;
+    size_t begin = 0;
+    while (true) {
+      const size_t newline = buffer_.find('\n', begin);
+      if (newline == std::string::npos) break;
+      out.append(prefix_).append(buffer_, begin, newline + 1 - begin);
+      begin = newline + 1;
+    }
+    buffer_.erase(0, begin);
+    if (!buffer_.empty() && (flush_partial || buffer_.size() >= kMaxLineBytes)) {
+      out.append(prefix_).append(buffer_).push_back('\n');
+      buffer_.clear();
+    }
+    if (!out.empty()) write_all(target_, out);
+  }
+
+  int fd_;
+  int target_;
+  std::string prefix_;
+  std::string buffer_;
+};
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;  // also the id of its process group
+  bool running = false;
+  std::unique_ptr<LineForwarder> out;
+  std::unique_ptr<LineForwarder> err;
+};
+
+// Starts, watches, stops and restarts this node's workers; single-threaded around one poll()
+// over the workers' pipes and a signalfd (SIGCHLD and the forwarded signals).
+class Launcher {
+ public:
+  Launcher(const Options& options, std::string token, uint16_t port, int signal_fd,
+           const sigset_t& worker_mask)
+      : opt_(options),
+        token_(std::move(token)),
+        port_(port),
+        signal_fd_(signal_fd),
+        worker_mask_(worker_mask) {
+    devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    RG_CHECK(devnull_ >= 0, "cannot open /dev/null: ", errno_text(errno));
+  }
+
+  // Whatever happens (an exception included), no worker outlives the launcher.
+  ~Launcher() {
+    for (auto& w : workers_) {
+      if (!w->running) continue;
+      ::kill(-w->pid, SIGKILL);
+      ::waitpid(w->pid, nullptr, 0);
+    }
+    ::close(devnull_);
+  }
+
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  // Runs attempts until one succeeds, the restarts are spent, or the launcher is signalled.
+  int run() {
+    for (int restart = 0;; ++restart) {
+      run_attempt(restart);
+      if (signal_ != 0) return 128 + signal_;
+      if (exec_failure_code_ != 0) return exec_failure_code_;
+      if (!failure_code_) return 0;
+      if (restart >= opt_.max_restarts) return *failure_code_;
+      handle_signals();  // a Ctrl-C that came in while the attempt ended must not restart it
+      if (signal_ != 0) return 128 + signal_;
+      say(fmt::format("restarting the workers (restart {} of {})", restart + 1, opt_.max_restarts));
+    }
+  }
+
+ private:
+  void run_attempt(int restart_count) {
+    workers_.clear();
+    stopping_ = false;
+    killed_ = false;
+    failure_code_.reset();
+    for (int local_rank = 0; local_rank < opt_.nproc_per_node; ++local_rank) {
+      auto w = std::make_unique<Worker>();
+      w->local_rank = local_rank;
+      w->rank = opt_.node_rank * opt_.nproc_per_node + local_rank;
+      const int exec_errno = start(*w, restart_count);
+      workers_.push_back(std::move(w));
+      if (exec_errno != 0) {
+        // Every worker runs the same program, so there is no point starting the others.
+        say(fmt::format("cannot run '{}': {}", opt_.command[0], errno_text(exec_errno)));
+        exec_failure_code_ =
+            (exec_errno == ENOENT || exec_errno == ENOTDIR) ? kExitNotFound : kExitNotExecutable;
+        stop_all(SIGTERM);
+        break;
+      }
+    }
+    monitor();
+  }
+
+  std::vector<std::string> worker_env(const Worker& w, int restart_count) const {
+    const int threads = opt_.threads_per_worker > 0
+                            ? opt_.threads_per_worker
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                              opt_.nproc_per_node);
+    const std::vector<std::pair<std::string, std::string>> vars = {
+        {"RANK", std::to_string(w.rank)},
+        {"LOCAL_RANK", std::to_string(w.local_rank)},
+        {"WORLD_SIZE", std::to_string(opt_.nnodes * opt_.nproc_per_node)},
+        {"LOCAL_WORLD_SIZE", std::to_string(opt_.nproc_per_node)},
+        {"GROUP_RANK", std::to_string(opt_.node_rank)},
+        {"GROUP_WORLD_SIZE", std::to_string(opt_.nnodes)},
+        {"MASTER_ADDR", opt_.master_addr},
+        {"MASTER_PORT", std::to_string(port_)},
+        {"RG_STORE_TOKEN", token_},
+        {"RG_RESTART_COUNT", std::to_string(restart_count)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(opt_.max_restarts)},
+        {"RG_NUM_THREADS", std::to_string(threads)},
+        {"OMP_NUM_THREADS", std::to_string(threads)},
+    };
+    std::set<std::string> ours;
+    for (const auto& [name, value] : vars) ours.insert(name);
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry = *e;
+      if (!ours.contains(std::string(entry.substr(0, entry.find('='))))) env.emplace_back(entry);
+    }
+    for (const auto& [name, value] : vars) env.push_back(fmt::format("{}={}", name, value));
+    return env;
+  }
+
+  // Forks and executes one worker. Returns 0, or the errno of a failed exec (the child then
+  // exits and is reaped like any worker).
+  int start(Worker& w, int restart_count) {
+    // Everything the child needs is built before fork(): the store's thread may hold the
+    // allocator's lock, so the child only makes async-signal-safe calls until exec.
+    const std::vector<std::string> env = worker_env(w, restart_count);
+    std::vector<char*> envp;
+    envp.reserve(env.size() + 1);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    std::vector<char*> argv;
+    argv.reserve(opt_.command.size() + 1);
+    for (const auto& a : opt_.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+
+    int out[2], err[2], status[2];
+    RG_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0 &&
+                 ::pipe2(status, O_CLOEXEC) == 0,
+             "cannot create pipes: ", errno_text(errno));
+    const pid_t launcher = ::getpid();
+    const pid_t pid = ::fork();
+    RG_CHECK(pid >= 0, "cannot fork: ", errno_text(errno));
+    if (pid == 0) {
+      // Own process group: stopping a worker signals everything it started, and a Ctrl-C on
+      // the terminal reaches the launcher alone, which forwards it.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(kExitError);  // the launcher died before prctl
+      ::sigprocmask(SIG_SETMASK, &worker_mask_, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::dup2(devnull_, STDIN_FILENO);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      // Like torchrun's close_fds: the store's sockets and other launcher descriptors must not
+      // leak into workers (older kernels lack the call; the pipes are O_CLOEXEC anyway).
+      ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+      ::execvpe(argv[0], argv.data(), envp.data());
+      const int e = errno;
+      [[maybe_unused]] const ssize_t n = ::write(status[1], &e, sizeof e);
+      ::_exit(kExitNotFound);
+    }
+    ::setpgid(pid, pid);  // also here, so the group exists before we may signal it
+    ::close(out[1]);
+    ::close(err[1]);
+    ::close(status[1]);
+    int exec_errno = 0;
+    ssize_t n = 0;
+    while ((n = ::read(status[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+    }
+    ::close(status[0]);
+    if (n != static_cast<ssize_t>(sizeof exec_errno)) exec_errno = 0;  // EOF: exec succeeded
+    ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+    ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+    const std::string prefix = opt_.no_prefix ? "" : fmt::format("[rank {}] ", w.rank);
+    w.out = std::make_unique<LineForwarder>(out[0], STDOUT_FILENO, prefix);
+    w.err = std::make_unique<LineForwarder>(err[0], STDERR_FILENO, prefix);
+    w.pid = pid;
+    w.running = true;
+    return exec_errno;
+  }
+
+  int running_count() const {
+    int n = 0;
+    for (const auto& w : workers_) n += w->running ? 1 : 0;
+    return n;
+  }
+
+  // Signals every running worker's process group; the first call also starts the grace period
+  // after which the survivors get SIGKILL.
+  void stop_all(int sig) {
+    for (const auto& w : workers_) {
+      if (w->running) ::kill(-w->pid, sig);
+    }
+    if (!stopping_) {
+      stopping_ = true;
+      kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(opt_.grace_period_s));
+    }
+  }
+
+  void kill_all() {
+    stop_all(SIGKILL);
+    killed_ = true;
+  }
+
+  void monitor() {
+    while (running_count() > 0) {
+      std::vector<pollfd> fds = {{signal_fd_, POLLIN, 0}};
+      std::vector<LineForwarder*> streams;
+      for (const auto& w : workers_) {
+        for (LineForwarder* f : {w->out.get(), w->err.get()}) {
+          if (f == nullptr || !f->open()) continue;
+          fds.push_back({f->fd(), POLLIN, 0});
+          streams.push_back(f);
+        }
+      }
+      int timeout_ms = -1;
+      if (stopping_ && !killed_) {
+        const auto left = kill_deadline_ - Clock::now();
+        timeout_ms = static_cast<int>(
+            std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
+      }
+      const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+      RG_CHECK(ready >= 0 || errno == EINTR, "poll failed: ", errno_text(errno));
+      for (size_t i = 1; ready > 0 && i < fds.size(); ++i) {
+        if (fds[i].revents != 0) streams[i - 1]->read_available();
+      }
+      if (ready > 0 && fds[0].revents != 0) handle_signals();
+      if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) kill_all();
+    }
+  }
+
+  void handle_signals() {
+    bool child_exited = false;
+    signalfd_siginfo info;
+    while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) {
+        child_exited = true;
+      } else if (signal_ == 0) {
+        signal_ = sig;
+        if (running_count() > 0) {
+          say(fmt::format("got {}; forwarding it to {} worker(s) and waiting up to {}s",
+                          signal_name(sig), running_count(), opt_.grace_period_s));
+        } else {
+          say(fmt::format("got {}; stopping", signal_name(sig)));
+        }
+        stopping_ = false;  // a fresh grace period from now
+        stop_all(sig);
+      } else if (!killed_) {
+        say(fmt::format("got {} again; killing the workers", signal_name(sig)));
+        kill_all();
+      }
+    }
+    if (child_exited) reap();
+  }
+
+  void reap() {
+    for (const auto& w : workers_) {
+      if (!w->running) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(w->pid, &status, WNOHANG);
+      if (r != w->pid) continue;
+      w->running = false;
+      w->out->close();
+      w->err->close();
+      const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+      if (code == 0 || stopping_) continue;
+      failure_code_ = code;
+      const std::string how = WIFSIGNALED(status) ? fmt::format("was killed by {} (exit code {})",
+                                                                signal_name(WTERMSIG(status)), code)
+                                                  : fmt::format("exited with code {}", code);
+      const int others = running_count();
+      const std::string then = others == 0 ? ""
+                               : others == 1
+                                   ? "; stopping the other worker"
+                                   : fmt::format("; stopping the other {} workers", others);
+      say(fmt::format("rank {} (pid {}) {}{}", w->rank, w->pid, how, then));
+      stop_all(SIGTERM);
+    }
+  }
+
+  const Options& opt_;
+  const std::string token_;
+  const uint16_t port_;
+  const int signal_fd_;
+  const sigset_t worker_mask_;
+  int devnull_ = -1;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  // The current attempt.
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_deadline_;
+  std::optional<int> failure_code_;  // the first failing worker's exit code
+  // The whole run.
+  int signal_ = 0;  // the first signal the launcher got (then it stops for good)
+  int exec_failure_code_ = 0;
+};
+
+// The command-line checks CLI11 cannot express; returns the problem, or "" when all is well.
+std::string check_options(const Options& o) {
+  if (o.nproc_per_node < 1) {
+    return fmt::format("--nproc-per-node must be at least 1, got {}", o.nproc_per_node);
+  }
+  if (o.nnodes < 1) return fmt::format("--nnodes must be at least 1, got {}", o.nnodes);
+  if (int64_t(o.nnodes) * o.nproc_per_node > (1 << 20)) {
+    return fmt::format("--nnodes {} x --nproc-per-node {} is too many workers", o.nnodes,
+                       o.nproc_per_node);
+  }
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return fmt::format("--node-rank must be in [0, {}), got {}", o.nnodes, o.node_rank);
+  }
+  if (o.master_addr.empty()) return "--master-addr must not be empty";
+  if (o.master_port < 0 || o.master_port > 65535) {
+    return fmt::format("--master-port must be in [0, 65535], got {}", o.master_port);
+  }
+  if (o.master_port == 0 && o.nnodes > 1) {
+    return "--master-port 0 (pick a free port) needs --nnodes 1: the other nodes must know the "
+           "port";
+  }
+  if (o.max_restarts < 0) return fmt::format("--max-restarts must be >= 0, got {}", o.max_restarts);
+  if (o.nnodes > 1 && o.max_restarts > 0) return "restarts across nodes are not supported yet";
+  if (o.threads_per_worker < 0) {
+    return fmt::format("--threads-per-worker must be >= 0, got {}", o.threads_per_worker);
+  }
+  if (!std::isfinite(o.grace_period_s) || o.grace_period_s < 0) {
+    return fmt::format("--grace-period-s must be >= 0, got {}", o.grace_period_s);
+  }
+  if (o.command.empty()) return "missing PROGRAM: ringgrad-run [options] PROGRAM [ARGS...]";
+  return "";
+}
+
+int usage_error(const std::string& message) {
+  std::cerr << "ringgrad-run: " << message << " (see --help)\n";
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "ringgrad-run [options] PROGRAM [ARGS...]: start this node's workers of a data-parallel "
+      "job, like torchrun"};
+  app.footer(
+      "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,\n"
+      "MASTER_PORT, RG_STORE_TOKEN, RG_RESTART_COUNT and RG_NUM_THREADS/OMP_NUM_THREADS.\n"
+      "Node 0 hosts the job's store; with --nnodes > 1 export the same RG_STORE_TOKEN on every\n"
+      "node. Exit code: the first failing worker's (0 when all succeed), 128+N on signal N,\n"
+      "127/126 when PROGRAM cannot be run, 2 for a bad command line.");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "workers on this node");
+  app.add_option("--nnodes", o.nnodes, "number of nodes");
+  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's rank in [0, nnodes)");
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "host of node 0, where the job's store runs");
+  app.add_option("--master-port,--master_port", o.master_port,
+                 "port of the job's store (0: pick a free one; --nnodes 1 only)");
+  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                 "restart all workers up to this many times after a failure");
+  app.add_option("--threads-per-worker", o.threads_per_worker,
+                 "compute threads per worker (0: cores / nproc-per-node, at least 1)");
+  app.add_option("--grace-period-s", o.grace_period_s,
+                 "seconds between SIGTERM and SIGKILL when stopping workers");
+  app.add_flag("--no-prefix", o.no_prefix, "do not prefix output lines with [rank N]");
+  // Everything from PROGRAM on is the workers' command line, passed through untouched.
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
+  o.command = app.remaining();
+  if (!o.command.empty() && o.command[0] == "--") {
+    o.command.erase(o.command.begin());
+  } else if (!o.command.empty() && o.command[0].size() > 1 && o.command[0][0] == '-') {
+    // prefix_command() stops at the first unknown argument, option or not.
+    return usage_error(fmt::format("unknown option '{}'", o.command[0]));
+  }
+  if (const std::string problem = check_options(o); !problem.empty()) return usage_error(problem);
+
+  std::string token;
+  if (const char* t = std::getenv("RG_STORE_TOKEN"); t != nullptr && *t != '\0') {
+    token = t;
+  } else if (o.nnodes > 1) {
+    return usage_error(
+        "with --nnodes > 1 every node needs the same RG_STORE_TOKEN; e.g. export "
+        "RG_STORE_TOKEN=$(openssl rand -hex 16) everywhere");
+  } else {
+    token = random_token();
+  }
+
+  // Signals are blocked before the store's thread starts (threads inherit the mask), so that
+  // they all reach the signalfd and none kills the launcher behind the poll loop's back.
+  sigset_t handled, original;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGCHLD);
+  for (int sig : kForwardedSignals) sigaddset(&handled, sig);
+  pthread_sigmask(SIG_BLOCK, &handled, &original);
+  std::signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    say(fmt::format("cannot create a signalfd: {}", errno_text(errno)));
+    return kExitError;
+  }
+
+  std::unique_ptr<rg::dist::TcpStoreServer> store;
+  uint16_t port = static_cast<uint16_t>(o.master_port);
+  if (o.node_rank == 0) {
+    try {
+      rg::dist::TcpStoreServerOptions so;
+      so.host = "0.0.0.0";
+      so.port = port;
+      so.token = token;
+      store = std::make_unique<rg::dist::TcpStoreServer>(so);
+      port = store->port();
+    } catch (const std::exception& e) {
+      say(fmt::format("cannot host the job's store on port {}: {}", o.master_port, e.what()));
+      return kExitError;
+    }
+  }
+
+  try {
+    Launcher launcher(o, token, port, signal_fd, original);
+    return launcher.run();
+  } catch (const std::exception& e) {
+    say(fmt::format("error: {}", e.what()));
+    return kExitError;
+  }
+}

@@ -1,0 +1,34 @@
+// ProcessGroupGloo: CPU collectives over Debian's libgloo (TCP). One worker thread per group runs
+// the collectives in issue order; `Algorithm::ring` runs ours over gloo's unbound buffers.
+#pragma once
+
+#include <memory>
+
+#include "comm/process_group.h"
+
+namespace rg::dist {
+
+class ProcessGroupGloo : public ProcessGroup {
+ public:
+  // Joins the group through `store` (every rank calls this with the same group name); throws
+  // rg::Error naming the ranks that did not join within options.timeout.
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
+                   ProcessGroupOptions options = {});
+  ~ProcessGroupGloo() override;
+
+  const char* backend() const override { return "gloo"; }
+  WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr broadcast(const Tensor& tensor, int root) override;
+  WorkPtr all_gather(const Tensor& output, const Tensor& input) override;
+  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input,
+                         ReduceOp op = ReduceOp::sum) override;
+  WorkPtr barrier() override;
+  WorkPtr send(const Tensor& tensor, int dst, uint32_t tag = 0) override;
+  WorkPtr recv(const Tensor& tensor, int src, uint32_t tag = 0) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rg::dist

@@ -1,0 +1,95 @@
+// Multi-process tests (label dist), started by ctest through ringgrad-run exactly as users start
+// jobs: every rank runs this binary, joins the default group from the launch environment and
+// checks every collective; the DistFaults tests make one rank exit or stay away and check that
+// the others fail promptly with an error naming it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "comm/init.h"
+#include "comm/process_group_gloo.h"
+#include "engine/ops/factory.h"
+#include "support/collective_checks.h"
+#include "support/errors.h"
+
+namespace rg::dist {
+namespace {
+
+using namespace std::chrono_literals;
+
+class DistEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    InitOptions o;
+    o.backend = "gloo";
+    o.group.timeout = 60s;
+    o.group.ring_chunk_bytes = 4096;
+    init_process_group(o);
+  }
+  void TearDown() override { destroy_process_group(); }
+};
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new DistEnvironment);
+
+TEST(DistCollectives, Native) {
+  auto& pg = *default_group();
+  ASSERT_GE(pg.size(), 2) << "run through ringgrad-run --nproc-per-node N (N >= 2)";
+  pg.set_algorithm(Algorithm::native);
+  rg::testing::check_everything(pg, /*heavy=*/true);
+}
+
+TEST(DistCollectives, Ring) {
+  auto& pg = *default_group();
+  pg.set_algorithm(Algorithm::ring);
+  rg::testing::check_everything(pg, /*heavy=*/true);
+}
+
+// A group of its own with a short timeout, so the default group stays healthy.
+std::unique_ptr<ProcessGroupGloo> fault_group(const char* name, Millis timeout) {
+  ProcessGroupOptions o;
+  o.name = name;
+  o.timeout = timeout;
+  o.algorithm = Algorithm::ring;
+  return std::make_unique<ProcessGroupGloo>(default_store(), default_group()->rank(),
+                                            default_group()->size(), o);
+}
+
+TEST(DistFaults, RankThatExits) {
+  auto pg = fault_group("exits", 60s);
+  const int last = pg->size() - 1;
+  pg->barrier()->wait();
+  if (pg->rank() == last) _exit(0);  // no goodbye: its sockets close as in a crash
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = rg::testing::error_of([&] { pg->all_reduce(ones({1 << 20}))->wait(); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s) << "a dead peer must not take the 60 s "
+                                                           "timeout to notice";
+  EXPECT_NE(e.find("all_reduce #2"), std::string::npos) << e;
+  EXPECT_NE(e.find(std::to_string(last)), std::string::npos) << e;
+  std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
+}
+
+TEST(DistFaults, RankThatNeverCalls) {
+  auto pg = fault_group("never", 2s);
+  const int last = pg->size() - 1;
+  auto store = default_store();
+  if (pg->rank() == last) {
+    // Stays alive (its connections open) without joining, until the others have checked.
+    store->wait({"never/checked"}, 60s);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = rg::testing::error_of([&] { pg->all_reduce(ones({1000}))->wait(); });
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, 1500ms);
+  EXPECT_LT(waited, 10s);
+  EXPECT_NE(e.find("all_reduce #1"), std::string::npos) << e;
+  EXPECT_NE(e.find("timed out after 2000 ms"), std::string::npos) << e;
+  EXPECT_NE(e.find("ranks that have not joined it: " + std::to_string(last)), std::string::npos)
+      << e;
+  std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
+  if (store->add("never/errors", 1) == last) store->set("never/checked", "1");
+}
+
+}  // namespace
+}  // namespace rg::dist
