@@ -41,4 +41,43 @@ std::vector<int64_t> RandomSampler::indices() const {
   return random_permutation(n_, seed_ * 0x9E3779B97F4A7C15ull + uint64_t(epoch_));
 }
 
+DistributedSampler::DistributedSampler(int64_t n, int num_replicas, int rank, bool shuffle,
+                                       uint64_t seed, bool drop_last)
+    : n_(n),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      shuffle_(shuffle),
+      seed_(seed),
+      drop_last_(drop_last) {
+  RG_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ", num_replicas);
+  RG_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank, " is outside [0, ",
+           num_replicas, ")");
+  RG_CHECK(n >= 0, "DistributedSampler: negative dataset size");
+  const int64_t r = num_replicas;
+  if (drop_last && n % r != 0)
+    num_samples_ = n >= r ? (n - r + r - 1) / r : 0;  // ceil((N - R) / R)
+  else
+    num_samples_ = (n + r - 1) / r;
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> order;
+  if (shuffle_) {
+    order = random_permutation(n_, seed_ + uint64_t(epoch_));
+  } else {
+    order.resize(size_t(n_));
+    for (int64_t i = 0; i < n_; ++i) order[size_t(i)] = i;
+  }
+  const size_t total = size_t(total_size());
+  if (order.size() < total) {
+    RG_CHECK(!order.empty(), "DistributedSampler: cannot pad an empty dataset");
+    for (size_t i = 0; order.size() < total; ++i) order.push_back(order[i]);  // wraps around
+  }
+  order.resize(total);
+  std::vector<int64_t> mine;
+  mine.reserve(size_t(num_samples_));
+  for (size_t i = size_t(rank_); i < total; i += size_t(num_replicas_)) mine.push_back(order[i]);
+  return mine;
+}
+
 }  // namespace rg::data

@@ -40,6 +40,28 @@ class RandomSampler final : public Sampler {
   uint64_t seed_;
 };
 
+// PyTorch's DistributedSampler: each of `num_replicas` ranks gets num_samples = ceil(N / R)
+// indices (with drop_last and N % R != 0: ceil((N - R) / R)); the (optionally shuffled) order is
+// padded by repeating its start (or truncated with drop_last) to R * num_samples, and rank r
+// takes positions r, r + R, r + 2R, ... The shuffle is seeded by seed + epoch, like PyTorch's,
+// but drawn from our Philox permutation, so the shuffled order itself differs from torch's.
+class DistributedSampler final : public Sampler {
+ public:
+  DistributedSampler(int64_t n, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
+  std::vector<int64_t> indices() const override;
+  int64_t size() const override { return num_samples_; }
+  int64_t total_size() const { return num_samples_ * num_replicas_; }
+
+ private:
+  int64_t n_;
+  int num_replicas_, rank_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  int64_t num_samples_;
+};
+
 // A permutation of [0, n) from Philox(seed), by Fisher-Yates. Shared with DistributedSampler.
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed);
 
