@@ -1,0 +1,329 @@
+// The Reducer: buckets, the per-parameter gradient hooks, in-order launches, the final callback
+// and the one-time rebuild. Hooks and the callback run on the thread running backward; the
+// all-reduces run on the process group's worker thread, which is where the overlap comes from.
+#include "comm/reducer.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "comm/bucket_assignment.h"
+#include "engine/autograd/engine.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/node.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/factory.h"
+#include "kernels/error.h"
+
+namespace rg::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool aliases(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() == b.storage() &&
+         a.storage_offset() == b.storage_offset() && a.numel() == b.numel();
+}
+
+}  // namespace
+
+struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
+  struct Bucket {
+    DType dtype = DType::f32;
+    Tensor flat;                 // the gradients of its parameters, back to back
+    std::vector<size_t> params;  // parameter indices, in bucket order
+    std::vector<Tensor> views;   // per position: a view of flat shaped like the parameter
+    size_t bytes = 0;
+    size_t pending = 0;          // gradients still missing this iteration
+    Tensor comm;                 // what is all-reduced: flat, or its compressed copy
+    WorkPtr work;
+  };
+
+  NamedParams params;
+  std::shared_ptr<ProcessGroup> pg;
+  DdpOptions opt;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of, pos_in_bucket;
+  std::vector<char> ready, locally_used;
+  std::vector<size_t> ready_order;       // this iteration's hook order
+  std::vector<size_t> first_iteration_order;
+  size_t next_launch = 0;
+  bool armed = false, callback_queued = false;
+  int rebuilds = 0;
+  int64_t synced = 0;
+  IterationTimeline timeline;
+
+  size_t param_bytes(size_t i) const {
+    return size_t(params[i].second.numel()) * element_size(params[i].second.dtype());
+  }
+
+  void build(const std::vector<std::vector<size_t>>& assignment) {
+    NoGradGuard no_grad;
+    buckets.clear();
+    bucket_of.assign(params.size(), 0);
+    pos_in_bucket.assign(params.size(), 0);
+    for (const auto& list : assignment) {
+      Bucket b;
+      b.dtype = params[list.front()].second.dtype();
+      int64_t total = 0;
+      for (size_t p : list) total += params[p].second.numel();
+      b.flat = zeros({total}, b.dtype);
+      int64_t offset = 0;
+      for (size_t p : list) {
+        const Tensor& t = params[p].second;
+        RG_CHECK(t.dtype() == b.dtype, "DDP: bucket mixes dtypes");
+        bucket_of[p] = buckets.size();
+        pos_in_bucket[p] = b.params.size();
+        b.params.push_back(p);
+        b.views.push_back(b.flat.flat_narrow(offset, t.numel()).view(t.shape()));
+        offset += t.numel();
+        b.bytes += param_bytes(p);
+        // With gradient_as_bucket_view an existing gradient moves into the bucket, so .grad is
+        // the bucket's memory from now on.
+        if (opt.gradient_as_bucket_view && t.grad().defined()) {
+          b.views.back().copy_(t.grad());
+          t.set_grad(b.views.back());
+        }
+      }
+      buckets.push_back(std::move(b));
+    }
+  }
+
+  std::vector<std::vector<size_t>> assignment_for(const std::vector<size_t>& order) const {
+    BucketAssignmentInput in;
+    in.order = order;
+    for (size_t i = 0; i < params.size(); ++i) {
+      in.bytes.push_back(param_bytes(i));
+      in.key.push_back(int(params[i].second.dtype()));
+    }
+    in.first_cap_bytes = size_t(opt.first_bucket_mb * 1024 * 1024);
+    in.cap_bytes = std::max<size_t>(1, size_t(opt.bucket_cap_mb * 1024 * 1024));
+    return assign_buckets(in);
+  }
+
+  // Rank 0's observed ready order, broadcast so that every rank builds the same buckets.
+  void rebuild() {
+    std::vector<size_t> order = first_iteration_order;
+    std::vector<char> seen(params.size(), 0);
+    for (size_t p : order) seen[p] = 1;
+    for (size_t i = params.size(); i-- > 0;)
+      if (!seen[i]) order.push_back(i);
+    Tensor t = Tensor::empty({int64_t(order.size())}, DType::i64);
+    for (size_t i = 0; i < order.size(); ++i) t.data<int64_t>()[i] = int64_t(order[i]);
+    pg->broadcast(t, 0)->wait();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t p = t.data<int64_t>()[i];
+      RG_CHECK(p >= 0 && size_t(p) < params.size(), "DDP: bad bucket order from rank 0");
+      order[i] = size_t(p);
+    }
+    build(assignment_for(order));
+    ++rebuilds;
+  }
+
+  void reset_iteration() {
+    ready.assign(params.size(), 0);
+    locally_used.assign(params.size(), 1);
+    ready_order.clear();
+    next_launch = 0;
+    for (auto& b : buckets) {
+      b.pending = b.params.size();
+      b.work.reset();
+      b.comm = Tensor();
+    }
+    timeline = IterationTimeline{};
+    timeline.buckets.resize(buckets.size());
+  }
+
+  void mark_ready(size_t i, bool from_hook) {
+    const std::string& name = params[i].first;
+    RG_CHECK(!ready[i], "DDP: parameter '", name, "' was marked ready twice in one backward "
+             "(is it used by a reentrant backward, or shared by two DDP instances?)");
+    ready[i] = 1;
+    Bucket& b = buckets[bucket_of[i]];
+    Tensor& view = b.views[pos_in_bucket[i]];
+    const Tensor& param = params[i].second;
+    if (from_hook) {
+      ready_order.push_back(i);
+      const double scale = 1.0 / pg->size();
+      Tensor grad = param.grad();
+      if (opt.gradient_as_bucket_view && aliases(grad, view)) {
+        mul_(view, scale);
+      } else {
+        view.copy_(grad);
+        mul_(view, scale);
+        if (opt.gradient_as_bucket_view) param.set_grad(view);
+      }
+    } else {
+      locally_used[i] = 0;
+      view.zero_();
+    }
+    if (--b.pending == 0) {
+      timeline.buckets[bucket_of[i]].ready = Clock::now();
+      if (opt.overlap) launch_ready_buckets();
+    }
+  }
+
+  // Buckets go out strictly in bucket order, so every rank issues the same sequence of
+  // collectives even when gradients arrive in different orders on different ranks.
+  void launch_ready_buckets() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0)
+      launch(next_launch++);
+  }
+
+  void launch(size_t k) {
+    Bucket& b = buckets[k];
+    if (opt.comm_hook == "fp16")
+      b.comm = b.flat.to(DType::f16);
+    else if (opt.comm_hook == "bf16")
+      b.comm = b.flat.to(DType::bf16);
+    else
+      b.comm = b.flat;
+    timeline.buckets[k].issued = Clock::now();
+    timeline.launch_order.push_back(int(k));
+    b.work = pg->all_reduce(b.comm, ReduceOp::sum);
+  }
+
+  void hook(size_t i) {
+    if (!armed) return;  // no_sync(), or a backward that no DDP forward prepared
+    if (!callback_queued) {
+      callback_queued = true;
+      timeline.backward_start = Clock::now();
+      std::weak_ptr<State> weak = weak_from_this();
+      autograd::Engine::queue_callback([weak] {
+        if (auto s = weak.lock()) s->finalize();
+      });
+    }
+    mark_ready(i, true);
+  }
+
+  void finalize() {
+    NoGradGuard no_grad;
+    callback_queued = false;
+    armed = false;
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!ready[i]) missing.push_back(params[i].first);
+    if (!missing.empty()) {
+      std::string names;
+      for (size_t i = 0; i < missing.size() && i < 20; ++i) names += (i ? ", " : "") + missing[i];
+      if (missing.size() > 20) names += detail::cat(", ... (", missing.size(), " in all)");
+      RG_FAIL("DDP: rank ", pg->rank(), ": these parameters received no gradient in this "
+              "backward, so their buckets could not be reduced: ", names,
+              ". If the model does not use every parameter in every forward, construct "
+              "DistributedDataParallel with find_unused_parameters=true "
+              "(ringgrad-train --find-unused-parameters).");
+    }
+    if (!opt.overlap) launch_ready_buckets();
+    timeline.wait_start = Clock::now();
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      buckets[k].work->wait();
+      timeline.buckets[k].comm_start = buckets[k].work->start_time();
+      timeline.buckets[k].comm_end = buckets[k].work->end_time();
+    }
+    timeline.wait_end = Clock::now();
+    for (auto& b : buckets)
+      if (!b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
+    std::vector<char> globally_used(params.size(), 1);
+    if (opt.find_unused_parameters) {
+      Tensor used = Tensor::empty({int64_t(params.size())}, DType::i32);
+      for (size_t i = 0; i < params.size(); ++i) used.data<int32_t>()[i] = locally_used[i];
+      pg->all_reduce(used, ReduceOp::max)->wait();
+      for (size_t i = 0; i < params.size(); ++i) globally_used[i] = char(used.data<int32_t>()[i]);
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor& param = params[i].second;
+      const Tensor& view = buckets[bucket_of[i]].views[pos_in_bucket[i]];
+      Tensor grad = param.grad();
+      if (opt.gradient_as_bucket_view) {
+        if (!aliases(grad, view) && globally_used[i]) param.set_grad(view);
+      } else if (grad.defined()) {
+        if (globally_used[i]) grad.copy_(view);
+      } else if (globally_used[i]) {
+        param.set_grad(view.clone());
+      }
+    }
+    if (synced == 0) first_iteration_order = ready_order;
+    ++synced;
+  }
+};
+
+Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOptions options)
+    : state_(std::make_shared<State>()) {
+  RG_CHECK(pg != nullptr, "DDP needs a process group");
+  RG_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb must be positive");
+  RG_CHECK(options.first_bucket_mb > 0, "first_bucket_mb must be positive");
+  RG_CHECK(options.comm_hook == "allreduce" || options.comm_hook == "fp16" ||
+               options.comm_hook == "bf16",
+           "unknown DDP comm hook '", options.comm_hook, "' (expected allreduce, fp16 or bf16)");
+  State& s = *state_;
+  s.pg = std::move(pg);
+  s.opt = options;
+  for (auto& [name, t] : params)
+    if (t.requires_grad()) s.params.emplace_back(name, t);
+  RG_CHECK(!s.params.empty(), "DDP: the module has no parameters that require a gradient");
+  for (const auto& [name, t] : s.params)
+    RG_CHECK(is_floating(t.dtype()), "DDP: parameter '", name, "' is ", dtype_name(t.dtype()),
+             "; only floating-point parameters can be reduced");
+  // Until the first iteration shows the real order, assume gradients arrive in reverse
+  // registration order (the last layer's first), as PyTorch does.
+  std::vector<size_t> order;
+  for (size_t i = s.params.size(); i-- > 0;) order.push_back(i);
+  s.build(s.assignment_for(order));
+  s.reset_iteration();
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < s.params.size(); ++i)
+    s.params[i].second.register_post_accumulate_grad_hook([weak, i](Tensor&) {
+      if (auto st = weak.lock()) st->hook(i);
+    });
+}
+
+Reducer::~Reducer() = default;
+
+void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  State& s = *state_;
+  RG_CHECK(!s.armed, "DDP: forward was called again before the previous forward's backward "
+           "(run evaluation under NoGradGuard or in eval mode, or wrap it in no_sync())");
+  // Rebuild once, from the first iteration's order; PyTorch skips it with
+  // find_unused_parameters because the set of used parameters may change between iterations.
+  if (s.rebuilds == 0 && s.synced >= 1 && !s.opt.find_unused_parameters) s.rebuild();
+  s.reset_iteration();
+  s.armed = true;
+  if (s.opt.find_unused_parameters) {
+    std::unordered_set<const TensorImpl*> reached;
+    std::unordered_set<const autograd::Node*> visited;
+    std::vector<std::shared_ptr<autograd::Node>> stack;
+    for (const Tensor& out : outputs)
+      if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn());
+    while (!stack.empty()) {
+      auto node = std::move(stack.back());
+      stack.pop_back();
+      if (!visited.insert(node.get()).second) continue;
+      if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(node.get()))
+        reached.insert(acc->leaf().get());
+      for (const auto& e : node->next_edges())
+        if (e.node) stack.push_back(e.node);
+    }
+    for (size_t i = 0; i < s.params.size(); ++i)
+      if (!reached.count(s.params[i].second.impl())) s.mark_ready(i, false);
+  }
+}
+
+std::vector<std::vector<std::string>> Reducer::bucket_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : state_->buckets) {
+    out.emplace_back();
+    for (size_t p : b.params) out.back().push_back(state_->params[p].first);
+  }
+  return out;
+}
+
+std::vector<size_t> Reducer::bucket_bytes() const {
+  std::vector<size_t> out;
+  for (const auto& b : state_->buckets) out.push_back(b.bytes);
+  return out;
+}
+
+int Reducer::rebuild_count() const { return state_->rebuilds; }
+const IterationTimeline& Reducer::last_timeline() const { return state_->timeline; }
+int64_t Reducer::synced_iterations() const { return state_->synced; }
+
+}  // namespace rg::dist

@@ -1,0 +1,72 @@
+// Reducer: the engine of DistributedDataParallel, following PyTorch's c10d Reducer. Gradients are
+// copied (scaled by 1/world_size) into flat per-dtype buckets as autograd produces them; a full
+// bucket is all-reduced at once, strictly in bucket order, while backward goes on; a final
+// autograd callback waits for every bucket and writes the averages back into .grad.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "engine/tensor.h"
+
+namespace rg::dist {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool broadcast_buffers = true;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool overlap = true;  // false: every bucket is all-reduced after backward (for comparison)
+  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16
+};
+
+// What happened to each bucket in the last synchronized backward (steady-clock times).
+struct BucketTimeline {
+  using Time = std::chrono::steady_clock::time_point;
+  Time ready{};       // its last gradient arrived
+  Time issued{};      // all-reduce handed to the process group
+  Time comm_start{};  // the process group started it
+  Time comm_end{};    // and finished it
+};
+
+struct IterationTimeline {
+  using Time = std::chrono::steady_clock::time_point;
+  Time backward_start{};  // first gradient hook
+  Time wait_start{};      // final callback began waiting for the buckets
+  Time wait_end{};
+  std::vector<BucketTimeline> buckets;
+  std::vector<int> launch_order;  // bucket indices in the order they were issued
+};
+
+class Reducer {
+ public:
+  using NamedParams = std::vector<std::pair<std::string, Tensor>>;
+
+  Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Called after each forward that will be followed by a synchronized backward: arms the hooks,
+  // rebuilds the buckets once after the first iteration, and with find_unused_parameters marks
+  // the parameters the outputs do not depend on as ready.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
+
+  // Parameter names per bucket, in bucket order.
+  std::vector<std::vector<std::string>> bucket_names() const;
+  std::vector<size_t> bucket_bytes() const;
+  int rebuild_count() const;
+  const IterationTimeline& last_timeline() const;
+  int64_t synced_iterations() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace rg::dist
