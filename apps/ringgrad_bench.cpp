@@ -2,6 +2,7 @@
 //   train: training throughput (img/s) of a model on synthetic data after warm-up, as the median
 //          of several timed windows, with peak memory.
 //   allreduce: all-reduce bandwidth over a size sweep (apps/allreduce_bench.h).
+//   overlap: DDP all-reduce/backward overlap across bucket sizes (apps/overlap_bench.h).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "apps/allreduce_bench.h"
+#include "apps/overlap_bench.h"
 #include "data/synthetic.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
@@ -97,6 +99,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   rg::apps::AllreduceBenchOptions ar;
   CLI::App* allreduce = rg::apps::add_allreduce_command(app, ar);
+  rg::apps::OverlapBenchOptions ov;
+  CLI::App* overlap = rg::apps::add_overlap_command(app, ov);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) return run_train_bench(t);
     if (allreduce->parsed()) return rg::apps::run_allreduce_bench(ar);
+    if (overlap->parsed()) return rg::apps::run_overlap_bench(ov);
   } catch (const rg::Error& e) {
     std::cerr << "ringgrad-bench: error: " << e.what() << "\n";
     return 1;

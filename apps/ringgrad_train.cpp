@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   app.add_option("--model", c.model, "toynet | mlp | resnet18 | resnet18-imagenet");
   app.add_option("--dataset", c.dataset, "mnist | fashion-mnist | synthetic | synthetic-cifar");
-  app.add_option("--data-dir", c.data_dir, "directory of the dataset files (default data/<dataset>)");
+  app.add_option("--data-dir", c.data_dir,
+                 "directory of the dataset files (default data/<dataset>)");
   app.add_option("--epochs", c.epochs, "number of epochs")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", c.batch_size, "training batch size")->check(CLI::PositiveNumber);
   app.add_option("--test-batch-size", c.test_batch_size, "evaluation batch size")
@@ -32,8 +33,10 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(CLI::NonNegativeNumber);
   app.add_option("--lr-schedule", c.lr_schedule, "constant | step | multistep | cosine")
       ->check(CLI::IsMember({"constant", "step", "multistep", "cosine"}));
-  app.add_option("--warmup-epochs", c.warmup_epochs, "linear warm-up length in epochs (may be "
-                 "fractional)")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-epochs", c.warmup_epochs,
+                 "linear warm-up length in epochs (may be "
+                 "fractional)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--lr-step-size", c.lr_step_size, "epochs between decays (step schedule)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr-milestones", c.lr_milestones, "epochs at which to decay (multistep)");
@@ -49,6 +52,27 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-steps", c.max_steps, "stop after this many training steps (-1: none)");
   app.add_option("--metrics", c.metrics_path, "write per-epoch metrics as JSON lines to FILE");
+  // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
+  app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
+      ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
+  app.add_option("--allreduce", c.allreduce, "native (the backend's) | ring (ours)")
+      ->check(CLI::IsMember({"native", "ring"}));
+  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP bucket size (MiB)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--first-bucket-mb", c.first_bucket_mb, "size of DDP's first bucket (MiB)")
+      ->check(CLI::PositiveNumber);
+  bool no_overlap = false;
+  app.add_flag("--no-overlap", no_overlap,
+               "all-reduce the buckets after backward instead of during it (for comparison)");
+  app.add_option("--comm-hook", c.comm_hook, "allreduce | fp16 | bf16 (gradient compression)")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
+  app.add_option("--grad-accum-steps", c.grad_accum_steps,
+                 "micro-batches per optimizer step (DDP no_sync for all but the last)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--find-unused-parameters", c.find_unused_parameters,
+               "allow parameters that get no gradient in some iterations");
+  app.add_flag("--gradient-as-bucket-view", c.gradient_as_bucket_view,
+               "gradients live in DDP's buckets (saves a copy and memory)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -57,6 +81,7 @@ int main(int argc, char** argv) {
     std::cerr << "ringgrad-train: " << e.what() << "\nRun with --help for usage.\n";
     return 2;
   }
+  c.overlap = !no_overlap;
   c.progress_bar = isatty(STDOUT_FILENO) != 0;
   try {
     if (threads > 0) rg::kernels::cpu::set_num_threads(threads);

@@ -11,9 +11,9 @@
 namespace rg::dist {
 
 struct BucketAssignmentInput {
-  std::vector<size_t> order;       // parameter indices, expected ready order
-  std::vector<size_t> bytes;       // per parameter index
-  std::vector<int> key;            // per parameter index: dtype/device class
+  std::vector<size_t> order;  // parameter indices, expected ready order
+  std::vector<size_t> bytes;  // per parameter index
+  std::vector<int> key;       // per parameter index: dtype/device class
   size_t first_cap_bytes = size_t(1) << 20;
   size_t cap_bytes = size_t(25) << 20;
 };

@@ -40,8 +40,8 @@ void DistributedDataParallel::verify_parameter_shapes() {
   pg_->all_gather(counts, count)->wait();
   for (int r = 0; r < n; ++r)
     RG_CHECK(counts.data<int64_t>()[r] == int64_t(named.size()), "DDP: rank ", r, " has ",
-             counts.data<int64_t>()[r], " parameters but rank ", pg_->rank(), " has ",
-             named.size(), "; every rank must build the same model");
+             counts.data<int64_t>()[r], " parameters but rank ", pg_->rank(), " has ", named.size(),
+             "; every rank must build the same model");
   Tensor mine = zeros({int64_t(named.size()) * kRecord}, DType::i64);
   for (size_t i = 0; i < named.size(); ++i) {
     const Tensor& t = named[i].second;
@@ -59,8 +59,8 @@ void DistributedDataParallel::verify_parameter_shapes() {
     for (int r = 1; r < n; ++r) {
       const int64_t* a = base + i * kRecord;
       const int64_t* b = base + size_t(r) * size_t(mine.numel()) + i * kRecord;
-      RG_CHECK(std::equal(a, a + kRecord, b), "DDP: parameter ", i, " ('", named[i].first,
-               "') is ", describe(a), " on rank 0 but ", describe(b), " on rank ", r,
+      RG_CHECK(std::equal(a, a + kRecord, b), "DDP: parameter ", i, " ('", named[i].first, "') is ",
+               describe(a), " on rank 0 but ", describe(b), " on rank ", r,
                "; every rank must build the same model");
     }
 }

@@ -33,8 +33,8 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     std::vector<size_t> params;  // parameter indices, in bucket order
     std::vector<Tensor> views;   // per position: a view of flat shaped like the parameter
     size_t bytes = 0;
-    size_t pending = 0;          // gradients still missing this iteration
-    Tensor comm;                 // what is all-reduced: flat, or its compressed copy
+    size_t pending = 0;  // gradients still missing this iteration
+    Tensor comm;         // what is all-reduced: flat, or its compressed copy
     WorkPtr work;
   };
 
@@ -44,7 +44,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of, pos_in_bucket;
   std::vector<char> ready, locally_used;
-  std::vector<size_t> ready_order;       // this iteration's hook order
+  std::vector<size_t> ready_order;  // this iteration's hook order
   std::vector<size_t> first_iteration_order;
   size_t next_launch = 0;
   bool armed = false, callback_queued = false;
@@ -135,7 +135,8 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
 
   void mark_ready(size_t i, bool from_hook) {
     const std::string& name = params[i].first;
-    RG_CHECK(!ready[i], "DDP: parameter '", name, "' was marked ready twice in one backward "
+    RG_CHECK(!ready[i], "DDP: parameter '", name,
+             "' was marked ready twice in one backward "
              "(is it used by a reentrant backward, or shared by two DDP instances?)");
     ready[i] = 1;
     Bucket& b = buckets[bucket_of[i]];
@@ -165,8 +166,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   // Buckets go out strictly in bucket order, so every rank issues the same sequence of
   // collectives even when gradients arrive in different orders on different ranks.
   void launch_ready_buckets() {
-    while (next_launch < buckets.size() && buckets[next_launch].pending == 0)
-      launch(next_launch++);
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(next_launch++);
   }
 
   void launch(size_t k) {
@@ -206,8 +206,10 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       std::string names;
       for (size_t i = 0; i < missing.size() && i < 20; ++i) names += (i ? ", " : "") + missing[i];
       if (missing.size() > 20) names += detail::cat(", ... (", missing.size(), " in all)");
-      RG_FAIL("DDP: rank ", pg->rank(), ": these parameters received no gradient in this "
-              "backward, so their buckets could not be reduced: ", names,
+      RG_FAIL("DDP: rank ", pg->rank(),
+              ": these parameters received no gradient in this "
+              "backward, so their buckets could not be reduced: ",
+              names,
               ". If the model does not use every parameter in every forward, construct "
               "DistributedDataParallel with find_unused_parameters=true "
               "(ringgrad-train --find-unused-parameters).");
@@ -280,7 +282,8 @@ Reducer::~Reducer() = default;
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   State& s = *state_;
-  RG_CHECK(!s.armed, "DDP: forward was called again before the previous forward's backward "
+  RG_CHECK(!s.armed,
+           "DDP: forward was called again before the previous forward's backward "
            "(run evaluation under NoGradGuard or in eval mode, or wrap it in no_sync())");
   // Rebuild once, from the first iteration's order; PyTorch skips it with
   // find_unused_parameters because the set of used parameters may change between iterations.

@@ -80,4 +80,21 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
+StridedSampler::StridedSampler(int64_t n, int num_replicas, int rank)
+    : n_(n), num_replicas_(num_replicas), rank_(rank) {
+  RG_CHECK(num_replicas >= 1 && rank >= 0 && rank < num_replicas, "StridedSampler: rank ", rank,
+           " of ", num_replicas, " is invalid");
+}
+
+int64_t StridedSampler::size() const {
+  return n_ > rank_ ? (n_ - rank_ + num_replicas_ - 1) / num_replicas_ : 0;
+}
+
+std::vector<int64_t> StridedSampler::indices() const {
+  std::vector<int64_t> out;
+  out.reserve(size_t(size()));
+  for (int64_t i = rank_; i < n_; i += num_replicas_) out.push_back(i);
+  return out;
+}
+
 }  // namespace rg::data

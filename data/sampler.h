@@ -62,6 +62,19 @@ class DistributedSampler final : public Sampler {
   int64_t num_samples_;
 };
 
+// Indices rank, rank + R, rank + 2R, ... below n: disjoint shards that together cover [0, n)
+// exactly once (sharded evaluation, where padding would count samples twice).
+class StridedSampler final : public Sampler {
+ public:
+  StridedSampler(int64_t n, int num_replicas, int rank);
+  std::vector<int64_t> indices() const override;
+  int64_t size() const override;
+
+ private:
+  int64_t n_;
+  int num_replicas_, rank_;
+};
+
 // A permutation of [0, n) from Philox(seed), by Fisher-Yates. Shared with DistributedSampler.
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed);
 

@@ -9,11 +9,16 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 
+#include "comm/ddp.h"
+#include "comm/init.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
 #include "engine/autograd/grad_mode.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
 #include "kernels/error.h"
@@ -39,10 +44,11 @@ std::string format_duration(double s) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
   if (c.optimizer == "sgd") {
-    return std::make_unique<optim::Sgd>(
-        std::move(params), optim::SgdOptions{.lr = c.lr, .momentum = c.momentum,
-                                             .weight_decay = c.weight_decay,
-                                             .nesterov = c.nesterov});
+    return std::make_unique<optim::Sgd>(std::move(params),
+                                        optim::SgdOptions{.lr = c.lr,
+                                                          .momentum = c.momentum,
+                                                          .weight_decay = c.weight_decay,
+                                                          .nesterov = c.nesterov});
   }
   if (c.optimizer == "adam" || c.optimizer == "adamw") {
     optim::AdamOptions o{.lr = c.lr, .weight_decay = c.weight_decay};
@@ -56,13 +62,27 @@ struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
 };
 
-EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_size,
-                    int workers) {
+// Sums over ranks (in place); a no-op without a process group.
+void sum_over_ranks(dist::ProcessGroup* pg, std::vector<double>& v) {
+  if (!pg) return;
+  Tensor t = from_vector(v, {int64_t(v.size())});
+  pg->all_reduce(t)->wait();
+  v = t.to_vector<double>();
+}
+
+// With a process group each rank evaluates its own shard (no padding, so no sample counts
+// twice) and the counts are summed over ranks.
+EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_size, int workers,
+                    dist::ProcessGroup* pg) {
   model.eval();
   NoGradGuard no_grad;
+  std::shared_ptr<data::Sampler> sampler;
+  if (pg)
+    sampler = std::make_shared<data::StridedSampler>(test.size(), pg->size(), pg->rank());
+  else
+    sampler = std::make_shared<data::SequentialSampler>(test.size());
   data::DataLoader loader(std::shared_ptr<const data::Dataset>(&test, [](const data::Dataset*) {}),
-                          std::make_shared<data::SequentialSampler>(test.size()),
-                          {.batch_size = batch_size, .workers = workers});
+                          sampler, {.batch_size = batch_size, .workers = workers});
   loader.start_epoch(0);
   double loss_sum = 0;
   int64_t correct1 = 0, correct5 = 0, n = 0;
@@ -76,14 +96,29 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
     n += b;
   }
   model.train();
-  RG_CHECK(n > 0, "evaluation: the test set is empty");
-  return {loss_sum / double(n), double(correct1) / double(n), double(correct5) / double(n)};
+  std::vector<double> sums = {loss_sum, double(correct1), double(correct5), double(n)};
+  sum_over_ranks(pg, sums);
+  RG_CHECK(sums[3] > 0, "evaluation: the test set is empty");
+  return {sums[0] / sums[3], sums[1] / sums[3], sums[2] / sums[3]};
 }
 
 }  // namespace
 
-TrainResult train(const TrainConfig& c, std::ostream& out) {
+TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   RG_CHECK(c.epochs > 0, "--epochs must be positive, got ", c.epochs);
+  RG_CHECK(c.grad_accum_steps >= 1, "--grad-accum-steps must be >= 1");
+  const dist::LaunchEnv env = dist::read_launch_env();
+  std::shared_ptr<dist::ProcessGroup> pg;
+  if (env.world_size > 1) {
+    dist::InitOptions io;
+    io.backend = c.backend;
+    io.group.algorithm = dist::parse_algorithm(c.allreduce);
+    pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
+  }
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
+  std::ostream silent(nullptr);
+  std::ostream& out = rank == 0 ? all_out : silent;
   RG_CHECK(c.batch_size > 0, "--batch-size must be positive, got ", c.batch_size);
   RG_CHECK(c.test_batch_size > 0, "--test-batch-size must be positive");
   RG_CHECK(c.eval_every >= 0, "--eval-every must be >= 0");
@@ -91,12 +126,30 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
   auto train_set = data::make_dataset(c.dataset, dir, true);
   auto test_set = data::make_dataset(c.dataset, dir, false);
 
-  auto model = nn::make_model({.name = c.model, .sample_shape = train_set->sample_shape(),
-                               .num_classes = train_set->num_classes(), .seed = c.seed});
+  auto model = nn::make_model({.name = c.model,
+                               .sample_shape = train_set->sample_shape(),
+                               .num_classes = train_set->num_classes(),
+                               .seed = c.seed});
   model->train();
   auto opt = make_optimizer(c, model->parameters());
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (pg) {
+    dist::DdpOptions o;
+    o.bucket_cap_mb = c.bucket_cap_mb;
+    o.first_bucket_mb = c.first_bucket_mb;
+    o.overlap = c.overlap;
+    o.comm_hook = c.comm_hook;
+    o.find_unused_parameters = c.find_unused_parameters;
+    o.gradient_as_bucket_view = c.gradient_as_bucket_view;
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);
+  }
 
-  auto sampler = std::make_shared<data::RandomSampler>(train_set->size(), c.seed);
+  std::shared_ptr<data::Sampler> sampler;
+  if (pg)
+    sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank,
+                                                         /*shuffle=*/true, c.seed);
+  else
+    sampler = std::make_shared<data::RandomSampler>(train_set->size(), c.seed);
   data::DataLoader loader(train_set, sampler,
                           {.batch_size = c.batch_size, .drop_last = false, .workers = c.workers});
   const int64_t steps_per_epoch = loader.num_batches();
@@ -105,21 +158,30 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
                                     : steps_per_epoch * c.epochs;
   std::vector<int64_t> milestones;
   for (int64_t m : c.lr_milestones) milestones.push_back(m * steps_per_epoch);
-  auto schedule = optim::make_schedule(
-      c.lr_schedule, c.lr, steps_per_epoch * c.epochs,
-      int64_t(std::llround(c.warmup_epochs * double(steps_per_epoch))), 0.1,
-      c.lr_step_size * steps_per_epoch, milestones, c.lr_gamma);
+  auto schedule =
+      optim::make_schedule(c.lr_schedule, c.lr, steps_per_epoch * c.epochs,
+                           int64_t(std::llround(c.warmup_epochs * double(steps_per_epoch))), 0.1,
+                           c.lr_step_size * steps_per_epoch, milestones, c.lr_gamma);
 
   std::unique_ptr<std::ofstream> metrics;
-  if (!c.metrics_path.empty()) {
+  if (!c.metrics_path.empty() && rank == 0) {
     metrics = std::make_unique<std::ofstream>(c.metrics_path);
     RG_CHECK(metrics->good(), "--metrics: cannot write ", c.metrics_path);
   }
 
-  out << fmt::format("ringgrad-train: {} on {} ({} train / {} test samples), {} parameters, "
-                     "{} lr={} batch={} epochs={}\n",
-                     c.model, c.dataset, train_set->size(), test_set->size(),
-                     model->parameter_count(), opt->name(), c.lr, c.batch_size, c.epochs);
+  out << fmt::format(
+      "ringgrad-train: {} on {} ({} train / {} test samples), {} parameters, "
+      "{} lr={} batch={} epochs={}\n",
+      c.model, c.dataset, train_set->size(), test_set->size(), model->parameter_count(),
+      opt->name(), c.lr, c.batch_size, c.epochs);
+  if (pg)
+    out << fmt::format(
+        "ringgrad-train: DDP over {} ranks ({} {}, buckets {} MiB / first {} MiB, "
+        "{}, hook {}), batch {} per rank = {} in all{}\n",
+        world, pg->backend(), c.allreduce, c.bucket_cap_mb, c.first_bucket_mb,
+        c.overlap ? "overlapped with backward" : "after backward", c.comm_hook, c.batch_size,
+        c.batch_size * world,
+        c.grad_accum_steps > 1 ? fmt::format(", {} accumulation steps", c.grad_accum_steps) : "");
   out.flush();
 
   TrainResult result;
@@ -135,12 +197,23 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
     while (step < planned_steps) {
       auto batch = loader.next();
       if (!batch) break;
-      opt->set_lr(schedule->lr_at(step));
-      const Tensor logits = model->forward(batch->inputs);
-      const Tensor loss = cross_entropy(logits, batch->targets, c.label_smoothing);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
+      // Gradient accumulation: micro-batches until the k-th (or the epoch's last) step the
+      // optimizer; the earlier ones skip DDP's all-reduce through no_sync().
+      const int64_t micro = epoch_steps % c.grad_accum_steps;
+      const bool sync = micro + 1 == c.grad_accum_steps || epoch_steps + 1 == epoch_planned;
+      if (micro == 0) {
+        opt->set_lr(schedule->lr_at(step));
+        opt->zero_grad();
+      }
+      Tensor loss;
+      {
+        std::optional<dist::DistributedDataParallel::NoSync> no_sync;
+        if (ddp && !sync) no_sync.emplace(*ddp);
+        const Tensor logits = ddp ? ddp->forward(batch->inputs) : model->forward(batch->inputs);
+        loss = cross_entropy(logits, batch->targets, c.label_smoothing);
+        (c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss).backward();
+      }
+      if (sync) opt->step();
       const double l = loss.item();
       RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", step,
                " (try a lower --lr)");
@@ -150,14 +223,16 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
       ++step;
       ++epoch_steps;
       const double elapsed = seconds_since(epoch_start);
-      const double ips = double(samples) / std::max(elapsed, 1e-9);
+      // The job's rate: every rank runs the same number of equally sized steps.
+      const double ips = double(samples) * world / std::max(elapsed, 1e-9);
       const double eta = elapsed / double(epoch_steps) * double(epoch_planned - epoch_steps);
       if (c.progress_bar) {
         const int width = 30;
         const int filled = int(double(width) * double(epoch_steps) / double(epoch_planned));
         out << fmt::format("\repoch {} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ETA {}  ", epoch,
-                           std::string(size_t(filled), '='), std::string(size_t(width - filled), ' '),
-                           epoch_steps, epoch_planned, l, ips, format_duration(eta));
+                           std::string(size_t(filled), '='),
+                           std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned, l,
+                           ips, format_duration(eta));
         out.flush();
       } else if (epoch_steps % plain_every == 0 || epoch_steps == epoch_planned) {
         out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} img/s ETA {}\n", epoch,
@@ -170,11 +245,13 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
     s.epoch = epoch;
     s.steps = epoch_steps;
     s.seconds = seconds_since(epoch_start);
-    s.train_loss = samples ? loss_sum / double(samples) : 0;
-    s.img_per_s = double(samples) / std::max(s.seconds, 1e-9);
+    std::vector<double> totals = {loss_sum, double(samples)};
+    sum_over_ranks(pg.get(), totals);
+    s.train_loss = totals[1] > 0 ? totals[0] / totals[1] : 0;
+    s.img_per_s = totals[1] / std::max(s.seconds, 1e-9);
     const bool last = epoch == c.epochs || step >= planned_steps;
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
-      const EvalResult e = evaluate(*model, *test_set, c.test_batch_size, c.workers);
+      const EvalResult e = evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get());
       s.evaluated = true;
       s.test_loss = e.loss;
       s.top1 = e.top1;
@@ -188,8 +265,8 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
     out << fmt::format(" | {:.0f} img/s | {:.1f} s\n", s.img_per_s, s.seconds);
     out.flush();
     if (metrics) {
-      nlohmann::json j = {{"type", "epoch"},        {"epoch", epoch},
-                          {"steps", s.steps},       {"train_loss", s.train_loss},
+      nlohmann::json j = {{"type", "epoch"},          {"epoch", epoch},
+                          {"steps", s.steps},         {"train_loss", s.train_loss},
                           {"img_per_s", s.img_per_s}, {"seconds", s.seconds}};
       if (s.evaluated) {
         j["test_loss"] = s.test_loss;
@@ -211,6 +288,7 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
   nlohmann::json final_line = {{"type", "final"},
                                {"model", c.model},
                                {"dataset", c.dataset},
+                               {"world_size", world},
                                {"epochs", int(result.epochs.size())},
                                {"steps", result.total_steps},
                                {"test_loss", result.final_test_loss},
@@ -219,6 +297,8 @@ TrainResult train(const TrainConfig& c, std::ostream& out) {
                                {"seconds", result.total_seconds}};
   out << final_line.dump() << "\n";
   if (metrics) *metrics << final_line.dump() << "\n";
+  ddp.reset();
+  if (pg && pg == dist::default_group()) pg->barrier()->wait();  // nobody leaves early
   return result;
 }
 

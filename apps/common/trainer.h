@@ -23,21 +23,34 @@ struct TrainConfig {
   bool nesterov = false;
   std::string lr_schedule = "constant";  // constant | step | multistep | cosine
   double warmup_epochs = 0.0;
-  int64_t lr_step_size = 30;            // epochs (step schedule)
-  std::vector<int64_t> lr_milestones;   // epochs (multistep schedule)
+  int64_t lr_step_size = 30;           // epochs (step schedule)
+  std::vector<int64_t> lr_milestones;  // epochs (multistep schedule)
   double lr_gamma = 0.1;
   double label_smoothing = 0.0;
   uint64_t seed = 1;
   int workers = 2;
-  int eval_every = 1;       // epochs; 0 = only after the last epoch
-  int64_t max_steps = -1;   // stop training after this many steps in total (-1: no limit)
-  std::string metrics_path; // JSONL, one line per epoch and a final line
+  int eval_every = 1;         // epochs; 0 = only after the last epoch
+  int64_t max_steps = -1;     // stop training after this many steps in total (-1: no limit)
+  std::string metrics_path;   // JSONL, one line per epoch and a final line
   bool progress_bar = false;  // \r-updated bar (terminals); otherwise plain lines
+
+  // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
+  // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.
+  std::string backend = "auto";      // gloo | nccl | auto
+  std::string allreduce = "native";  // native | ring
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool overlap = true;                  // false: --no-overlap
+  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16
+  int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
 };
 
 struct EpochSummary {
   int epoch = 0;
   int64_t steps = 0;
+  // Losses and accuracies are over all ranks; img_per_s is the whole job's throughput.
   double train_loss = 0, test_loss = 0, top1 = 0, top5 = 0, img_per_s = 0, seconds = 0;
   bool evaluated = false;
 };
@@ -49,8 +62,8 @@ struct TrainResult {
   double total_seconds = 0;
 };
 
-// Runs the whole training; progress and summaries go to `out`. Throws rg::Error on bad config
-// or data.
+// Runs the whole training; progress and summaries go to `out` (rank 0 only when distributed).
+// Throws rg::Error on bad config or data.
 TrainResult train(const TrainConfig& config, std::ostream& out);
 
 }  // namespace rg::app

@@ -60,6 +60,18 @@ TEST(DistributedSamplerTest, ShuffleIsSharedByRanksAndChangesWithEpoch) {
   EXPECT_NE(of(n, 4, 0, false, true, 0), of(n, 4, 0, false, false, 0));
 }
 
+TEST(StridedSamplerTest, ShardsCoverEveryIndexExactlyOnce) {
+  std::multiset<int64_t> all;
+  for (int r = 0; r < 3; ++r) {
+    StridedSampler s(10, 3, r);
+    V mine = s.indices();
+    EXPECT_EQ(int64_t(mine.size()), s.size());
+    all.insert(mine.begin(), mine.end());
+  }
+  EXPECT_EQ(all, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(StridedSampler(2, 4, 3).size(), 0);
+}
+
 TEST(DistributedSamplerTest, BadArgumentsAreErrors) {
   rg::testing::expect_error([] { DistributedSampler(10, 0, 0); }, "num_replicas must be >= 1");
   rg::testing::expect_error([] { DistributedSampler(10, 2, 2); }, "rank 2 is outside");

@@ -2,6 +2,8 @@
 // match 1 rank with batch N*B after several SGD steps, for both all-reduce algorithms and with
 // and without gradient_as_bucket_view; no_sync accumulation; bucket order and rebuild; the named
 // error for unused parameters; fp16 compression within a looser tolerance.
+#include "comm/ddp.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <functional>
 #include <numeric>
 
-#include "comm/ddp.h"
 #include "comm/init.h"
 #include "data/synthetic.h"
 #include "engine/ops/binary.h"
@@ -27,8 +28,8 @@ constexpr int64_t kB = 8;  // per-rank batch
 const Shape kShape = {1, 28, 28};
 
 std::shared_ptr<nn::Module> model_named(const std::string& name) {
-  return nn::make_model({.name = name, .sample_shape = kShape, .num_classes = 10, .seed = 3,
-                         .dropout = false});
+  return nn::make_model(
+      {.name = name, .sample_shape = kShape, .num_classes = 10, .seed = 3, .dropout = false});
 }
 
 data::Batch batch(const data::SyntheticDataset& d, int64_t first, int64_t count) {
@@ -212,8 +213,8 @@ TEST(Ddp, UnusedParametersAreANamedErrorWithoutFindUnusedParameters) {
   {
     auto model = std::make_shared<PartlyUsed>();
     DistributedDataParallel ddp(model, default_group());
-    const std::string e = rg::testing::error_of(
-        [&] { cross_entropy(ddp(b.inputs), b.targets).backward(); });
+    const std::string e =
+        rg::testing::error_of([&] { cross_entropy(ddp(b.inputs), b.targets).backward(); });
     EXPECT_NE(e.find("unused.weight, unused.bias"), std::string::npos) << e;
     EXPECT_NE(e.find("find_unused_parameters"), std::string::npos) << e;
   }
@@ -235,8 +236,8 @@ TEST(Ddp, UnusedParametersAreANamedErrorWithoutFindUnusedParameters) {
 
 TEST(Ddp, DifferentModelsOnDifferentRanksAreANamedError) {
   auto& pg = *default_group();
-  auto model = nn::make_model({.name = "mlp", .sample_shape = {1, pg.rank() == 1 ? 27 : 28, 28},
-                               .num_classes = 10});
+  auto model = nn::make_model(
+      {.name = "mlp", .sample_shape = {1, pg.rank() == 1 ? 27 : 28, 28}, .num_classes = 10});
   const std::string e = rg::testing::error_of([&] { DistributedDataParallel ddp(model); });
   EXPECT_NE(e.find("on rank 0 but"), std::string::npos) << e;
   EXPECT_NE(e.find("on rank 1"), std::string::npos) << e;
@@ -244,8 +245,10 @@ TEST(Ddp, DifferentModelsOnDifferentRanksAreANamedError) {
 
 TEST(Ddp, ParametersAndBuffersStartFromRankZero) {
   auto& pg = *default_group();
-  auto model = nn::make_model({.name = "resnet18", .sample_shape = {3, 32, 32},
-                               .num_classes = 10, .seed = uint64_t(100 + pg.rank())});
+  auto model = nn::make_model({.name = "resnet18",
+                               .sample_shape = {3, 32, 32},
+                               .num_classes = 10,
+                               .seed = uint64_t(100 + pg.rank())});
   DistributedDataParallel ddp(model);
   for (auto& [name, t] : model->state_dict()) {
     if (!is_floating(t.dtype())) continue;

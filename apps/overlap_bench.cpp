@@ -1,0 +1,192 @@
+// ringgrad-bench overlap. For each model: the compute time of an iteration without DDP (forward,
+// backward, SGD step), then for each bucket size an iteration with DDP, overlapped and not.
+// Communication time is the time the link was busy with the iteration's buckets; exposed
+// communication is what backward's final callback spent waiting for them; overlap efficiency =
+// (communication - exposed) / communication. Medians over the timed iterations, then the mean
+// over ranks.
+#include "apps/overlap_bench.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <numeric>
+
+#include "comm/ddp.h"
+#include "comm/init.h"
+#include "comm/sim_link.h"
+#include "data/synthetic.h"
+#include "engine/ops/factory.h"
+#include "engine/ops/loss.h"
+#include "kernels/error.h"
+#include "layers/models/registry.h"
+#include "layers/optim/optimizer.h"
+
+namespace rg::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double mean_over_ranks(dist::ProcessGroup& pg, double x) {
+  Tensor t = full({1}, x, DType::f64);
+  pg.all_reduce(t, dist::ReduceOp::avg)->wait();
+  return t.item();
+}
+
+struct Row {
+  std::string model, buckets;
+  size_t num_buckets = 0;
+  bool overlap = false;
+  double iter_ms = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0;
+  double efficiency() const { return comm_ms > 0 ? (comm_ms - exposed_ms) / comm_ms : 0; }
+};
+
+// Time the link was busy: the union of the buckets' [start, end] intervals.
+double link_busy_ms(const dist::IterationTimeline& t) {
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> iv;
+  for (const auto& b : t.buckets) iv.emplace_back(b.comm_start, b.comm_end);
+  std::sort(iv.begin(), iv.end());
+  double total = 0;
+  Clock::time_point cur_end{};
+  for (auto [s, e] : iv) {
+    s = std::max(s, cur_end);
+    if (e > s) total += ms(e - s);
+    cur_end = std::max(cur_end, e);
+  }
+  return total;
+}
+
+}  // namespace
+
+CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "overlap", "DDP all-reduce/backward overlap across bucket sizes (run under ringgrad-run)");
+  c->option_defaults()->always_capture_default();
+  c->add_option("--model", o.models, "models to run (toynet, mlp, resnet18)")->delimiter(',');
+  c->add_option("--bucket-mb", o.bucket_mb, "bucket caps in MiB; 'single' = one bucket")
+      ->delimiter(',');
+  c->add_option("--batch-size", o.batch_size, "per rank (0: 64 for toynet/mlp, 16 for resnet18)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--warmup", o.warmup,
+                "untimed iterations per configuration (>= 2: the "
+                "buckets are rebuilt after the first)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--iters", o.iters, "timed iterations per configuration")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--sim-link", o.sim_link,
+                "GBPS,LATENCY_US: all-reduces take the time of such a link and move no data");
+  c->add_option("--allreduce", o.allreduce, "native | ring (real all-reduces)");
+  c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
+  return c;
+}
+
+int run_overlap_bench(const OverlapBenchOptions& o) {
+  dist::InitOptions init;
+  init.backend = "gloo";
+  init.group.algorithm = dist::parse_algorithm(o.allreduce);
+  auto real = dist::init_process_group(init);
+  std::shared_ptr<dist::ProcessGroup> pg = real;
+  if (!o.sim_link.empty())
+    pg = std::make_shared<dist::SimulatedLinkGroup>(real, dist::parse_sim_link(o.sim_link));
+  const bool root = real->rank() == 0;
+  if (root) {
+    fmt::print("# ringgrad-bench overlap: {} ranks, {}\n", real->size(),
+               o.sim_link.empty() ? fmt::format("real gloo all-reduce ({})", o.allreduce)
+                                  : fmt::format("simulated link {} GB/s + {} us per all-reduce "
+                                                "(no data moved)",
+                                                dist::parse_sim_link(o.sim_link).gbps,
+                                                dist::parse_sim_link(o.sim_link).latency_us));
+    fmt::print("# {:<9} {:>7} {:>4} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "model", "bucket", "#",
+               "overlap", "iter ms", "compute", "comm ms", "exposed", "hidden");
+  }
+  std::vector<Row> rows;
+  for (const std::string& name : o.models) {
+    const Shape shape = name == "resnet18" ? Shape{3, 32, 32} : Shape{1, 28, 28};
+    const int64_t batch = o.batch_size > 0 ? o.batch_size : (name == "resnet18" ? 16 : 64);
+    data::SyntheticDataset data(batch, shape, 10, 7);
+    std::vector<int64_t> idx(static_cast<size_t>(batch));
+    std::iota(idx.begin(), idx.end(), 0);
+    const data::Batch b = data.get_batch(idx, 0);
+    auto model = nn::make_model({.name = name, .sample_shape = shape, .num_classes = 10});
+    model->train();
+    optim::Sgd opt(model->parameters(), {.lr = 0.001, .momentum = 0.9});
+    auto timed = [&](const std::function<Tensor(const Tensor&)>& fwd, int n,
+                     const std::function<void()>& after) {
+      std::vector<double> times;
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = Clock::now();
+        opt.zero_grad();
+        cross_entropy(fwd(b.inputs), b.targets).backward();
+        opt.step();
+        times.push_back(ms(Clock::now() - t0));
+        if (after) after();
+      }
+      return times;
+    };
+    auto local = [&](const Tensor& x) { return model->forward(x); };
+    timed(local, o.warmup, nullptr);
+    const double compute = mean_over_ranks(*real, median(timed(local, o.iters, nullptr)));
+    for (const std::string& cap : o.bucket_mb) {
+      for (bool overlap : {true, false}) {
+        dist::DdpOptions d;
+        d.overlap = overlap;
+        d.broadcast_buffers = false;  // the same data every iteration: nothing to keep in sync
+        if (cap == "single") {
+          d.bucket_cap_mb = d.first_bucket_mb = 1e6;
+        } else {
+          d.bucket_cap_mb = std::stod(cap);
+          d.first_bucket_mb = std::min(1.0, d.bucket_cap_mb);
+        }
+        dist::DistributedDataParallel ddp(model, pg, d);
+        auto fwd = [&](const Tensor& x) { return ddp.forward(x); };
+        timed(fwd, std::max(o.warmup, 2), nullptr);
+        std::vector<double> comm, exposed;
+        const auto iters = timed(fwd, o.iters, [&] {
+          const auto& t = ddp.reducer().last_timeline();
+          comm.push_back(link_busy_ms(t));
+          exposed.push_back(ms(t.wait_end - t.wait_start));
+        });
+        Row r{name,
+              cap,
+              ddp.reducer().bucket_names().size(),
+              overlap,
+              mean_over_ranks(*real, median(iters)),
+              compute,
+              mean_over_ranks(*real, median(comm)),
+              mean_over_ranks(*real, median(exposed))};
+        if (root) {
+          fmt::print("  {:<9} {:>7} {:>4} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.0f}%\n",
+                     r.model, r.buckets, r.num_buckets, r.overlap ? "yes" : "no", r.iter_ms,
+                     r.compute_ms, r.comm_ms, r.exposed_ms, 100 * r.efficiency());
+          std::fflush(stdout);
+        }
+        rows.push_back(r);
+      }
+    }
+  }
+  if (root && !o.csv.empty()) {
+    std::ofstream f(o.csv);
+    RG_CHECK(f.good(), "cannot write ", o.csv);
+    f << "model,bucket_mb,buckets,overlap,iter_ms,compute_ms,comm_ms,exposed_ms,efficiency\n";
+    for (const Row& r : rows)
+      f << fmt::format("{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f}\n", r.model, r.buckets,
+                       r.num_buckets, r.overlap ? 1 : 0, r.iter_ms, r.compute_ms, r.comm_ms,
+                       r.exposed_ms, r.efficiency());
+    fmt::print("# wrote {}\n", o.csv);
+  }
+  real->barrier()->wait();
+  pg.reset();
+  dist::destroy_process_group();
+  return 0;
+}
+
+}  // namespace rg::apps

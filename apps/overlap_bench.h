@@ -1,0 +1,30 @@
+// ringgrad-bench overlap: DDP iteration time across bucket sizes with and without overlapping
+// the all-reduces with backward, split into compute, communication and exposed communication.
+// Run it under ringgrad-run; --sim-link studies a slower network on one machine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace rg::apps {
+
+struct OverlapBenchOptions {
+  std::vector<std::string> models = {"toynet", "resnet18"};
+  std::vector<std::string> bucket_mb = {"1", "5", "10", "25", "50", "single"};
+  int64_t batch_size = 0;  // per rank; 0: 64 for toynet/mlp, 16 for resnet18
+  int warmup = 2;
+  int iters = 5;
+  std::string sim_link;  // "GBPS,LATENCY_US"
+  std::string allreduce = "native";
+  std::string csv;
+};
+
+CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o);
+int run_overlap_bench(const OverlapBenchOptions& o);
+
+}  // namespace rg::apps
