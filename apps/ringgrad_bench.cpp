@@ -3,6 +3,7 @@
 //          of several timed windows, with peak memory.
 //   allreduce: all-reduce bandwidth over a size sweep (apps/allreduce_bench.h).
 //   overlap: DDP all-reduce/backward overlap across bucket sizes (apps/overlap_bench.h).
+//   timeline: draws one step of a ringgrad-train --trace file (apps/timeline_plot.h).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -14,6 +15,7 @@
 
 #include "apps/allreduce_bench.h"
 #include "apps/overlap_bench.h"
+#include "apps/timeline_plot.h"
 #include "data/synthetic.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
@@ -101,6 +103,8 @@ int main(int argc, char** argv) {
   CLI::App* allreduce = rg::apps::add_allreduce_command(app, ar);
   rg::apps::OverlapBenchOptions ov;
   CLI::App* overlap = rg::apps::add_overlap_command(app, ov);
+  rg::apps::TimelineOptions tl;
+  CLI::App* timeline = rg::apps::add_timeline_command(app, tl);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
     if (train->parsed()) return run_train_bench(t);
     if (allreduce->parsed()) return rg::apps::run_allreduce_bench(ar);
     if (overlap->parsed()) return rg::apps::run_overlap_bench(ov);
+    if (timeline->parsed()) return rg::apps::run_timeline(tl);
   } catch (const rg::Error& e) {
     std::cerr << "ringgrad-bench: error: " << e.what() << "\n";
     return 1;

@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "allow parameters that get no gradient in some iterations");
+  app.add_option("--trace", c.trace_path,
+                 "write a Chrome/Perfetto trace (one process per rank) of the first steps to FILE");
+  app.add_option("--trace-steps", c.trace_steps, "how many steps --trace records")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--gradient-as-bucket-view", c.gradient_as_bucket_view,
                "gradients live in DDP's buckets (saves a copy and memory)");
   try {

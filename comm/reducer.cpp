@@ -12,6 +12,7 @@
 #include "engine/autograd/node.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace rg::dist {
@@ -195,6 +196,21 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     mark_ready(i, true);
   }
 
+  // The iteration on the timeline: gradient readiness and issue on the compute lane, each
+  // all-reduce on the communication lane, and the wait that was left at the end of backward.
+  void trace_iteration() {
+    trace::name_lane(1, "all-reduce (process group)");
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      const auto& t = timeline.buckets[k];
+      const std::string args = detail::cat("{\"bucket\":", k, ",\"bytes\":", buckets[k].bytes,
+                                           ",\"params\":", buckets[k].params.size(), "}");
+      trace::instant(detail::cat("bucket ", k, " ready"), "ddp", t.ready, 0, args);
+      trace::instant(detail::cat("issue all_reduce ", k), "ddp", t.issued, 0, args);
+      trace::span(detail::cat("all_reduce bucket ", k), "comm", t.comm_start, t.comm_end, 1, args);
+    }
+    trace::span("DDP wait for buckets", "ddp", timeline.wait_start, timeline.wait_end);
+  }
+
   void finalize() {
     NoGradGuard no_grad;
     callback_queued = false;
@@ -222,6 +238,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       timeline.buckets[k].comm_end = buckets[k].work->end_time();
     }
     timeline.wait_end = Clock::now();
+    if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
       if (!b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
     std::vector<char> globally_used(params.size(), 1);

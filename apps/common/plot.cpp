@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -17,6 +18,33 @@ std::string quote(const std::string& s) {
   std::string q = "\"";
   for (char c : s) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
   return q + "\"";
+}
+
+// Writes the script to a temporary file and runs gnuplot on it.
+void run_gnuplot(const std::string& path, const std::string& script_text) {
+  RG_CHECK(std::system("command -v gnuplot >/dev/null 2>&1") == 0, "cannot write ", path,
+           ": gnuplot is not installed (apt-get install gnuplot-nox, or "
+           "run scripts/setup-deps.sh)");
+  char script[] = "/tmp/ringgrad-plot-XXXXXX";
+  const int fd = mkstemp(script);
+  RG_CHECK(fd >= 0, "cannot create a temporary file for gnuplot");
+  close(fd);
+  {
+    std::ofstream f(script);
+    f << script_text;
+  }
+  const std::string cmd = std::string("gnuplot ") + script + " 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    const int rc = pclose(p);
+    std::remove(script);
+    RG_CHECK(rc == 0, "gnuplot failed writing ", path, ": ", out);
+  } else {
+    std::remove(script);
+    RG_FAIL("cannot run gnuplot");
+  }
 }
 
 }  // namespace
@@ -49,26 +77,43 @@ void plot_png(const std::string& path, const PlotSpec& spec, const std::vector<S
     g << (i ? ", " : "") << "$d" << i << " using 1:2 with linespoints lw 2 title "
       << quote(series[i].name);
   g << "\n";
-  char script[] = "/tmp/ringgrad-plot-XXXXXX";
-  const int fd = mkstemp(script);
-  RG_CHECK(fd >= 0, "cannot create a temporary file for gnuplot");
-  close(fd);
-  {
-    std::ofstream f(script);
-    f << g.str();
+  run_gnuplot(path, g.str());
+}
+
+void plot_timeline_png(const std::string& path, const std::string& title,
+                       const std::vector<TimelineRow>& rows) {
+  static const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                  "#b07aa1", "#9c755f", "#76b7b2", "#edc948"};
+  std::vector<std::string> kinds;
+  for (const auto& r : rows)
+    for (const auto& b : r.bars)
+      if (std::find(kinds.begin(), kinds.end(), b.kind) == kinds.end()) kinds.push_back(b.kind);
+  std::ostringstream g;
+  g << "set terminal pngcairo size 1400," << 120 + 45 * rows.size() << " font \",10\"\n"
+    << "set output " << quote(path) << "\nset title " << quote(title) << "\n"
+    << "set xlabel \"time (ms)\"\nset grid x\nset key outside bottom center horizontal\n"
+    << "set yrange [-0.7:" << double(rows.size()) - 0.3 << "]\nset style fill solid 0.9\n"
+    << "set ytics (";
+  for (size_t i = 0; i < rows.size(); ++i)
+    g << (i ? ", " : "") << quote(rows[i].label) << " " << rows.size() - 1 - i;
+  g << ")\n";
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    g << "$k" << k << " << EOD\n";
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (const auto& b : rows[i].bars)
+        if (b.kind == kinds[k]) {
+          const double y = double(rows.size() - 1 - i);
+          g << (b.start_ms + b.end_ms) / 2 << " " << y << " " << b.start_ms << " " << b.end_ms
+            << " " << y - 0.35 << " " << y + 0.35 << "\n";
+        }
+    g << "EOD\n";
   }
-  const std::string cmd = std::string("gnuplot ") + script + " 2>&1";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[512];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    const int rc = pclose(p);
-    std::remove(script);
-    RG_CHECK(rc == 0, "gnuplot failed writing ", path, ": ", out);
-  } else {
-    std::remove(script);
-    RG_FAIL("cannot run gnuplot");
-  }
+  g << "plot ";
+  for (size_t k = 0; k < kinds.size(); ++k)
+    g << (k ? ", " : "") << "$k" << k << " using 1:2:3:4:5:6 with boxxyerror lc rgb \""
+      << kColors[k % 8] << "\" title " << quote(kinds[k]);
+  g << "\n";
+  run_gnuplot(path, g.str());
 }
 
 }  // namespace rg::apps

@@ -21,4 +21,16 @@ struct PlotSpec {
 // Writes `path` (PNG); throws rg::Error saying how to install gnuplot when it is missing.
 void plot_png(const std::string& path, const PlotSpec& spec, const std::vector<Series>& series);
 
+// A timeline (Gantt) picture: one row per lane, one colored bar per span.
+struct TimelineBar {
+  double start_ms, end_ms;
+  std::string kind;  // picks the color; listed in the legend
+};
+struct TimelineRow {
+  std::string label;
+  std::vector<TimelineBar> bars;
+};
+void plot_timeline_png(const std::string& path, const std::string& title,
+                       const std::vector<TimelineRow>& rows);
+
 }  // namespace rg::apps

@@ -21,6 +21,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
@@ -100,6 +101,39 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
   sum_over_ranks(pg, sums);
   RG_CHECK(sums[3] > 0, "evaluation: the test set is empty");
   return {sums[0] / sums[3], sums[1] / sums[3], sums[2] / sums[3]};
+}
+
+// Gathers every rank's trace events on rank 0, which writes the Chrome trace.
+void write_trace(const std::string& path, dist::ProcessGroup* pg) {
+  const std::string mine = trace::serialize(trace::take_events());
+  std::vector<std::string> all = {mine};
+  if (pg && pg->size() > 1) {
+    const int n = pg->size();
+    Tensor len = full({1}, double(mine.size()), DType::i64);
+    Tensor lens = Tensor::empty({n}, DType::i64);
+    pg->all_gather(lens, len)->wait();
+    int64_t max_len = 0;
+    for (int r = 0; r < n; ++r) max_len = std::max(max_len, lens.data<int64_t>()[r]);
+    Tensor buf = zeros({max_len}, DType::u8);
+    std::copy(mine.begin(), mine.end(), buf.data<uint8_t>());
+    Tensor bufs = Tensor::empty({max_len * n}, DType::u8);
+    pg->all_gather(bufs, buf)->wait();
+    all.clear();
+    for (int r = 0; r < n; ++r) {
+      const char* p = reinterpret_cast<const char*>(bufs.data<uint8_t>() + r * max_len);
+      all.emplace_back(p, size_t(lens.data<int64_t>()[r]));
+    }
+  }
+  if (pg && pg->rank() != 0) return;
+  std::vector<std::vector<trace::Event>> events;
+  std::vector<std::string> names;
+  for (size_t r = 0; r < all.size(); ++r) {
+    events.push_back(trace::deserialize(all[r]));
+    names.push_back(fmt::format("rank {}", r));
+  }
+  std::ofstream f(path);
+  RG_CHECK(f.good(), "--trace: cannot write ", path);
+  f << trace::chrome_trace_json(events, names, trace::lane_names());
 }
 
 }  // namespace
@@ -184,6 +218,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         c.grad_accum_steps > 1 ? fmt::format(", {} accumulation steps", c.grad_accum_steps) : "");
   out.flush();
 
+  if (!c.trace_path.empty()) {
+    trace::take_events();  // start from an empty buffer
+    trace::set_enabled(true);
+  }
   TrainResult result;
   const auto run_start = Clock::now();
   int64_t step = 0;
@@ -195,7 +233,12 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     const int64_t epoch_planned = std::min(steps_per_epoch, planned_steps - step);
     const int64_t plain_every = std::max<int64_t>(1, epoch_planned / 10);
     while (step < planned_steps) {
-      auto batch = loader.next();
+      if (trace::enabled() && step >= c.trace_steps) trace::set_enabled(false);
+      std::optional<data::Batch> batch;
+      {
+        trace::Scope t("data wait", "data");
+        batch = loader.next();
+      }
       if (!batch) break;
       // Gradient accumulation: micro-batches until the k-th (or the epoch's last) step the
       // optimizer; the earlier ones skip DDP's all-reduce through no_sync().
@@ -209,11 +252,18 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       {
         std::optional<dist::DistributedDataParallel::NoSync> no_sync;
         if (ddp && !sync) no_sync.emplace(*ddp);
-        const Tensor logits = ddp ? ddp->forward(batch->inputs) : model->forward(batch->inputs);
-        loss = cross_entropy(logits, batch->targets, c.label_smoothing);
+        {
+          trace::Scope t("forward", "step");
+          const Tensor logits = ddp ? ddp->forward(batch->inputs) : model->forward(batch->inputs);
+          loss = cross_entropy(logits, batch->targets, c.label_smoothing);
+        }
+        trace::Scope t("backward", "step");
         (c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss).backward();
       }
-      if (sync) opt->step();
+      if (sync) {
+        trace::Scope t("optimizer step", "step");
+        opt->step();
+      }
       const double l = loss.item();
       RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", step,
                " (try a lower --lr)");
@@ -297,6 +347,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                                {"seconds", result.total_seconds}};
   out << final_line.dump() << "\n";
   if (metrics) *metrics << final_line.dump() << "\n";
+  if (!c.trace_path.empty()) {
+    trace::set_enabled(false);
+    write_trace(c.trace_path, pg.get());
+    out << fmt::format(
+        "ringgrad-train: wrote the trace of the first {} steps to {} (open it in "
+        "https://ui.perfetto.dev or chrome://tracing)\n",
+        std::min(c.trace_steps, result.total_steps), c.trace_path);
+  }
   ddp.reset();
   if (pg && pg == dist::default_group()) pg->barrier()->wait();  // nobody leaves early
   return result;

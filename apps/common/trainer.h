@@ -45,6 +45,10 @@ struct TrainConfig {
   int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+
+  // Chrome/Perfetto trace of the first trace_steps steps (one process per rank); "" = off.
+  std::string trace_path;
+  int64_t trace_steps = 30;
 };
 
 struct EpochSummary {

@@ -9,6 +9,7 @@
 #include "engine/autograd/node.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace rg::autograd {
@@ -49,9 +50,10 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
              "or from tensors without requires_grad?)");
     Tensor seed = gradients[i];
     if (!seed.defined()) {
-      RG_CHECK(root.numel() == 1, "backward: a gradient can be implied only for a scalar root, "
-               "but root ", i, " has shape ", shape_str(root.shape()),
-               "; pass the gradient explicitly");
+      RG_CHECK(root.numel() == 1,
+               "backward: a gradient can be implied only for a scalar root, "
+               "but root ",
+               i, " has shape ", shape_str(root.shape()), "; pass the gradient explicitly");
       seed = ones(root.shape(), root.dtype(), root.device());
     }
     RG_CHECK(seed.shape() == root.shape(), "backward: gradient of shape ", shape_str(seed.shape()),
@@ -110,12 +112,15 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     buffers.erase(node);
     std::vector<Tensor> input_grads;
     if (grad.defined()) {
+      const bool traced = trace::enabled();
+      const auto t0 = traced ? trace::Clock::now() : trace::Clock::time_point{};
       input_grads = node->apply(grad);
       if (!retain_graph) node->release_saved();
+      if (traced) trace::span(node->name(), "backward", t0, trace::Clock::now());
     }
     const auto& edges = node->next_edges();
-    RG_CHECK(input_grads.empty() || input_grads.size() == edges.size(), node->name(),
-             " returned ", input_grads.size(), " gradients for ", edges.size(), " inputs");
+    RG_CHECK(input_grads.empty() || input_grads.size() == edges.size(), node->name(), " returned ",
+             input_grads.size(), " gradients for ", edges.size(), " inputs");
     for (size_t i = 0; i < edges.size(); ++i) {
       Node* next = edges[i].node.get();
       if (next == nullptr) continue;
