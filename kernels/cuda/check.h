@@ -2,6 +2,19 @@
 // file:line, the call and the library's message. Also the checked kernel launch helper.
 #pragma once
 
+#if defined(RG_CUDA_EMU)
+// The .cu file is being compiled as C++ for the CPU emulator (kernels/emu/cuda_emu.h): launches
+// run there and throw rg::Error themselves; only the emulated runtime's statuses can be checked.
+#include "kernels/emu/cuda_emu.h"
+
+#define RG_CUDA_CHECK(call) ::rg::emu::check_status((call), #call, __FILE__, __LINE__)
+
+#define RG_LAUNCH(kernel, grid, block, shmem, stream, ...)                                        \
+  ::rg::emu::launch(::rg::emu::LaunchSite{#kernel, __FILE__, __LINE__}, (grid), (block), (shmem), \
+                    (stream), kernel __VA_OPT__(, ) __VA_ARGS__)
+
+#else  // nvcc
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -40,3 +53,11 @@ inline void check(Status s, const char* call, const char* file, int line) {
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__);                    \
     ::rg::cuda::detail::check(cudaGetLastError(), #kernel, __FILE__, __LINE__);     \
   } while (0)
+
+// Dynamic shared memory as `T* name`, spelled the same in both builds (the emulator cannot
+// provide `extern __shared__ T name[]`). One untyped array, so kernels of a file may differ in T.
+#define RG_DYNAMIC_SHARED(T, name)                                         \
+  extern __shared__ __align__(16) unsigned char rg_dynamic_shared_bytes[]; \
+  T* name = reinterpret_cast<T*>(rg_dynamic_shared_bytes)
+
+#endif  // RG_CUDA_EMU
