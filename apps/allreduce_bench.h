@@ -20,7 +20,7 @@ struct AllreduceBenchOptions {
   int iters = 0;  // 0: automatic (more for small sizes)
   int warmup = 3;
   std::string csv, plot;
-  int64_t chunk_kib = 256;  // the ring's pipelining chunk
+  int64_t chunk_kib = 1024;  // the ring's pipelining chunk
 };
 
 CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o);

@@ -26,7 +26,7 @@ Algorithm parse_algorithm(std::string_view name);  // "native" | "ring"; rg::Err
 struct ProcessGroupOptions {
   Millis timeout = std::chrono::seconds(300);  // per collective, and for joining the group
   Algorithm algorithm = Algorithm::native;
-  size_t ring_chunk_bytes = size_t(256) << 10;  // pipelining granularity of the ring
+  size_t ring_chunk_bytes = size_t(1) << 20;  // pipelining granularity of the ring
   std::string name = "default";                 // namespaces the group's store keys
   // Gloo: the address peers use to reach this rank; empty = 127.0.0.1 for a single-node job,
   // else this host's name.

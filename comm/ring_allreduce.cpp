@@ -41,16 +41,22 @@ class Ring {
         sends.push_back(p2p_.isend(at(a_.data, b, c), chunk_len(b, c) * a_.element_size, right,
                                    slot(first, c)));
     }
+    // A receive for step t+1 is posted as soon as its buffer is free (right after chunk c of
+    // step t was consumed), so the peer never waits for us to ask.
+    auto post_recv = [&](int t, size_t c) {
+      const Block rb = block(mod(r_ - 2 - t, n_));
+      void* dst = t < n_ - 1 ? scratch_at(c) : at(a_.data, rb, c);
+      return p2p_.irecv(dst, chunk_len(rb, c) * a_.element_size, left, slot(t, c));
+    };
+    std::vector<std::unique_ptr<P2POp>> recvs;
     for (int t = first; t < last; ++t) {
       const bool reducing = t < n_ - 1;
       const Block rb = block(mod(r_ - 2 - t, n_));
       const size_t chunks = num_chunks(rb);
-      std::vector<std::unique_ptr<P2POp>> recvs;
-      recvs.reserve(chunks);
-      for (size_t c = 0; c < chunks; ++c) {
-        void* dst = reducing ? scratch_at(c) : at(a_.data, rb, c);
-        recvs.push_back(p2p_.irecv(dst, chunk_len(rb, c) * a_.element_size, left, slot(t, c)));
-      }
+      while (recvs.size() < chunks) recvs.push_back(post_recv(t, recvs.size()));
+      const size_t next_chunks = t + 1 < last ? num_chunks(block(mod(r_ - 3 - t, n_))) : 0;
+      std::vector<std::unique_ptr<P2POp>> next;
+      next.reserve(next_chunks);
       for (size_t c = 0; c < chunks; ++c) {
         recvs[c]->wait(a_.deadline);
         const size_t len = chunk_len(rb, c);
@@ -59,9 +65,12 @@ class Ring {
           a_.reduce(mine, scratch_at(c), len);
           if (t == n_ - 2 && a_.finalize) a_.finalize(mine, len);
         }
-        if (t + 1 < last)
+        if (t + 1 < last) {
           sends.push_back(p2p_.isend(mine, len * a_.element_size, right, slot(t + 1, c)));
+          if (c < next_chunks) next.push_back(post_recv(t + 1, c));
+        }
       }
+      recvs = std::move(next);
     }
     for (auto& s : sends) s->wait(a_.deadline);
   }

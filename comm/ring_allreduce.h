@@ -24,7 +24,7 @@ struct RingArgs {
   std::function<void(void* data, size_t n)> finalize;
   // Receive buffer of at least ring_scratch_bytes(...) bytes.
   void* scratch = nullptr;
-  size_t chunk_bytes = size_t(256) << 10;
+  size_t chunk_bytes = size_t(1) << 20;
   uint64_t slot_base = 0;  // distinct per operation (see ring_slot_base)
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
