@@ -15,7 +15,8 @@ namespace rg::apps {
 
 struct OverlapBenchOptions {
   std::vector<std::string> models = {"toynet", "resnet18"};
-  std::vector<std::string> bucket_mb = {"1", "5", "10", "25", "50", "single"};
+  // MiB caps; "inf": no cap (only DDP's 1 MiB first bucket is separate); "single": one bucket.
+  std::vector<std::string> bucket_mb = {"1", "5", "10", "25", "50", "inf", "single"};
   int64_t batch_size = 0;  // per rank; 0: 64 for toynet/mlp, 16 for resnet18
   int warmup = 2;
   int iters = 5;

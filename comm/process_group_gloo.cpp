@@ -12,6 +12,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -316,6 +317,9 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                    ProcessGroupOptions options)
     : ProcessGroup(rank, size, std::move(options)), impl_(std::make_unique<Impl>(*this)) {
   RG_CHECK(store != nullptr, "ProcessGroupGloo needs a store");
+  // Gloo writes to peer sockets without MSG_NOSIGNAL: a peer that died must give us an error
+  // naming it, not a SIGPIPE that kills this rank too.
+  std::signal(SIGPIPE, SIG_IGN);
   impl_->store = std::make_shared<PrefixStore>("pg/" + options_.name, std::move(store));
   impl_->join(rank, size);
   impl_->p2p = std::make_unique<GlooP2P>(impl_->context);
