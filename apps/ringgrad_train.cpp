@@ -64,8 +64,13 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   app.add_flag("--no-overlap", no_overlap,
                "all-reduce the buckets after backward instead of during it (for comparison)");
-  app.add_option("--comm-hook", c.comm_hook, "allreduce | fp16 | bf16 (gradient compression)")
-      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
+  app.add_option("--comm-hook", c.comm_hook,
+                 "allreduce | fp16 | bf16 | powersgd (gradient compression)")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16", "powersgd"}));
+  app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD matrix approximation rank")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--powersgd-start-iter", c.powersgd_start_iter,
+                 "plain all-reduce for the first N iterations (>= 2)");
   app.add_option("--grad-accum-steps", c.grad_accum_steps,
                  "micro-batches per optimizer step (DDP no_sync for all but the last)")
       ->check(CLI::PositiveNumber);

@@ -34,8 +34,9 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     std::vector<size_t> params;  // parameter indices, in bucket order
     std::vector<Tensor> views;   // per position: a view of flat shaped like the parameter
     size_t bytes = 0;
-    size_t pending = 0;  // gradients still missing this iteration
-    Tensor comm;         // what is all-reduced: flat, or its compressed copy
+    size_t pending = 0;     // gradients still missing this iteration
+    Tensor comm;            // what is all-reduced: flat, or its compressed copy
+    bool powersgd = false;  // this iteration went through PowerSGD's first phase
     WorkPtr work;
   };
 
@@ -51,6 +52,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   bool armed = false, callback_queued = false;
   int rebuilds = 0;
   int64_t synced = 0;
+  std::unique_ptr<PowerSgd> powersgd;
   IterationTimeline timeline;
 
   size_t param_bytes(size_t i) const {
@@ -117,6 +119,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       order[i] = size_t(p);
     }
     build(assignment_for(order));
+    if (powersgd) powersgd->reset();
     ++rebuilds;
   }
 
@@ -129,6 +132,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       b.pending = b.params.size();
       b.work.reset();
       b.comm = Tensor();
+      b.powersgd = false;
     }
     timeline = IterationTimeline{};
     timeline.buckets.resize(buckets.size());
@@ -172,7 +176,12 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
 
   void launch(size_t k) {
     Bucket& b = buckets[k];
-    if (opt.comm_hook == "fp16")
+    if (powersgd && synced >= opt.powersgd.start_iter && b.dtype == DType::f32) {
+      std::vector<Shape> shapes;
+      for (size_t p : b.params) shapes.push_back(params[p].second.shape());
+      b.comm = powersgd->begin(k, b.flat, shapes);
+      b.powersgd = true;
+    } else if (opt.comm_hook == "fp16")
       b.comm = b.flat.to(DType::f16);
     else if (opt.comm_hook == "bf16")
       b.comm = b.flat.to(DType::bf16);
@@ -237,10 +246,21 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       timeline.buckets[k].comm_start = buckets[k].work->start_time();
       timeline.buckets[k].comm_end = buckets[k].work->end_time();
     }
+    // PowerSGD's second round (the Q factors), issued in bucket order on every rank.
+    std::vector<std::pair<size_t, std::pair<Tensor, WorkPtr>>> second;
+    for (size_t k = 0; k < buckets.size(); ++k)
+      if (buckets[k].powersgd) {
+        Tensor q = powersgd->middle(k, buckets[k].flat, buckets[k].comm);
+        second.push_back({k, {q, pg->all_reduce(q, ReduceOp::sum)}});
+      }
+    for (auto& [k, qw] : second) {
+      qw.second->wait();
+      powersgd->finish(k, buckets[k].flat, qw.first);
+    }
     timeline.wait_end = Clock::now();
     if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
-      if (!b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
+      if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
     std::vector<char> globally_used(params.size(), 1);
     if (opt.find_unused_parameters) {
       Tensor used = Tensor::empty({int64_t(params.size())}, DType::i32);
@@ -271,11 +291,22 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   RG_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb must be positive");
   RG_CHECK(options.first_bucket_mb > 0, "first_bucket_mb must be positive");
   RG_CHECK(options.comm_hook == "allreduce" || options.comm_hook == "fp16" ||
-               options.comm_hook == "bf16",
-           "unknown DDP comm hook '", options.comm_hook, "' (expected allreduce, fp16 or bf16)");
+               options.comm_hook == "bf16" || options.comm_hook == "powersgd",
+           "unknown DDP comm hook '", options.comm_hook,
+           "' (expected allreduce, fp16, bf16 or powersgd)");
+  if (options.comm_hook == "powersgd") {
+    RG_CHECK(options.powersgd.rank >= 1, "PowerSGD rank must be >= 1");
+    // Its error and Q state belong to a bucket layout, which changes once after iteration 1.
+    RG_CHECK(options.powersgd.start_iter >= 2,
+             "PowerSGD start_iter must be >= 2 (the buckets "
+             "are rebuilt after the first iteration), got ",
+             options.powersgd.start_iter);
+  }
   State& s = *state_;
   s.pg = std::move(pg);
   s.opt = options;
+  if (options.comm_hook == "powersgd")
+    s.powersgd = std::make_unique<PowerSgd>(options.powersgd, s.pg->size());
   for (auto& [name, t] : params)
     if (t.requires_grad()) s.params.emplace_back(name, t);
   RG_CHECK(!s.params.empty(), "DDP: the module has no parameters that require a gradient");

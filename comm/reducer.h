@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/powersgd.h"
 #include "comm/process_group.h"
 #include "engine/tensor.h"
 
@@ -22,7 +23,8 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool overlap = true;  // false: every bucket is all-reduced after backward (for comparison)
-  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16
+  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
+  PowerSgdOptions powersgd;             // with comm_hook "powersgd"
 };
 
 // What happened to each bucket in the last synchronized backward (steady-clock times).

@@ -173,6 +173,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     o.first_bucket_mb = c.first_bucket_mb;
     o.overlap = c.overlap;
     o.comm_hook = c.comm_hook;
+    o.powersgd.rank = c.powersgd_rank;
+    o.powersgd.start_iter = c.powersgd_start_iter;
+    o.powersgd.seed = c.seed;
     o.find_unused_parameters = c.find_unused_parameters;
     o.gradient_as_bucket_view = c.gradient_as_bucket_view;
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);

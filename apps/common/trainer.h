@@ -41,7 +41,9 @@ struct TrainConfig {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool overlap = true;                  // false: --no-overlap
-  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16
+  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
+  int powersgd_rank = 1;
+  int64_t powersgd_start_iter = 10;
   int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
