@@ -41,7 +41,7 @@ void expect_close(const std::vector<T>& got, const std::vector<U>& want, double 
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = as_double(got[i]), w = as_double(want[i]);
-    if (std::isnan(w) && std::isnan(g)) continue;
+    if ((std::isnan(w) && std::isnan(g)) || g == w) continue;  // g == w: equal infinities too
     if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
       ADD_FAILURE() << what << ": element " << i << " of " << got.size() << " is " << g
                     << ", expected " << w;

@@ -1,0 +1,18 @@
+// CUDA fill and dtype casts on device arrays: the device side of Tensor::fill_ and
+// Tensor::to(dtype), bit-identical with kernels/cpu/cast.h (f16/bf16 round to nearest even; f64 ->
+// f16/bf16 goes through f32, as on the CPU). Plain C++ header: `stream` is a cudaStream_t.
+#pragma once
+
+#include <cstdint>
+
+namespace rg::kernels::cuda {
+
+// out[i] = value for i < n: float, double, Half, BFloat16, int64_t, int32_t, uint8_t.
+template <class T>
+void fill(T* out, T value, int64_t n, void* stream);
+
+// dst[i] = convert<To>(src[i]) for i < n: every pair of float, double, Half and BFloat16.
+template <class From, class To>
+void cast(const From* src, To* dst, int64_t n, void* stream);
+
+}  // namespace rg::kernels::cuda

@@ -1,0 +1,24 @@
+// CUDA evaluation metrics on device arrays, with the semantics of engine/ops/metrics.h: argmax
+// along a dimension and top-k hit counts (accuracy = count / n). Plain C++ header: `stream` is a
+// cudaStream_t.
+#pragma once
+
+#include <cstdint>
+
+namespace rg::kernels::cuda {
+
+// Instantiated for float, double, Half and BFloat16 (compared in f32 for the half types). NaN
+// counts as the largest value and ties go to the lowest index, like torch.argmax.
+
+// out[o, i] = the index k < c of the largest x[o, k, i] (input viewed as (outer, c, inner), c > 0).
+template <class T>
+void argmax(const T* x, int64_t* out, int64_t outer, int64_t c, int64_t inner, void* stream);
+
+// correct[0] = the number of rows of logits [n, c] whose target (i64 [n]) is among the k
+// largest values, ties ranked by index so exactly k classes are "in the top k"; 1 <= k <= c.
+// A target outside [0, c) counts as a miss. Integer atomics across blocks: deterministic.
+template <class T>
+void topk_correct(const T* logits, const int64_t* target, int64_t n, int64_t c, int64_t k,
+                  int64_t* correct, void* stream);
+
+}  // namespace rg::kernels::cuda

@@ -1,0 +1,43 @@
+// CUDA 2-D max and average pooling on NCHW device arrays (floor mode), forward and backward, with
+// the geometry and semantics of kernels/cpu/pool.h; plus global average pooling
+// (adaptive_avg_pool2d to 1x1). Plain C++ header: `stream` is a cudaStream_t.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/pool.h"
+
+namespace rg::kernels::cuda {
+
+// Instantiated for float, double, Half and BFloat16; the half types compute in f32. The geometry
+// must be consistent: ho = (h + 2 * ph - kh) / sh + 1 (likewise wo), 0 <= ph <= kh / 2.
+// Backward passes gather (one thread per input pixel, windows in the CPU's order) instead of
+// scattering with atomics, so they are deterministic.
+using cpu::Pool2dGeometry;
+
+// y = the window maxima (padding counts as -inf; NaN wins); argmax holds each maximum's index
+// inside its input plane (ih * w + iw), the first one on ties.
+template <class T>
+void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, void* stream);
+// gx[j] = sum of gy over the windows whose argmax is j (argmax from max_pool2d_forward).
+template <class T>
+void max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax, T* gx,
+                         void* stream);
+
+// y = window sums divided by the window size clipped to the padded input (count_include_pad)
+// or to the input itself.
+template <class T>
+void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad,
+                        void* stream);
+template <class T>
+void avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx, bool count_include_pad,
+                         void* stream);
+
+// y[p] = mean of the hw values of plane p (adaptive_avg_pool2d with output size (1, 1)).
+template <class T>
+void adaptive_avg_pool2d_1x1_forward(const T* x, T* y, int64_t planes, int64_t hw, void* stream);
+// gx[p, i] = gy[p] / hw
+template <class T>
+void adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t planes, int64_t hw, void* stream);
+
+}  // namespace rg::kernels::cuda

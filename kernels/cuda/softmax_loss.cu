@@ -1,0 +1,364 @@
+// Softmax-family kernels. Rows (inner == 1) take one block each: a block max, then a block sum of
+// exp(x - max), both warp shuffles then shared memory. Other dimensions take one thread per
+// (outer, inner) column, whose reads are coalesced across the threads of a warp. Loss means add
+// per-row values in one finishing block, so they do not depend on timing.
+#include <math.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/cuda/softmax_loss.h"
+#include "kernels/error.h"
+#include "kernels/half.h"
+
+namespace rg::kernels::cuda {
+namespace {
+
+using detail::block_reduce;
+using detail::blocks_for;
+using detail::compute_t;
+using detail::dev;
+using detail::device_t;
+using detail::exp_;
+using detail::grid_start;
+using detail::grid_stride;
+using detail::kFullMask;
+using detail::kThreads;
+using detail::load;
+using detail::log_;
+using detail::MaxOp;
+using detail::store;
+using detail::SumOp;
+
+constexpr unsigned int kRowThreads = 256;  // at most, per row block
+constexpr unsigned int kFinishThreads = 1024;
+constexpr int64_t kMaxGrid = 65535;  // row loops cover the rest
+
+template <class A>
+__device__ __forceinline__ A nan_value() {
+  return static_cast<A>(NAN);
+}
+
+template <class D>
+__global__ void softmax_rows_kernel(const D* x, D* out, int64_t rows, int64_t c, bool log_out) {
+  using A = compute_t<D>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const D* p = x + row * c;
+    D* q = out + row * c;
+    A m = -INFINITY;
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x) m = MaxOp{}(m, load(p[k]));
+    m = block_reduce(m, MaxOp{}, A(-INFINITY), scratch);
+    A s = 0;
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x) s += exp_(load(p[k]) - m);
+    s = block_reduce(s, SumOp{}, A(0), scratch);
+    if (log_out) {
+      const A lse = m + log_(s);
+      for (int64_t k = threadIdx.x; k < c; k += blockDim.x) q[k] = store<D>(load(p[k]) - lse);
+    } else {
+      for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
+        q[k] = store<D>(exp_(load(p[k]) - m) / s);
+      }
+    }
+  }
+}
+
+template <class D>
+__global__ void softmax_columns_kernel(const D* x, D* out, int64_t outer, int64_t c, int64_t inner,
+                                       bool log_out) {
+  using A = compute_t<D>;
+  for (int64_t t = grid_start(); t < outer * inner; t += grid_stride()) {
+    const int64_t base = t / inner * c * inner + t % inner;
+    const D* p = x + base;
+    D* q = out + base;
+    A m = -INFINITY;
+    for (int64_t k = 0; k < c; ++k) m = MaxOp{}(m, load(p[k * inner]));
+    A s = 0;
+    for (int64_t k = 0; k < c; ++k) s += exp_(load(p[k * inner]) - m);
+    const A lse = m + log_(s);
+    for (int64_t k = 0; k < c; ++k) {
+      const A v = load(p[k * inner]);
+      q[k * inner] = store<D>(log_out ? v - lse : exp_(v - m) / s);
+    }
+  }
+}
+
+// log: grad_in = g - exp(y) * sum(g); softmax: grad_in = y * (g - sum(g * y)).
+template <class D>
+__global__ void softmax_backward_rows_kernel(const D* grad, const D* out, D* grad_in, int64_t rows,
+                                             int64_t c, bool log_out) {
+  using A = compute_t<D>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const D* g = grad + row * c;
+    const D* y = out + row * c;
+    D* gi = grad_in + row * c;
+    A s = 0;
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
+      s += log_out ? load(g[k]) : load(g[k]) * load(y[k]);
+    }
+    s = block_reduce(s, SumOp{}, A(0), scratch);
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
+      const A gk = load(g[k]), yk = load(y[k]);
+      gi[k] = store<D>(log_out ? gk - exp_(yk) * s : yk * (gk - s));
+    }
+  }
+}
+
+template <class D>
+__global__ void softmax_backward_columns_kernel(const D* grad, const D* out, D* grad_in,
+                                                int64_t outer, int64_t c, int64_t inner,
+                                                bool log_out) {
+  using A = compute_t<D>;
+  for (int64_t t = grid_start(); t < outer * inner; t += grid_stride()) {
+    const int64_t base = t / inner * c * inner + t % inner;
+    const D* g = grad + base;
+    const D* y = out + base;
+    D* gi = grad_in + base;
+    A s = 0;
+    for (int64_t k = 0; k < c; ++k) {
+      s += log_out ? load(g[k * inner]) : load(g[k * inner]) * load(y[k * inner]);
+    }
+    for (int64_t k = 0; k < c; ++k) {
+      const A gk = load(g[k * inner]), yk = load(y[k * inner]);
+      gi[k * inner] = store<D>(log_out ? gk - exp_(yk) * s : yk * (gk - s));
+    }
+  }
+}
+
+// One block: loss = -sum_i log_probs[i, target[i]] / n.
+template <class D>
+__global__ void nll_loss_kernel(const D* log_probs, const int64_t* target, D* loss, int64_t n,
+                                int64_t c) {
+  using A = compute_t<D>;
+  __shared__ A scratch[32];
+  A acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t t = target[i];
+    acc -= (t >= 0 && t < c) ? load(log_probs[i * c + t]) : nan_value<A>();
+  }
+  acc = block_reduce(acc, SumOp{}, A(0), scratch);
+  if (threadIdx.x == 0) *loss = store<D>(acc / static_cast<A>(n));
+}
+
+template <class D>
+__global__ void nll_loss_backward_kernel(const int64_t* target, const D* grad_loss, D* grad_in,
+                                         int64_t n, int64_t c) {
+  using A = compute_t<D>;
+  const A value = -load(*grad_loss) / static_cast<A>(n);
+  for (int64_t idx = grid_start(); idx < n * c; idx += grid_stride()) {
+    grad_in[idx] = store<D>(idx % c == target[idx / c] ? value : A(0));
+  }
+}
+
+// One block per row: lse[i] and the row's smoothed loss into row_loss[i].
+template <class D>
+__global__ void cross_entropy_rows_kernel(const D* logits, const int64_t* target, D* lse,
+                                          compute_t<D>* row_loss, int64_t n, int64_t c,
+                                          compute_t<D> eps) {
+  using A = compute_t<D>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const D* p = logits + row * c;
+    A m = -INFINITY;
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x) m = MaxOp{}(m, load(p[k]));
+    m = block_reduce(m, MaxOp{}, A(-INFINITY), scratch);
+    A s = 0, sx = 0;
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
+      const A v = load(p[k]);
+      s += exp_(v - m);
+      sx += v;
+    }
+    s = block_reduce(s, SumOp{}, A(0), scratch);
+    sx = block_reduce(sx, SumOp{}, A(0), scratch);
+    if (threadIdx.x == 0) {
+      const A l = m + log_(s);
+      lse[row] = store<D>(l);
+      const int64_t t = target[row];
+      const A nll = (t >= 0 && t < c) ? l - load(p[t]) : nan_value<A>();
+      // mean_j(-log_softmax[i, j]) = lse_i - mean_j x[i, j]
+      const A smooth = l - sx / static_cast<A>(c);
+      row_loss[row] = (A(1) - eps) * nll + eps * smooth;
+    }
+  }
+}
+
+// One block: loss = sum_i row_loss[i] / n.
+template <class D>
+__global__ void mean_rows_kernel(const compute_t<D>* row_loss, D* loss, int64_t n) {
+  using A = compute_t<D>;
+  __shared__ A scratch[32];
+  A acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += row_loss[i];
+  acc = block_reduce(acc, SumOp{}, A(0), scratch);
+  if (threadIdx.x == 0) *loss = store<D>(acc / static_cast<A>(n));
+}
+
+template <class D>
+__global__ void cross_entropy_backward_kernel(const D* logits, const int64_t* target, const D* lse,
+                                              const D* grad_loss, D* grad_in, int64_t n, int64_t c,
+                                              compute_t<D> eps) {
+  using A = compute_t<D>;
+  const A scale = load(*grad_loss) / static_cast<A>(n);
+  const A uniform = eps / static_cast<A>(c);
+  for (int64_t idx = grid_start(); idx < n * c; idx += grid_stride()) {
+    const int64_t i = idx / c;
+    A v = exp_(load(logits[idx]) - load(lse[i])) - uniform;
+    if (idx % c == target[i]) v -= A(1) - eps;
+    grad_in[idx] = store<D>(v * scale);
+  }
+}
+
+// Threads for a row of `len` elements: whole warps, at most kRowThreads.
+unsigned int row_threads(int64_t len) {
+  return static_cast<unsigned int>(std::clamp<int64_t>((len + 31) / 32 * 32, 32, kRowThreads));
+}
+
+unsigned int row_grid(int64_t rows) { return static_cast<unsigned int>(std::min(rows, kMaxGrid)); }
+
+void check_sizes(const char* op, int64_t outer, int64_t c, int64_t inner) {
+  RG_CHECK(outer >= 0 && c >= 0 && inner >= 0, op, ": sizes must be non-negative, got outer ",
+           outer, ", c ", c, ", inner ", inner);
+}
+
+void check_rows(const char* op, int64_t n, int64_t c) {
+  RG_CHECK(n >= 0 && c > 0, op, ": needs n >= 0 rows of c > 0 classes, got n ", n, ", c ", c);
+}
+
+void check_smoothing(const char* op, double label_smoothing) {
+  RG_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
+           ": label_smoothing must be in [0, 1], got ", label_smoothing);
+}
+
+template <class T>
+void softmax_forward(const char* op, const T* x, T* out, int64_t outer, int64_t c, int64_t inner,
+                     bool log_out, void* stream) {
+  using D = device_t<T>;
+  check_sizes(op, outer, c, inner);
+  if (outer == 0 || c == 0 || inner == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (inner == 1) {
+    RG_LAUNCH(softmax_rows_kernel<D>, row_grid(outer), row_threads(c), 0, s, dev(x), dev(out),
+              outer, c, log_out);
+  } else {
+    RG_LAUNCH(softmax_columns_kernel<D>, blocks_for(outer * inner), kThreads, 0, s, dev(x),
+              dev(out), outer, c, inner, log_out);
+  }
+}
+
+template <class T>
+void softmax_grad(const char* op, const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
+                  int64_t inner, bool log_out, void* stream) {
+  using D = device_t<T>;
+  check_sizes(op, outer, c, inner);
+  if (outer == 0 || c == 0 || inner == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (inner == 1) {
+    RG_LAUNCH(softmax_backward_rows_kernel<D>, row_grid(outer), row_threads(c), 0, s, dev(grad),
+              dev(out), dev(grad_in), outer, c, log_out);
+  } else {
+    RG_LAUNCH(softmax_backward_columns_kernel<D>, blocks_for(outer * inner), kThreads, 0, s,
+              dev(grad), dev(out), dev(grad_in), outer, c, inner, log_out);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner, void* stream) {
+  softmax_forward("softmax", x, out, outer, c, inner, false, stream);
+}
+
+template <class T>
+void softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
+                      int64_t inner, void* stream) {
+  softmax_grad("softmax_backward", grad, out, grad_in, outer, c, inner, false, stream);
+}
+
+template <class T>
+void log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner, void* stream) {
+  softmax_forward("log_softmax", x, out, outer, c, inner, true, stream);
+}
+
+template <class T>
+void log_softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
+                          int64_t inner, void* stream) {
+  softmax_grad("log_softmax_backward", grad, out, grad_in, outer, c, inner, true, stream);
+}
+
+template <class T>
+void nll_loss(const T* log_probs, const int64_t* target, T* loss, int64_t n, int64_t c,
+              void* stream) {
+  using D = device_t<T>;
+  check_rows("nll_loss", n, c);
+  RG_LAUNCH(nll_loss_kernel<D>, 1u, kFinishThreads, 0, static_cast<cudaStream_t>(stream),
+            dev(log_probs), target, dev(loss), n, c);
+}
+
+template <class T>
+void nll_loss_backward(const int64_t* target, const T* grad_loss, T* grad_in, int64_t n, int64_t c,
+                       void* stream) {
+  using D = device_t<T>;
+  check_rows("nll_loss_backward", n, c);
+  if (n == 0) return;
+  RG_LAUNCH(nll_loss_backward_kernel<D>, blocks_for(n * c), kThreads, 0,
+            static_cast<cudaStream_t>(stream), target, dev(grad_loss), dev(grad_in), n, c);
+}
+
+int64_t cross_entropy_workspace_bytes(int64_t n) {
+  return std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(double));
+}
+
+template <class T>
+void cross_entropy(const T* logits, const int64_t* target, T* lse, T* loss, int64_t n, int64_t c,
+                   double label_smoothing, void* workspace, void* stream) {
+  using D = device_t<T>;
+  using A = compute_t<D>;
+  check_rows("cross_entropy", n, c);
+  check_smoothing("cross_entropy", label_smoothing);
+  RG_CHECK(workspace != nullptr, "cross_entropy: needs a workspace of ",
+           cross_entropy_workspace_bytes(n), " bytes, got null");
+  const auto s = static_cast<cudaStream_t>(stream);
+  A* row_loss = static_cast<A*>(workspace);
+  if (n > 0) {
+    RG_LAUNCH(cross_entropy_rows_kernel<D>, row_grid(n), row_threads(c), 0, s, dev(logits), target,
+              dev(lse), row_loss, n, c, static_cast<A>(label_smoothing));
+  }
+  RG_LAUNCH(mean_rows_kernel<D>, 1u, kFinishThreads, 0, s, row_loss, dev(loss), n);
+}
+
+template <class T>
+void cross_entropy_backward(const T* logits, const int64_t* target, const T* lse,
+                            const T* grad_loss, T* grad_in, int64_t n, int64_t c,
+                            double label_smoothing, void* stream) {
+  using D = device_t<T>;
+  using A = compute_t<D>;
+  check_rows("cross_entropy_backward", n, c);
+  check_smoothing("cross_entropy_backward", label_smoothing);
+  if (n == 0) return;
+  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0,
+            static_cast<cudaStream_t>(stream), dev(logits), target, dev(lse), dev(grad_loss),
+            dev(grad_in), n, c, static_cast<A>(label_smoothing));
+}
+
+#define RG_INSTANTIATE_SOFTMAX_LOSS(T)                                                             \
+  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, void*);                        \
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, void*);     \
+  template void log_softmax<T>(const T*, T*, int64_t, int64_t, int64_t, void*);                    \
+  template void log_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, void*); \
+  template void nll_loss<T>(const T*, const int64_t*, T*, int64_t, int64_t, void*);                \
+  template void nll_loss_backward<T>(const int64_t*, const T*, T*, int64_t, int64_t, void*);       \
+  template void cross_entropy<T>(const T*, const int64_t*, T*, T*, int64_t, int64_t, double,       \
+                                 void*, void*);                                                    \
+  template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, T*,        \
+                                          int64_t, int64_t, double, void*);
+RG_INSTANTIATE_SOFTMAX_LOSS(float)
+RG_INSTANTIATE_SOFTMAX_LOSS(double)
+RG_INSTANTIATE_SOFTMAX_LOSS(Half)
+RG_INSTANTIATE_SOFTMAX_LOSS(BFloat16)
+#undef RG_INSTANTIATE_SOFTMAX_LOSS
+
+}  // namespace rg::kernels::cuda

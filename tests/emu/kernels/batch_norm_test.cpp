@@ -1,0 +1,257 @@
+// kernels/cuda/batch_norm_stats.cu under the CUDA emulator against kernels/cpu/batch_norm.h:
+// per-channel statistics, normalize + affine, running-stat update and the backward, in f32, f16
+// and bf16 (the CPU kernel in f32 on the converted inputs), awkward sizes; bit-identical reruns.
+#include "kernels/cpu/batch_norm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "emu/kernels/kernel_test_util.h"
+#include "emu/kernels/reference_util.h"
+#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/error.h"
+
+namespace rg::emu_kernel_test {
+namespace {
+
+namespace cu = kernels::cuda;
+namespace cpu = kernels::cpu;
+
+// The CUDA kernels exist for f32 and the half types (statistics are f32 either way).
+template <class F>
+void for_each_type(F&& f) {
+  const auto one = [&]<class T>() {
+    SCOPED_TRACE(type_name<T>());
+    f.template operator()<T>();
+  };
+  one.template operator()<float>();
+  one.template operator()<Half>();
+  one.template operator()<BFloat16>();
+}
+
+// (n, c, hw): channels of 1, 31, 33, 1000 and 4097 values, [N, C] inputs (hw = 1), many channels.
+std::vector<std::array<int64_t, 3>> shapes() {
+  std::vector<std::array<int64_t, 3>> s;
+  for (int64_t hw : kAwkwardSizes) s.push_back({2, 3, hw});
+  for (int64_t n : kAwkwardSizes) s.push_back({n, 5, 1});
+  s.push_back({1, 33, 31});
+  s.push_back({3, 1, 1000});
+  return s;
+}
+
+std::string describe(const char* op, const char* type, const std::array<int64_t, 3>& s) {
+  return ::rg::detail::cat(op, " ", type, " [", s[0], ", ", s[1], ", ", s[2], "]");
+}
+
+constexpr double kEps = 1e-5;
+
+// The CPU statistics of x (in f32 on the converted values), in double and as f32.
+struct Stats {
+  std::vector<double> mean, var, invstd;
+  std::vector<float> mean_f, invstd_f;
+};
+
+Stats cpu_stats(const std::vector<float>& x, int64_t n, int64_t c, int64_t hw) {
+  Stats s{std::vector<double>(static_cast<size_t>(c)),
+          std::vector<double>(static_cast<size_t>(c)),
+          std::vector<double>(static_cast<size_t>(c)),
+          {},
+          {}};
+  cpu::batch_norm_stats<float>(x.data(), n, c, hw, s.mean.data(), s.var.data());
+  for (int64_t ch = 0; ch < c; ++ch)
+    s.invstd[size_t(ch)] = 1.0 / std::sqrt(s.var[size_t(ch)] + kEps);
+  s.mean_f = convert_all<float>(s.mean);
+  s.invstd_f = convert_all<float>(s.invstd);
+  return s;
+}
+
+template <class T>
+void check_stats(const std::array<int64_t, 3>& shape) {
+  const auto [n, c, hw] = shape;
+  // Offset values: a large mean next to the spread is where one-pass variance would cancel.
+  const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 1), 3.f, 7.f);
+  std::vector<float> mean(static_cast<size_t>(c)), var(static_cast<size_t>(c)),
+      invstd(static_cast<size_t>(c));
+  cu::batch_norm_stats<T>(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), kEps,
+                          nullptr);
+  const Stats want = cpu_stats(convert_all<float>(x), n, c, hw);
+  // f32 statistics whatever the storage type.
+  expect_close(mean, want.mean, 1e-6, 1e-5,
+               describe("batch_norm_stats mean", type_name<T>(), shape));
+  expect_close(var, want.var, 1e-6, 1e-4, describe("batch_norm_stats var", type_name<T>(), shape));
+  expect_close(invstd, want.invstd, 1e-6, 1e-4,
+               describe("batch_norm_stats invstd", type_name<T>(), shape));
+}
+
+template <class T>
+void check_apply(const std::array<int64_t, 3>& shape, bool affine) {
+  const auto [n, c, hw] = shape;
+  const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 2));
+  const auto weight = random_values<T>(c, uint64_t(c + 3), 0.5f, 1.5f);
+  const auto bias = random_values<T>(c, uint64_t(c + 4));
+  const auto xf = convert_all<float>(x);
+  const Stats st = cpu_stats(xf, n, c, hw);
+  std::vector<T> y(x.size());
+  cu::batch_norm_apply<T>(x.data(), n, c, hw, st.mean_f.data(), st.invstd_f.data(),
+                          affine ? weight.data() : nullptr, affine ? bias.data() : nullptr,
+                          y.data(), nullptr);
+  const auto wf = convert_all<float>(weight), bf = convert_all<float>(bias);
+  std::vector<float> want(x.size());
+  cpu::batch_norm_apply<float>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                               affine ? wf.data() : nullptr, affine ? bf.data() : nullptr,
+                               want.data());
+  expect_close(
+      y, want, 1e-5, default_rtol<T>(),
+      describe(affine ? "batch_norm_apply affine" : "batch_norm_apply", type_name<T>(), shape));
+}
+
+template <class T>
+void check_backward(const std::array<int64_t, 3>& shape, bool affine, bool batch_stats) {
+  const auto [n, c, hw] = shape;
+  const int64_t m = n * hw;
+  const std::string what =
+      ::rg::detail::cat(affine ? " affine" : "", batch_stats ? " batch_stats" : " running_stats");
+  const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 5));
+  const auto gy = random_values<T>(n * c * hw, uint64_t(n * c * hw + 6));
+  const auto weight = random_values<T>(c, uint64_t(c + 7), 0.5f, 1.5f);
+  const auto xf = convert_all<float>(x), gyf = convert_all<float>(gy),
+             wf = convert_all<float>(weight);
+  const Stats st = cpu_stats(xf, n, c, hw);
+  std::vector<T> gx(x.size()), gw(static_cast<size_t>(c)), gb(static_cast<size_t>(c));
+  cu::batch_norm_backward<T>(gy.data(), x.data(), n, c, hw, st.mean_f.data(), st.invstd_f.data(),
+                             affine ? weight.data() : nullptr, batch_stats, gx.data(), gw.data(),
+                             gb.data(), nullptr);
+  std::vector<float> want_gx(x.size()), want_gw(static_cast<size_t>(c)),
+      want_gb(static_cast<size_t>(c));
+  cpu::batch_norm_backward<float>(gyf.data(), xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                                  affine ? wf.data() : nullptr, batch_stats, want_gx.data(),
+                                  want_gw.data(), want_gb.data());
+  // Sums over the m values of a channel carry m roundings of terms of size ~1.
+  const double sum_atol = 2e-6 * double(m);
+  expect_close(gb, want_gb, sum_atol, default_rtol<T>(),
+               describe("batch_norm_backward gbias", type_name<T>(), shape) + what);
+  expect_close(gw, want_gw, sum_atol, default_rtol<T>(),
+               describe("batch_norm_backward gweight", type_name<T>(), shape) + what);
+  // gx's terms scale with invstd (316 for a channel of one value, whose exact gx is 0).
+  const double gx_atol = 1e-5 * *std::max_element(st.invstd.begin(), st.invstd.end());
+  expect_close(gx, want_gx, gx_atol, std::max(default_rtol<T>(), 1e-4),
+               describe("batch_norm_backward gx", type_name<T>(), shape) + what);
+}
+
+TEST(EmuBatchNorm, StatsMatchCpu) {
+  for_each_type([]<class T>() {
+    for (const auto& s : shapes()) check_stats<T>(s);
+  });
+}
+
+TEST(EmuBatchNorm, ApplyMatchesCpu) {
+  for_each_type([]<class T>() {
+    for (const auto& s : shapes()) {
+      check_apply<T>(s, true);
+      check_apply<T>(s, false);
+    }
+  });
+}
+
+TEST(EmuBatchNorm, BackwardMatchesCpu) {
+  for_each_type([]<class T>() {
+    for (const auto& s : shapes()) {
+      for (bool affine : {true, false}) {
+        for (bool batch_stats : {true, false}) check_backward<T>(s, affine, batch_stats);
+      }
+    }
+  });
+}
+
+TEST(EmuBatchNorm, BackwardWithoutGxOrParameterGrads) {
+  const int64_t n = 3, c = 4, hw = 33;
+  const auto x = random_values<float>(n * c * hw, 1);
+  const auto gy = random_values<float>(n * c * hw, 2);
+  const Stats st = cpu_stats(x, n, c, hw);
+  std::vector<float> gx(x.size(), 7.f), gb(static_cast<size_t>(c));
+  cu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, st.mean_f.data(),
+                                 st.invstd_f.data(), nullptr, true, nullptr, nullptr, gb.data(),
+                                 nullptr);
+  std::vector<float> want_gb(static_cast<size_t>(c));
+  cpu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                                  nullptr, true, nullptr, nullptr, want_gb.data());
+  expect_close(gb, want_gb, 1e-4, 1e-5, "gbias only");
+  cu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, st.mean_f.data(),
+                                 st.invstd_f.data(), nullptr, true, gx.data(), nullptr, nullptr,
+                                 nullptr);
+  EXPECT_NE(gx[0], 7.f);
+}
+
+TEST(EmuBatchNorm, UpdateRunningMatchesCpu) {
+  for_each_type([]<class T>() {
+    for (int64_t c : kAwkwardSizes) {
+      const auto mean = random_values<float>(c, uint64_t(c + 1));
+      const auto var = random_values<float>(c, uint64_t(c + 2), 0.f, 3.f);
+      const auto rm0 = random_values<T>(c, uint64_t(c + 3));
+      const auto rv0 = random_values<T>(c, uint64_t(c + 4), 0.f, 3.f);
+      for (int64_t count : {int64_t(1), int64_t(64)}) {
+        auto rm = rm0, rv = rv0;
+        cu::batch_norm_update_running<T>(rm.data(), rv.data(), mean.data(), var.data(), c, count,
+                                         0.1, nullptr);
+        auto want_rm = convert_all<float>(rm0), want_rv = convert_all<float>(rv0);
+        cpu::batch_norm_update_running<float>(want_rm.data(), want_rv.data(),
+                                              convert_all<double>(mean).data(),
+                                              convert_all<double>(var).data(), c, count, 0.1);
+        const std::string what = ::rg::detail::cat(type_name<T>(), " c=", c, " count=", count);
+        expect_close(rm, want_rm, 1e-6, default_rtol<T>(), "running_mean " + what);
+        expect_close(rv, want_rv, 1e-6, default_rtol<T>(), "running_var " + what);
+        auto only_var = rv0;
+        cu::batch_norm_update_running<T>(nullptr, only_var.data(), mean.data(), var.data(), c,
+                                         count, 0.1, nullptr);
+        expect_close(only_var, want_rv, 1e-6, default_rtol<T>(), "running_var alone " + what);
+      }
+    }
+  });
+}
+
+TEST(EmuBatchNorm, StatsAndBackwardAreDeterministic) {
+  const int64_t n = 7, c = 3, hw = 4097;
+  const auto x = random_values<float>(n * c * hw, 11, -50.f, 50.f);
+  const auto gy = random_values<float>(n * c * hw, 12);
+  std::array<std::vector<float>, 2> mean, var, invstd, gw, gb;
+  for (int run = 0; run < 2; ++run) {
+    mean[run].resize(static_cast<size_t>(c));
+    var[run].resize(static_cast<size_t>(c));
+    invstd[run].resize(static_cast<size_t>(c));
+    gw[run].resize(static_cast<size_t>(c));
+    gb[run].resize(static_cast<size_t>(c));
+    cu::batch_norm_stats<float>(x.data(), n, c, hw, mean[run].data(), var[run].data(),
+                                invstd[run].data(), kEps, nullptr);
+    cu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, mean[run].data(),
+                                   invstd[run].data(), nullptr, true, nullptr, gw[run].data(),
+                                   gb[run].data(), nullptr);
+  }
+  const size_t bytes = size_t(c) * sizeof(float);
+  EXPECT_EQ(std::memcmp(mean[0].data(), mean[1].data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(var[0].data(), var[1].data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(gw[0].data(), gw[1].data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(gb[0].data(), gb[1].data(), bytes), 0);
+}
+
+TEST(EmuBatchNorm, RejectsBadArguments) {
+  std::vector<float> x(8), mean(2), var(2);
+  EXPECT_THROW(cu::batch_norm_stats<float>(x.data(), 2, -2, 2, mean.data(), var.data(), nullptr,
+                                           kEps, nullptr),
+               Error);
+  EXPECT_THROW(
+      cu::batch_norm_stats<float>(x.data(), 2, 2, 2, nullptr, var.data(), nullptr, kEps, nullptr),
+      Error);
+  EXPECT_THROW(cu::batch_norm_stats<float>(x.data(), 2, 2, 2, mean.data(), var.data(), nullptr,
+                                           -1.0, nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace rg::emu_kernel_test

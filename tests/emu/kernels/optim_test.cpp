@@ -1,0 +1,126 @@
+// kernels/cuda/optim.cu under the CUDA emulator against kernels/cpu/optim: fused SGD (momentum,
+// dampening, Nesterov, weight decay) and Adam/AdamW over several steps, in f32, f64, f16 and bf16.
+// For f16/bf16 the CPU reference steps in f32 and its parameters and state are rounded after each
+// step, which is what the CUDA kernel stores.
+#include "kernels/cuda/optim.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "emu/kernels/kernel_test_util.h"
+#include "emu/kernels/reference_util.h"
+#include "kernels/cpu/optim.h"
+#include "kernels/error.h"
+
+namespace rg::emu_kernel_test {
+namespace {
+
+namespace cpu = kernels::cpu;
+namespace cuda = kernels::cuda;
+
+constexpr int kSteps = 3;
+constexpr double kAtol = 1e-6;
+
+struct SgdCase {
+  const char* name;
+  cpu::SgdParams params;
+};
+const std::vector<SgdCase> kSgdCases = {
+    {"plain", {0.1, 0.0, 0.0, 0.0, false}},
+    {"weight decay", {0.1, 0.0, 0.0, 1e-2, false}},
+    {"momentum", {0.05, 0.9, 0.0, 0.0, false}},
+    {"momentum dampening wd", {0.05, 0.9, 0.1, 5e-4, false}},
+    {"nesterov wd", {0.05, 0.9, 0.0, 1e-3, true}},
+};
+
+TEST(EmuOptim, SgdMatchesCpu) {
+  for_each_float_type([]<class T>() {
+    for (const auto& c : kSgdCases) {
+      for (const int64_t n : kAwkwardSizes) {
+        auto p = random_values<T>(n, 10 + n), buf = std::vector<T>(static_cast<size_t>(n));
+        auto ref_p = p, ref_buf = buf;
+        for (int step = 0; step < kSteps; ++step) {
+          const auto g = random_values<T>(n, 1000 * step + n);
+          const bool first = step == 0;
+          cuda::sgd_step(p.data(), g.data(), buf.data(), n, c.params, first, nullptr);
+          auto wp = widen(ref_p), wbuf = widen(ref_buf);
+          cpu::sgd_step(wp.data(), widen(g).data(), wbuf.data(), n, c.params, first);
+          ref_p = narrow<T>(wp);
+          ref_buf = narrow<T>(wbuf);
+        }
+        const std::string what = label<T>(std::string("sgd ") + c.name, n);
+        expect_close(p, ref_p, kAtol, default_rtol<T>(), what + " params");
+        expect_close(buf, ref_buf, kAtol, default_rtol<T>(), what + " momentum");
+      }
+    }
+  });
+}
+
+TEST(EmuOptim, SgdWithoutMomentumNeedsNoBuffer) {
+  const int64_t n = 33;
+  auto p = random_values<float>(n, 1);
+  const auto g = random_values<float>(n, 2);
+  auto want = p;
+  const cpu::SgdParams params{0.1, 0.0, 0.0, 1e-2, false};
+  cuda::sgd_step<float>(p.data(), g.data(), nullptr, n, params, true, nullptr);
+  cpu::sgd_step<float>(want.data(), g.data(), nullptr, n, params, true);
+  expect_close(p, want, 0, 0, "sgd without buffer");
+  const cpu::SgdParams with_momentum{0.1, 0.9, 0.0, 0.0, false};
+  EXPECT_THROW(cuda::sgd_step<float>(p.data(), g.data(), nullptr, n, with_momentum, true, nullptr),
+               rg::Error);
+}
+
+struct AdamCase {
+  const char* name;
+  cpu::AdamParams params;
+};
+const std::vector<AdamCase> kAdamCases = {
+    {"adam", {1e-2, 0.9, 0.999, 1e-8, 0.0, false}},
+    {"adam l2", {1e-2, 0.9, 0.999, 1e-8, 1e-2, false}},
+    {"adamw", {1e-2, 0.9, 0.999, 1e-8, 1e-2, true}},
+    {"adamw betas", {3e-3, 0.8, 0.99, 1e-6, 0.1, true}},
+};
+
+TEST(EmuOptim, AdamMatchesCpu) {
+  for_each_float_type([]<class T>() {
+    for (const auto& c : kAdamCases) {
+      for (const int64_t n : kAwkwardSizes) {
+        auto p = random_values<T>(n, 20 + n);
+        std::vector<T> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+        auto ref_p = p, ref_m = m, ref_v = v;
+        for (int step = 1; step <= kSteps; ++step) {
+          const auto g = random_values<T>(n, 2000 * step + n);
+          cuda::adam_step(p.data(), g.data(), m.data(), v.data(), n, c.params, step, nullptr);
+          auto wp = widen(ref_p), wm = widen(ref_m), wv = widen(ref_v);
+          cpu::adam_step(wp.data(), widen(g).data(), wm.data(), wv.data(), n, c.params, step);
+          ref_p = narrow<T>(wp);
+          ref_m = narrow<T>(wm);
+          ref_v = narrow<T>(wv);
+        }
+        const std::string what = label<T>(c.name, n);
+        expect_close(p, ref_p, kAtol, default_rtol<T>(), what + " params");
+        expect_close(m, ref_m, kAtol, default_rtol<T>(), what + " first moment");
+        expect_close(v, ref_v, kAtol, default_rtol<T>(), what + " second moment");
+      }
+    }
+  });
+}
+
+TEST(EmuOptim, ZeroSizeDoesNothingAndBadArgumentsThrow) {
+  std::vector<float> p = {42.f}, g = {1.f}, m = {0.f}, v = {0.f};
+  cuda::sgd_step(p.data(), g.data(), m.data(), 0, {0.1, 0.9, 0, 0, false}, true, nullptr);
+  cuda::adam_step(p.data(), g.data(), m.data(), v.data(), 0, {0.1, 0.9, 0.99, 1e-8, 0, false}, 1,
+                  nullptr);
+  EXPECT_EQ(p[0], 42.f);
+  EXPECT_THROW(cuda::adam_step(p.data(), g.data(), m.data(), v.data(), 1,
+                               {0.1, 0.9, 0.99, 1e-8, 0, false}, 0, nullptr),
+               rg::Error);
+  EXPECT_THROW(
+      cuda::sgd_step(p.data(), g.data(), m.data(), -1, {0.1, 0, 0, 0, false}, true, nullptr),
+      rg::Error);
+}
+
+}  // namespace
+}  // namespace rg::emu_kernel_test

@@ -1,0 +1,183 @@
+// kernels/cuda/pool.cu under the CUDA emulator against kernels/cpu/pool.h: max pooling (values,
+// argmax indices, NaN), average pooling with and without count_include_pad and global average
+// pooling, forward and backward, every storage type, awkward sizes.
+#include "kernels/cuda/pool.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "emu/kernels/kernel_test_util.h"
+#include "emu/kernels/reference_util.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/error.h"
+
+namespace rg::emu_kernel_test {
+namespace {
+
+namespace cu = kernels::cuda;
+namespace cpu = kernels::cpu;
+using kernels::cpu::Pool2dGeometry;
+
+template <class T>
+double atol() {
+  return std::is_same_v<T, double> ? 1e-12 : 1e-6;
+}
+
+// planes x h x w with kernel k, stride s, padding p (square unless given per axis).
+Pool2dGeometry geometry(int64_t planes, int64_t h, int64_t w, std::array<int64_t, 2> k,
+                        std::array<int64_t, 2> s, std::array<int64_t, 2> p) {
+  Pool2dGeometry g{planes, h, w, k[0], k[1], s[0], s[1], p[0], p[1], 0, 0};
+  g.ho = (h + 2 * p[0] - k[0]) / s[0] + 1;
+  g.wo = (w + 2 * p[1] - k[1]) / s[1] + 1;
+  return g;
+}
+
+// Planes of 1, 31, 33, 1000 and 4097 pixels; overlapping, strided and padded windows.
+std::vector<Pool2dGeometry> geometries() {
+  return {
+      geometry(1, 1, 1, {1, 1}, {1, 1}, {0, 0}),   geometry(3, 1, 31, {1, 3}, {1, 2}, {0, 1}),
+      geometry(2, 3, 11, {2, 2}, {2, 2}, {1, 1}),  geometry(6, 33, 1, {3, 1}, {1, 1}, {1, 0}),
+      geometry(5, 7, 5, {3, 3}, {2, 2}, {1, 1}),   geometry(2, 40, 25, {3, 3}, {3, 3}, {0, 0}),
+      geometry(33, 8, 8, {2, 2}, {2, 2}, {0, 0}),  geometry(1, 17, 241, {3, 5}, {2, 3}, {1, 2}),
+      geometry(4, 31, 33, {4, 4}, {1, 1}, {2, 2}),
+  };
+}
+
+std::string describe(const char* op, const char* type, const Pool2dGeometry& g) {
+  return ::rg::detail::cat(op, " ", type, " planes=", g.planes, " ", g.h, "x", g.w, " k=", g.kh,
+                           "x", g.kw, " s=", g.sh, "x", g.sw, " p=", g.ph, "x", g.pw);
+}
+
+template <class T>
+void check_max_pool(const Pool2dGeometry& g) {
+  const int64_t in_n = g.planes * g.h * g.w, out_n = g.planes * g.ho * g.wo;
+  const auto x = random_values<T>(in_n, uint64_t(in_n + out_n));
+  std::vector<T> y(static_cast<size_t>(out_n));
+  std::vector<int64_t> argmax(y.size());
+  cu::max_pool2d_forward<T>(g, x.data(), y.data(), argmax.data(), nullptr);
+  const auto xr = convert_all<ref_t<T>>(x);
+  std::vector<ref_t<T>> want(y.size());
+  std::vector<int64_t> want_argmax(y.size());
+  cpu::max_pool2d_forward<ref_t<T>>(g, xr.data(), want.data(), want_argmax.data());
+  // The maxima are input elements: exact in every type.
+  expect_close(y, want, 0.0, 0.0, describe("max_pool2d_forward", type_name<T>(), g));
+  EXPECT_EQ(argmax, want_argmax) << describe("max_pool2d_forward argmax", type_name<T>(), g);
+
+  const auto gy = random_values<T>(out_n, uint64_t(out_n + 3));
+  std::vector<T> gx(static_cast<size_t>(in_n));
+  cu::max_pool2d_backward<T>(g, gy.data(), argmax.data(), gx.data(), nullptr);
+  std::vector<ref_t<T>> want_gx(gx.size());
+  cpu::max_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_argmax.data(),
+                                     want_gx.data());
+  expect_close(gx, want_gx, atol<T>(), default_rtol<T>(),
+               describe("max_pool2d_backward", type_name<T>(), g));
+}
+
+template <class T>
+void check_avg_pool(const Pool2dGeometry& g, bool count_include_pad) {
+  const int64_t in_n = g.planes * g.h * g.w, out_n = g.planes * g.ho * g.wo;
+  const char* mode = count_include_pad ? " include_pad" : " exclude_pad";
+  const auto x = random_values<T>(in_n, uint64_t(in_n + 2 * out_n));
+  std::vector<T> y(static_cast<size_t>(out_n));
+  cu::avg_pool2d_forward<T>(g, x.data(), y.data(), count_include_pad, nullptr);
+  std::vector<ref_t<T>> want(y.size());
+  cpu::avg_pool2d_forward<ref_t<T>>(g, convert_all<ref_t<T>>(x).data(), want.data(),
+                                    count_include_pad);
+  expect_close(y, want, atol<T>(), default_rtol<T>(),
+               describe("avg_pool2d_forward", type_name<T>(), g) + mode);
+
+  const auto gy = random_values<T>(out_n, uint64_t(out_n + 5));
+  std::vector<T> gx(static_cast<size_t>(in_n));
+  cu::avg_pool2d_backward<T>(g, gy.data(), gx.data(), count_include_pad, nullptr);
+  std::vector<ref_t<T>> want_gx(gx.size());
+  cpu::avg_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_gx.data(),
+                                     count_include_pad);
+  expect_close(gx, want_gx, atol<T>(), default_rtol<T>(),
+               describe("avg_pool2d_backward", type_name<T>(), g) + mode);
+}
+
+TEST(EmuPool, MaxPoolForwardBackwardMatchesCpu) {
+  for_each_float_type([]<class T>() {
+    for (const auto& g : geometries()) check_max_pool<T>(g);
+  });
+}
+
+TEST(EmuPool, MaxPoolPropagatesNanAndMatchesCpu) {
+  const Pool2dGeometry g = geometry(2, 5, 7, {3, 3}, {2, 2}, {1, 1});
+  auto x = random_values<float>(g.planes * g.h * g.w, 9);
+  x[8] = std::numeric_limits<float>::quiet_NaN();
+  x[9] = std::numeric_limits<float>::quiet_NaN();
+  x[40] = std::numeric_limits<float>::infinity();
+  std::vector<float> y(size_t(g.planes * g.ho * g.wo)), want(y.size());
+  std::vector<int64_t> argmax(y.size()), want_argmax(y.size());
+  cu::max_pool2d_forward<float>(g, x.data(), y.data(), argmax.data(), nullptr);
+  cpu::max_pool2d_forward<float>(g, x.data(), want.data(), want_argmax.data());
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_TRUE(y[i] == want[i] || (std::isnan(y[i]) && std::isnan(want[i])))
+        << "element " << i << " is " << y[i] << ", expected " << want[i];
+  }
+  EXPECT_EQ(argmax, want_argmax);
+  EXPECT_TRUE(std::isnan(y[0]));
+}
+
+TEST(EmuPool, AvgPoolForwardBackwardMatchesCpu) {
+  for_each_float_type([]<class T>() {
+    for (const auto& g : geometries()) {
+      check_avg_pool<T>(g, true);
+      check_avg_pool<T>(g, false);
+    }
+  });
+}
+
+// Global average pooling is one window over the whole plane on the CPU.
+TEST(EmuPool, AdaptiveAvgPool1x1ForwardBackwardMatchesCpu) {
+  for_each_float_type([]<class T>() {
+    for (int64_t hw : kAwkwardSizes) {
+      for (int64_t planes : {int64_t(1), int64_t(3), int64_t(33)}) {
+        const int64_t w = hw % 2 == 0 ? hw / 2 : hw, h = hw / w;
+        const Pool2dGeometry g = geometry(planes, h, w, {h, w}, {1, 1}, {0, 0});
+        const std::string what = ::rg::detail::cat(type_name<T>(), " planes=", planes, " hw=", hw);
+        const auto x = random_values<T>(planes * hw, uint64_t(planes * hw + 1));
+        std::vector<T> y(static_cast<size_t>(planes));
+        cu::adaptive_avg_pool2d_1x1_forward<T>(x.data(), y.data(), planes, hw, nullptr);
+        std::vector<ref_t<T>> want(y.size());
+        cpu::avg_pool2d_forward<ref_t<T>>(g, convert_all<ref_t<T>>(x).data(), want.data(), true);
+        expect_close(y, want, atol<T>(), default_rtol<T>(), "adaptive_avg_pool2d 1x1 " + what);
+
+        const auto gy = random_values<T>(planes, uint64_t(planes + 2));
+        std::vector<T> gx(x.size());
+        cu::adaptive_avg_pool2d_1x1_backward<T>(gy.data(), gx.data(), planes, hw, nullptr);
+        std::vector<ref_t<T>> want_gx(gx.size());
+        cpu::avg_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_gx.data(),
+                                           true);
+        expect_close(gx, want_gx, atol<T>(), default_rtol<T>(),
+                     "adaptive_avg_pool2d 1x1 backward " + what);
+      }
+    }
+  });
+}
+
+TEST(EmuPool, RejectsBadGeometry) {
+  std::vector<float> x(64), y(64);
+  std::vector<int64_t> argmax(64);
+  Pool2dGeometry g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
+  g.ho = 3;  // not floor((4 - 2) / 2) + 1
+  EXPECT_THROW(cu::max_pool2d_forward<float>(g, x.data(), y.data(), argmax.data(), nullptr), Error);
+  g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
+  g.ph = 2;  // more than half the kernel
+  EXPECT_THROW(cu::avg_pool2d_forward<float>(g, x.data(), y.data(), true, nullptr), Error);
+  g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
+  g.sh = 0;
+  EXPECT_THROW(cu::avg_pool2d_backward<float>(g, x.data(), y.data(), true, nullptr), Error);
+  EXPECT_THROW(cu::adaptive_avg_pool2d_1x1_forward<float>(x.data(), y.data(), 2, 0, nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace rg::emu_kernel_test
