@@ -37,6 +37,17 @@ void add(Event e) {
 
 }  // namespace
 
+namespace {
+thread_local std::vector<std::string> t_scopes;
+}  // namespace
+
+NameScope::NameScope(std::string name) { t_scopes.push_back(std::move(name)); }
+NameScope::~NameScope() { t_scopes.pop_back(); }
+const std::string& current_scope() {
+  static const std::string kNone;
+  return t_scopes.empty() ? kNone : t_scopes.back();
+}
+
 void set_enabled(bool on) { detail::g_enabled.store(on, std::memory_order_relaxed); }
 
 void name_lane(int lane, const std::string& name) {

@@ -57,6 +57,18 @@ class Scope {
   Clock::time_point start_;
 };
 
+// The name of the code running now on this thread (a module's dotted path while its forward
+// runs); autograd nodes created meanwhile remember it, so backward spans say which module they
+// belong to. Scopes nest; "" when none is open.
+class NameScope {
+ public:
+  explicit NameScope(std::string name);
+  ~NameScope();
+  NameScope(const NameScope&) = delete;
+  NameScope& operator=(const NameScope&) = delete;
+};
+const std::string& current_scope();
+
 // Takes the events recorded so far (and the lane names) out of the buffer.
 std::vector<Event> take_events();
 std::vector<std::pair<int, std::string>> lane_names();

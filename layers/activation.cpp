@@ -8,15 +8,15 @@
 
 namespace rg::nn {
 
-Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor ReLU::forward_impl(const Tensor& x) { return relu(x); }
 
-Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_, end_); }
+Tensor Flatten::forward_impl(const Tensor& x) { return flatten(x, start_, end_); }
 
 Dropout::Dropout(double p, std::shared_ptr<Generator> gen) : p_(p), gen_(std::move(gen)) {
   RG_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
   RG_CHECK(gen_ != nullptr, "Dropout: a generator is required");
 }
 
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), *gen_); }
+Tensor Dropout::forward_impl(const Tensor& x) { return dropout(x, p_, is_training(), *gen_); }
 
 }  // namespace rg::nn

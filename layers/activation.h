@@ -10,14 +10,15 @@ namespace rg::nn {
 
 class ReLU final : public Module {
  public:
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "ReLU"; }
 };
 
 class Flatten final : public Module {
  public:
-  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
-  Tensor forward(const Tensor& x) override;
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_(start_dim), end_(end_dim) {}
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Flatten"; }
 
  private:
@@ -29,7 +30,7 @@ class Flatten final : public Module {
 class Dropout final : public Module {
  public:
   Dropout(double p, std::shared_ptr<Generator> gen);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
 
  protected:

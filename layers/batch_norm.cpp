@@ -18,7 +18,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward_impl(const Tensor& x) {
   RG_CHECK(x.dim() == 4 && x.size(1) == features_, "BatchNorm2d(", features_,
            "): expected input [N, ", features_, ", H, W], got ", shape_str(x.shape()));
   if (is_training()) {

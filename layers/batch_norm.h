@@ -9,7 +9,7 @@ namespace rg::nn {
 class BatchNorm2d final : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 

@@ -25,7 +25,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2>
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
+Tensor Conv2d::forward_impl(const Tensor& x) {
   return conv2d(x, weight, bias, options_.stride, options_.padding, options_.dilation);
 }
 

@@ -19,7 +19,7 @@ class Conv2d final : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel, Generator& gen,
          Conv2dOptions options = {});
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   Tensor weight, bias;
 

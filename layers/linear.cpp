@@ -24,7 +24,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool w
   }
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward_impl(const Tensor& x) { return linear(x, weight, bias); }
 
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(in_) + ", out_features=" + std::to_string(out_) +

@@ -9,7 +9,7 @@ namespace rg::nn {
 class Linear final : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }
   Tensor weight, bias;
 

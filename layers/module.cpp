@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace rg::nn {
@@ -27,8 +28,8 @@ void Module::check_new_name(const std::string& name) const {
   auto taken = [&](const auto& list) {
     return std::any_of(list.begin(), list.end(), [&](const auto& p) { return p.first == name; });
   };
-  RG_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name(),
-           ": member name '", name, "' is already registered");
+  RG_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name(), ": member name '",
+           name, "' is already registered");
 }
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
@@ -50,7 +51,26 @@ Tensor& Module::register_buffer(const std::string& name, Tensor t) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_new_name(name);
   RG_CHECK(m != nullptr, type_name(), ": child module '", name, "' is null");
+  m->parent_ = this;
+  m->local_name_ = name;
   children_.emplace_back(name, std::move(m));
+}
+
+std::string Module::path() const {
+  if (!parent_) return "";
+  const std::string up = parent_->path();
+  return up.empty() ? local_name_ : up + "." + local_name_;
+}
+
+Tensor Module::forward(const Tensor& x) {
+  if (!trace::enabled()) return forward_impl(x);
+  std::string name = path();
+  if (name.empty()) name = type_name();
+  trace::NameScope scope(name);
+  const auto t0 = trace::Clock::now();
+  Tensor y = forward_impl(x);
+  trace::span(std::move(name), "module", t0, trace::Clock::now());
+  return y;
 }
 
 void Module::collect(const std::string& prefix, bool params, bool buffers,
@@ -110,7 +130,8 @@ void Module::train(bool on) {
 void Module::to(Device device) {
   for (auto& [n, t] : state_dict()) {
     if (t.device() == device) continue;
-    RG_FAIL(type_name(), ".to(", device.str(), "): moving tensors between devices is not "
+    RG_FAIL(type_name(), ".to(", device.str(),
+            "): moving tensors between devices is not "
             "implemented yet (the CUDA runtime arrives with the CUDA backend)");
   }
 }

@@ -20,14 +20,18 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  virtual Tensor forward(const Tensor& x) = 0;
+  // Runs forward_impl. While tracing, the module's dotted path names the autograd nodes it
+  // creates (their backward spans) and a "module" span covers its forward.
+  Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
+  // "layer1.0.conv1": the names from the root module down; "" for a module nobody registered.
+  std::string path() const;
   // The class name shown when printing ("Conv2d", "ToyNet").
   virtual std::string type_name() const = 0;
 
   NamedTensors named_parameters() const;  // recursive, "layer1.0.conv1.weight"
   std::vector<Tensor> parameters() const;
-  NamedTensors named_buffers() const;     // recursive
+  NamedTensors named_buffers() const;  // recursive
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const {
     return children_;
   }
@@ -62,6 +66,8 @@ class Module {
     return m;
   }
   virtual std::string extra_repr() const { return ""; }
+  // What the module computes; subclasses implement this (users call forward()).
+  virtual Tensor forward_impl(const Tensor& x) = 0;
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
@@ -69,6 +75,8 @@ class Module {
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
   void str_into(std::string& out, int indent) const;
 
+  const Module* parent_ = nullptr;  // set when registered as a child
+  std::string local_name_;
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

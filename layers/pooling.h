@@ -12,7 +12,7 @@ class MaxPool2d final : public Module {
   // stride {0, 0} means stride = kernel, as in PyTorch.
   explicit MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                      std::array<int64_t, 2> padding = {0, 0});
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "MaxPool2d"; }
 
  private:
@@ -23,7 +23,7 @@ class AvgPool2d final : public Module {
  public:
   explicit AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                      std::array<int64_t, 2> padding = {0, 0});
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "AvgPool2d"; }
 
  private:
@@ -33,7 +33,7 @@ class AvgPool2d final : public Module {
 class AdaptiveAvgPool2d final : public Module {
  public:
   explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size = {1, 1}) : output_(output_size) {}
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "AdaptiveAvgPool2d"; }
 
  private:

@@ -7,7 +7,7 @@ Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
   for (auto& m : modules) push_back(std::move(m));
 }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor Sequential::forward_impl(const Tensor& x) {
   Tensor h = x;
   for (auto& m : layers_) h = m->forward(h);
   return h;

@@ -17,7 +17,7 @@ class Sequential final : public Module {
     layers_.push_back(m);
     return register_module(std::to_string(layers_.size() - 1), std::move(m));
   }
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
   size_t size() const { return layers_.size(); }
   Module& operator[](size_t i) { return *layers_.at(i); }

@@ -116,7 +116,9 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       const auto t0 = traced ? trace::Clock::now() : trace::Clock::time_point{};
       input_grads = node->apply(grad);
       if (!retain_graph) node->release_saved();
-      if (traced) trace::span(node->name(), "backward", t0, trace::Clock::now());
+      if (traced)
+        trace::span(node->scope().empty() ? node->name() : node->scope() + ": " + node->name(),
+                    "backward", t0, trace::Clock::now());
     }
     const auto& edges = node->next_edges();
     RG_CHECK(input_grads.empty() || input_grads.size() == edges.size(), node->name(), " returned ",

@@ -6,6 +6,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/binary.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace rg::autograd {
@@ -13,7 +14,9 @@ namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
 }
 
-Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {
+  if (trace::enabled()) scope_ = trace::current_scope();
+}
 
 void Node::add_input(const Tensor& input) {
   next_edges_.push_back(Edge{input.defined() ? gradient_edge(input) : nullptr});

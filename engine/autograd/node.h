@@ -38,6 +38,9 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
 
   void add_input(const Tensor& input);  // appends the edge to input's history
+  // The module whose forward created this node (recorded only while tracing), e.g.
+  // "layer1.0.conv1".
+  const std::string& scope() const { return scope_; }
 
  protected:
   uint64_t sequence_nr_;
@@ -45,6 +48,7 @@ class Node : public std::enable_shared_from_this<Node> {
  private:
   std::vector<Edge> next_edges_;
   std::vector<Shape> input_shapes_;
+  std::string scope_;
 };
 
 // Leaf sink: adds the incoming gradient to leaf.grad, then runs its post-accumulate hooks.

@@ -16,7 +16,7 @@ MLP::MLP(int64_t in_features, std::vector<int64_t> hidden, int64_t num_classes, 
   }
 }
 
-Tensor MLP::forward(const Tensor& x) {
+Tensor MLP::forward_impl(const Tensor& x) {
   Tensor h = x.dim() > 2 ? flatten(x, 1) : x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = layers_[i]->forward(h);

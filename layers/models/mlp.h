@@ -12,7 +12,7 @@ namespace rg::nn {
 class MLP final : public Module {
  public:
   MLP(int64_t in_features, std::vector<int64_t> hidden, int64_t num_classes, Generator& gen);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "MLP"; }
 
  private:

@@ -23,9 +23,8 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec) {
                                  spec.num_classes, gen);
   }
   if (spec.name == "resnet18" || spec.name == "resnet18-imagenet") {
-    RG_CHECK(spec.sample_shape.size() == 3 && spec.sample_shape[0] == 3,
-             "model ", spec.name, " expects 3-channel images, got samples of shape ",
-             shape_str(spec.sample_shape));
+    RG_CHECK(spec.sample_shape.size() == 3 && spec.sample_shape[0] == 3, "model ", spec.name,
+             " expects 3-channel images, got samples of shape ", shape_str(spec.sample_shape));
     return std::make_shared<ResNet18>(spec.num_classes, gen, spec.name == "resnet18-imagenet");
   }
   RG_FAIL("unknown model '", spec.name, "' (expected toynet, mlp, resnet18 or resnet18-imagenet)");

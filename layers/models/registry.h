@@ -12,7 +12,7 @@ struct ModelSpec {
   std::string name;    // toynet | mlp | resnet18 | resnet18-imagenet
   Shape sample_shape;  // e.g. {1, 28, 28}
   int64_t num_classes = 10;
-  uint64_t seed = 1;   // parameter init; dropout uses a stream derived from it
+  uint64_t seed = 1;  // parameter init; dropout uses a stream derived from it
   bool dropout = true;
 };
 

@@ -12,10 +12,9 @@ namespace {
 
 std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad,
                              Generator& gen) {
-  auto c = std::make_shared<Conv2d>(in, out, std::array<int64_t, 2>{k, k}, gen,
-                                    Conv2dOptions{.stride = {stride, stride},
-                                                  .padding = {pad, pad},
-                                                  .bias = false});
+  auto c = std::make_shared<Conv2d>(
+      in, out, std::array<int64_t, 2>{k, k}, gen,
+      Conv2dOptions{.stride = {stride, stride}, .padding = {pad, pad}, .bias = false});
   // torchvision: kaiming_normal_(mode="fan_out", nonlinearity="relu") for every conv.
   init::kaiming_normal_fan_out_(c->weight, gen);
   return c;
@@ -35,7 +34,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
   }
 }
 
-Tensor BasicBlock::forward(const Tensor& x) {
+Tensor BasicBlock::forward_impl(const Tensor& x) {
   Tensor out = relu(bn1_->forward(conv1_->forward(x)));
   out = bn2_->forward(conv2_->forward(out));
   const Tensor identity = downsample_ ? downsample_->forward(x) : x;
@@ -44,7 +43,8 @@ Tensor BasicBlock::forward(const Tensor& x) {
 
 ResNet18::ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem)
     : imagenet_stem_(imagenet_stem) {
-  conv1_ = register_module("conv1", imagenet_stem ? conv(3, 64, 7, 2, 3, gen) : conv(3, 64, 3, 1, 1, gen));
+  conv1_ = register_module("conv1",
+                           imagenet_stem ? conv(3, 64, 7, 2, 3, gen) : conv(3, 64, 3, 1, 1, gen));
   bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(64));
   const int64_t planes[4] = {64, 128, 256, 512};
   int64_t in = 64;
@@ -59,7 +59,7 @@ ResNet18::ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem)
   fc_ = register_module("fc", std::make_shared<Linear>(512, num_classes, gen));
 }
 
-Tensor ResNet18::forward(const Tensor& x) {
+Tensor ResNet18::forward_impl(const Tensor& x) {
   Tensor h = relu(bn1_->forward(conv1_->forward(x)));
   if (imagenet_stem_) h = max_pool2d(h, {3, 3}, {2, 2}, {1, 1});
   for (auto& layer : layers_) h = layer->forward(h);

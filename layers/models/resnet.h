@@ -15,7 +15,7 @@ namespace rg::nn {
 class BasicBlock final : public Module {
  public:
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator& gen);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "BasicBlock"; }
 
  private:
@@ -27,7 +27,7 @@ class BasicBlock final : public Module {
 class ResNet18 final : public Module {
  public:
   ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem = false);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "ResNet18"; }
 
  private:

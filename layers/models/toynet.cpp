@@ -8,15 +8,19 @@
 namespace rg::nn {
 
 ToyNet::ToyNet(Generator& gen, std::shared_ptr<Generator> dropout_gen, bool dropout) {
-  conv1 = register_module("conv1", std::make_shared<Conv2d>(1, 32, std::array<int64_t, 2>{3, 3}, gen));
-  conv2 = register_module("conv2", std::make_shared<Conv2d>(32, 64, std::array<int64_t, 2>{3, 3}, gen));
-  dropout1 = register_module("dropout1", std::make_shared<Dropout>(dropout ? 0.25 : 0.0, dropout_gen));
-  dropout2 = register_module("dropout2", std::make_shared<Dropout>(dropout ? 0.5 : 0.0, dropout_gen));
+  conv1 =
+      register_module("conv1", std::make_shared<Conv2d>(1, 32, std::array<int64_t, 2>{3, 3}, gen));
+  conv2 =
+      register_module("conv2", std::make_shared<Conv2d>(32, 64, std::array<int64_t, 2>{3, 3}, gen));
+  dropout1 =
+      register_module("dropout1", std::make_shared<Dropout>(dropout ? 0.25 : 0.0, dropout_gen));
+  dropout2 =
+      register_module("dropout2", std::make_shared<Dropout>(dropout ? 0.5 : 0.0, dropout_gen));
   fc1 = register_module("fc1", std::make_shared<Linear>(9216, 128, gen));
   fc2 = register_module("fc2", std::make_shared<Linear>(128, 10, gen));
 }
 
-Tensor ToyNet::forward(const Tensor& x) {
+Tensor ToyNet::forward_impl(const Tensor& x) {
   Tensor h = relu(conv1->forward(x));
   h = relu(conv2->forward(h));
   h = max_pool2d(h, {2, 2});

@@ -16,7 +16,7 @@ class ToyNet final : public Module {
  public:
   // dropout = false builds the same network without dropout (for exact equivalence tests).
   ToyNet(Generator& init_gen, std::shared_ptr<Generator> dropout_gen, bool dropout = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "ToyNet"; }
 
   std::shared_ptr<Conv2d> conv1, conv2;

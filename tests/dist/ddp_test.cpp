@@ -251,7 +251,9 @@ class PartlyUsed : public nn::Module {
     used = register_module("used", std::make_shared<nn::Linear>(784, 10, g));
     unused = register_module("unused", std::make_shared<nn::Linear>(784, 10, g));
   }
-  Tensor forward(const Tensor& x) override { return used->forward(x.reshape({x.size(0), -1})); }
+  Tensor forward_impl(const Tensor& x) override {
+    return used->forward(x.reshape({x.size(0), -1}));
+  }
   std::string type_name() const override { return "PartlyUsed"; }
   std::shared_ptr<nn::Linear> used, unused;
 };
