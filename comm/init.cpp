@@ -8,6 +8,7 @@
 #include "comm/hash_store.h"
 #include "comm/prefix_store.h"
 #include "comm/process_group_gloo.h"
+#include "comm/process_group_nccl.h"
 #include "comm/tcp_store.h"
 #include "kernels/error.h"
 

@@ -1,5 +1,5 @@
 // CPU allocator (64-byte aligned, caching blocks >= 256 KiB by size class, with live/peak/
-// reserved byte counters) and Storage.
+// reserved byte counters) and Storage; CUDA devices get engine/cuda's caching allocator.
 #include "engine/storage.h"
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/cuda/memory.h"
 #include "engine/dtype.h"
 #include "kernels/error.h"
 
@@ -94,9 +95,8 @@ CpuAllocator& cpu_allocator() {
 }  // namespace
 
 Allocator& allocator_for(Device device) {
-  RG_CHECK(device.is_cpu(), "no allocator for device ", device.str(),
-           ": the CUDA runtime is not implemented yet");
-  return cpu_allocator();
+  if (device.is_cpu()) return cpu_allocator();
+  return cuda::device_storage_allocator(device.index);
 }
 
 CpuMemoryStats cpu_memory_stats() {
@@ -105,10 +105,12 @@ CpuMemoryStats cpu_memory_stats() {
 void cpu_empty_cache() { cpu_allocator().empty_cache(); }
 void reset_cpu_peak_bytes() { g_cpu_peak.store(g_cpu_allocated.load()); }
 
-Storage::Storage(size_t nbytes, Device device)
-    : data_(allocator_for(device).allocate(nbytes)), nbytes_(nbytes), device_(device) {}
+Storage::Storage(size_t nbytes, Device device) : Storage(nbytes, device, allocator_for(device)) {}
 
-Storage::~Storage() { allocator_for(device_).deallocate(data_, nbytes_); }
+Storage::Storage(size_t nbytes, Device device, Allocator& allocator)
+    : allocator_(&allocator), data_(allocator.allocate(nbytes)), nbytes_(nbytes), device_(device) {}
+
+Storage::~Storage() { allocator_->deallocate(data_, nbytes_); }
 
 std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);

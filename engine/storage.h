@@ -11,13 +11,18 @@ namespace rg {
 
 // Device memory provider. CPU: 64-byte aligned blocks; blocks of 256 KiB and more are cached
 // per size class (8 per power of two) and reused, never returned until cpu_empty_cache().
+// CUDA: the caching allocator of the device (engine/cuda/caching_allocator.h), allocating for the
+// current stream; pinned host memory comes from cuda::pinned_storage_allocator().
 class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  // Page-locked host memory: copies to and from it can run asynchronously.
+  virtual bool pinned() const { return false; }
 };
 
+// Throws rg::Error for a CUDA device when there is none ("no CUDA device: ...").
 Allocator& allocator_for(Device device);
 
 struct CpuMemoryStats {
@@ -32,7 +37,8 @@ void cpu_empty_cache();
 
 class Storage {
  public:
-  Storage(size_t nbytes, Device device);
+  Storage(size_t nbytes, Device device);  // from allocator_for(device)
+  Storage(size_t nbytes, Device device, Allocator& allocator);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -40,10 +46,13 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  Allocator& allocator() const { return *allocator_; }
+  bool pinned() const { return allocator_->pinned(); }
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
  private:
+  Allocator* allocator_;  // the one that allocated data_ frees it
   void* data_;
   size_t nbytes_;
   Device device_;

@@ -10,6 +10,7 @@
 #include "engine/autograd/engine.h"
 #include "engine/autograd/function.h"
 #include "engine/autograd/node.h"
+#include "engine/cuda/memory.h"
 #include "engine/dispatch.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/cast.h"
@@ -41,6 +42,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   impl->dtype = dtype;
   impl->numel = shape_numel(shape);
   impl->storage = std::make_shared<Storage>(size_t(impl->numel) * element_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->numel = shape_numel(shape);
+  impl->storage = std::make_shared<Storage>(size_t(impl->numel) * element_size(dtype),
+                                            Device::cpu(), cuda::pinned_storage_allocator());
   return Tensor(std::move(impl));
 }
 
@@ -176,14 +187,47 @@ Tensor Tensor::detach() const {
   return alias(*this, shape(), impl_->offset);
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+namespace {
+
+size_t byte_offset(const Tensor& t) { return size_t(t.storage_offset()) * element_size(t.dtype()); }
+
+// dst.copy_(src) when at least one of them is a CUDA tensor. Conversions between dtypes happen on
+// the CPU side of a host-device copy.
+void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
+  if (src.dtype() == dst.dtype()) {
+    cuda::copy_bytes(*dst.storage(), byte_offset(dst), *src.storage(), byte_offset(src),
+                     dst.nbytes(), non_blocking);
+  } else if (src.device().is_cpu()) {
+    Tensor converted = Tensor::empty(src.shape(), dst.dtype(), Device::cpu());
+    converted.copy_(src);
+    // Pageable memory: the copy has been staged when it returns, so `converted` may go.
+    cuda::copy_bytes(*dst.storage(), byte_offset(dst), *converted.storage(), 0, dst.nbytes(),
+                     non_blocking);
+  } else if (dst.device().is_cpu()) {
+    Tensor raw = Tensor::empty(src.shape(), src.dtype(), Device::cpu());
+    cuda::copy_bytes(*raw.storage(), 0, *src.storage(), byte_offset(src), src.nbytes(),
+                     /*non_blocking=*/false);
+    dst.copy_(raw);
+  } else {
+    RG_FAIL("copy_: converting ", dtype_name(src.dtype()), " on ", src.device().str(), " to ",
+            dtype_name(dst.dtype()), " on ", dst.device().str(),
+            " is not implemented on CUDA yet (convert on the CPU)");
+  }
+}
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   RG_REQUIRE_DEFINED("copy_()");
   RG_CHECK(src.defined(), "copy_: the source tensor is undefined");
   RG_CHECK(src.shape() == shape(), "copy_: source shape ", shape_str(src.shape()),
            " does not match destination shape ", shape_str(shape()));
-  RG_CHECK(device().is_cpu() && src.device().is_cpu(),
-           "copy_: only CPU tensors are supported until the CUDA runtime lands");
   if (src.impl() == impl() || numel() == 0) return *this;
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+    copy_across_devices(*this, src, non_blocking);
+    bump_version();
+    return *this;
+  }
   if (src.dtype() == dtype()) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
   } else {
@@ -199,7 +243,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double value) {
   RG_REQUIRE_DEFINED("fill_()");
-  RG_CHECK(device().is_cpu(), "fill_: only CPU tensors are supported until the CUDA runtime lands");
+  if (device().is_cuda()) {
+    // Zero is all-zero bytes in every dtype; other values need the CUDA fill kernel.
+    RG_CHECK(value == 0.0 && !std::signbit(value), "fill_(", value, ") on ", device().str(),
+             ": not implemented on CUDA yet (only zero_() is)");
+    cuda::zero_bytes(*storage(), byte_offset(*this), nbytes());
+    bump_version();
+    return *this;
+  }
   dispatch_all(dtype(), [&]<class T>() {
     const T v = kernels::cpu::convert<T>(value);
     T* p = data<T>();
@@ -222,6 +273,35 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
+Tensor Tensor::to(Device target, bool non_blocking) const {
+  RG_REQUIRE_DEFINED("to()");
+  const Device src = device();
+  if (target == src) return *this;
+  Tensor out = Tensor::empty(shape(), dtype(), target);
+  out.copy_(*this, non_blocking);
+  if (is_floating(dtype())) {
+    return autograd::record(out, "ToDeviceBackward", {*this},
+                            [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
+  }
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  RG_REQUIRE_DEFINED("is_pinned()");
+  return impl_->storage->pinned();
+}
+
+Tensor Tensor::pin_memory() const {
+  RG_REQUIRE_DEFINED("pin_memory()");
+  RG_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, this one is on ",
+           device().str());
+  if (is_pinned()) return *this;
+  Tensor out = Tensor::empty_pinned(shape(), dtype());
+  out.copy_(*this);
+  return autograd::record(out, "PinMemoryBackward", {*this},
+                          [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
 Tensor Tensor::clone() const {
   RG_REQUIRE_DEFINED("clone()");
   Tensor out = Tensor::empty(shape(), dtype(), device());
@@ -234,14 +314,14 @@ double Tensor::item() const {
   RG_REQUIRE_DEFINED("item()");
   RG_CHECK(numel() == 1, "item(): the tensor has ", numel(), " elements (shape ",
            shape_str(shape()), "), expected exactly one");
-  RG_CHECK(device().is_cpu(), "item(): only CPU tensors are supported");
+  if (!device().is_cpu()) return detach().to(Device::cpu()).item();
   return dispatch_all(dtype(), [&]<class T>() { return kernels::cpu::convert<double>(*data<T>()); });
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   RG_REQUIRE_DEFINED("to_vector()");
-  RG_CHECK(device().is_cpu(), "to_vector(): only CPU tensors are supported");
+  if (!device().is_cpu()) return detach().to(Device::cpu()).to_vector<T>();
   std::vector<T> out(static_cast<size_t>(numel()));
   dispatch_all(dtype(), [&]<class S>() {
     const S* p = data<S>();

@@ -50,8 +50,11 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // A new uninitialized contiguous tensor.
+  // A new uninitialized contiguous tensor. CUDA memory comes from the device's caching
+  // allocator, for the current stream (engine/cuda/stream.h).
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A new uninitialized CPU tensor in pinned (page-locked) memory; needs a CUDA device.
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::f32);
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }
@@ -88,8 +91,18 @@ class Tensor {
   Tensor clone() const;          // a new contiguous copy (differentiable)
   Tensor detach() const;         // same storage, no autograd history
 
-  // Copies src (same shape, any dtype) into *this, converting; not recorded by autograd.
-  Tensor& copy_(const Tensor& src);
+  // A copy on `device` unless already there (differentiable). Copies are queued on the current
+  // stream of the CUDA device; non_blocking=false returns when a copy to or from the CPU is done,
+  // non_blocking=true returns at once when the CPU side is pinned (synchronize the stream, or
+  // order other streams after it with an Event, before using the result).
+  Tensor to(Device device, bool non_blocking = false) const;
+  bool is_pinned() const;     // CPU memory from the pinned allocator
+  Tensor pin_memory() const;  // a copy in pinned memory unless already pinned (CPU tensors only)
+
+  // Copies src (same shape, any dtype, any device) into *this, converting; not recorded by
+  // autograd. Across devices as `to(device, non_blocking)`; dtype conversions between two CUDA
+  // tensors are not implemented yet.
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
 

@@ -9,6 +9,7 @@
 
 #include "comm/hash_store.h"
 #include "comm/process_group_gloo.h"
+#include "comm/process_group_nccl.h"
 #include "comm/ring_allreduce.h"
 #include "engine/ops/factory.h"
 #include "support/collective_checks.h"
@@ -166,6 +167,19 @@ TEST(ProcessGroupGlooTest, AlgorithmNamesParse) {
   EXPECT_EQ(parse_algorithm("ring"), Algorithm::ring);
   EXPECT_EQ(parse_algorithm("native"), Algorithm::native);
   rg::testing::expect_error([] { parse_algorithm("tree"); }, "unknown all-reduce algorithm");
+}
+
+}  // namespace
+}  // namespace rg::dist
+
+namespace rg::dist {
+namespace {
+
+TEST(ProcessGroupNcclTest, WithoutAGpuItSaysSoInsteadOfCrashing) {
+  if (nccl_available()) GTEST_SKIP() << "a GPU is present: covered by the gpu tests";
+  const std::string e =
+      rg::testing::error_of([] { ProcessGroupNCCL pg(std::make_shared<HashStore>(), 0, 1); });
+  EXPECT_NE(e.find("--backend gloo"), std::string::npos) << e;
 }
 
 }  // namespace

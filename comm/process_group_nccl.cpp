@@ -1,0 +1,313 @@
+// ProcessGroupNCCL over NCCL (CUDA builds only; comm/process_group_nccl_stub.cpp otherwise).
+// Compiled in CI, run only where a GPU exists (tests labelled gpu).
+#include "comm/process_group_nccl.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "comm/prefix_store.h"
+#include "comm/progress_board.h"
+#include "engine/cuda/device_guard.h"
+#include "engine/cuda/event.h"
+#include "engine/cuda/memory.h"
+#include "engine/cuda/stream.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device.h"
+#include "kernels/error.h"
+
+namespace rg::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i64:
+      return ncclInt64;
+    case DType::i32:
+      return ncclInt32;
+    case DType::u8:
+      return ncclUint8;
+  }
+  RG_FAIL("nccl: unsupported dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
+  }
+  RG_FAIL("nccl: unsupported reduce op");
+}
+
+cudaStream_t as_cuda(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
+
+// Completed by the watchdog when its end event is reached (or failed by it). wait() orders the
+// caller's current stream after the collective without blocking the host, as PyTorch's does.
+class NcclWork : public Work {
+ public:
+  NcclWork(std::string op, uint64_t seq, std::vector<Tensor> keep, int device)
+      : Work(std::move(op), seq), keep_(std::move(keep)), device_(device) {}
+  void wait(std::optional<Millis> timeout) override {
+    if (std::exception_ptr e = exception()) std::rethrow_exception(e);
+    end.wait(cuda::current_stream(device_));
+    if (blocking_) Work::wait(timeout);  // barrier: the host waits too
+  }
+  cuda::Event end;
+  Clock::time_point issued = Clock::now();
+  bool blocking_ = false;
+  std::vector<Tensor> keep_;  // inputs and outputs stay alive until the collective is done
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+bool nccl_available() { return cuda::device_count() > 0; }
+
+struct ProcessGroupNCCL::Impl {
+  ProcessGroupNCCL& pg;
+  int device = 0;
+  std::shared_ptr<Store> store;
+  ncclComm_t comm = nullptr;
+  std::unique_ptr<cuda::Stream> stream;
+  std::unique_ptr<ProgressBoard> board;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<NcclWork>> pending;
+  uint64_t next_seq = 1;
+  std::string broken;
+  bool stop = false;
+  std::thread watchdog;
+
+  explicit Impl(ProcessGroupNCCL& p) : pg(p) {}
+
+  void check_tensor(const Tensor& t, const char* op, const char* what) {
+    pg.ProcessGroup::check_tensor(t, op, what);
+    RG_CHECK(t.device() == Device::cuda(device), op, ": the ", what, " tensor is on ",
+             t.device().str(), "; this NCCL group uses cuda:", device);
+  }
+
+  // Queues `launch` on the communication stream after the current stream's work so far, and
+  // returns a Work that the watchdog completes.
+  WorkPtr enqueue(const char* op, const std::string& detail, std::vector<Tensor> keep,
+                  const std::function<void(cudaStream_t)>& launch, bool blocking = false) {
+    std::unique_lock lock(mu);
+    const uint64_t seq = next_seq++;
+    auto work = std::make_shared<NcclWork>(op, seq, keep, device);
+    work->blocking_ = blocking;
+    if (!broken.empty()) {
+      lock.unlock();
+      work->finish(std::make_exception_ptr(Error(pg.describe(op, seq, detail) +
+                                                 " was not run: the NCCL group is unusable after "
+                                                 "an earlier failure: " +
+                                                 broken)));
+      return work;
+    }
+    cuda::DeviceGuard guard(device);
+    cuda::Event inputs_ready;
+    inputs_ready.record(cuda::current_stream(device));
+    inputs_ready.wait(*stream);
+    launch(as_cuda(*stream));
+    for (const Tensor& t : keep) cuda::record_stream(t, *stream);
+    work->end.record(*stream);
+    work->mark_started();
+    board->started(seq);
+    pending.push_back(work);
+    details[seq] = detail;
+    cv.notify_all();
+    return work;
+  }
+  std::unordered_map<uint64_t, std::string> details;
+
+  void watch() {
+    std::unique_lock lock(mu);
+    while (!stop) {
+      cv.wait_for(lock, std::chrono::milliseconds(20));
+      // Completed works, in issue order.
+      while (!pending.empty() && pending.front()->end.query()) {
+        auto w = pending.front();
+        pending.pop_front();
+        details.erase(w->seq());
+        lock.unlock();
+        w->finish();
+        lock.lock();
+      }
+      if (pending.empty()) continue;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm, &async);
+      const auto& oldest = pending.front();
+      const bool timed_out = Clock::now() - oldest->issued > pg.options().timeout;
+      if (async == ncclSuccess && !timed_out) continue;
+      // Abort: the communicator cannot recover, every pending work fails with the reason.
+      std::string msg = pg.describe(oldest->op(), oldest->seq(), details[oldest->seq()]);
+      if (timed_out)
+        msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
+      else
+        msg += std::string(" failed: ") + ncclGetErrorString(async);
+      if (auto behind = board->ranks_behind(oldest->seq()))
+        msg += behind->empty() ? "; every rank had started it"
+                               : "; ranks that have not joined it: " + format_ranks(*behind);
+      broken = msg;
+      ncclCommAbort(comm);
+      comm = nullptr;
+      auto failed = std::move(pending);
+      pending.clear();
+      lock.unlock();
+      for (auto& w : failed) w->finish(std::make_exception_ptr(Error(msg)));
+      lock.lock();
+    }
+  }
+};
+
+ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size,
+                                   ProcessGroupOptions options, int device)
+    : ProcessGroup(rank, size, std::move(options)), impl_(std::make_unique<Impl>(*this)) {
+  RG_CHECK(store != nullptr, "ProcessGroupNCCL needs a store");
+  const int devices = cuda::device_count();
+  RG_CHECK(devices > 0,
+           "the nccl backend needs a CUDA device and none is visible; use "
+           "--backend gloo");
+  Impl& s = *impl_;
+  s.device = device >= 0 ? device : rank % devices;
+  s.store = std::make_shared<PrefixStore>("pg/" + options_.name, std::move(store));
+  ncclUniqueId id;
+  if (rank == 0) {
+    RG_CUDA_CHECK(ncclGetUniqueId(&id));
+    s.store->set("nccl/unique_id", Bytes(reinterpret_cast<uint8_t*>(&id),
+                                         reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+  } else {
+    const Bytes b = s.store->get("nccl/unique_id", options_.timeout);
+    RG_CHECK(b.size() == sizeof(id), "nccl: malformed unique id in the store");
+    std::memcpy(&id, b.data(), sizeof(id));
+  }
+  {
+    cuda::DeviceGuard guard(s.device);
+    RG_CUDA_CHECK(ncclCommInitRank(&s.comm, size, id, rank));
+    s.stream = std::make_unique<cuda::Stream>(cuda::pooled_stream(s.device));
+  }
+  s.board = std::make_unique<ProgressBoard>(s.store, rank, size);
+  s.watchdog = std::thread([this] { impl_->watch(); });
+}
+
+ProcessGroupNCCL::~ProcessGroupNCCL() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->watchdog.join();
+  if (impl_->comm) {
+    impl_->stream->synchronize();
+    ncclCommDestroy(impl_->comm);
+  }
+}
+
+int ProcessGroupNCCL::device() const { return impl_->device; }
+
+WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
+  impl_->check_tensor(t, "all_reduce", "input");
+  RG_CHECK(algorithm() == Algorithm::native,
+           "all_reduce: our ring over NCCL send/recv is not "
+           "implemented yet; use the native algorithm with the nccl backend");
+  const std::string d =
+      detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], ", reduce_op_name(op), ", native");
+  return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s) {
+    RG_CUDA_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()),
+                                nccl_op(op), impl_->comm, s));
+  });
+}
+
+WorkPtr ProcessGroupNCCL::broadcast(const Tensor& t, int root) {
+  impl_->check_tensor(t, "broadcast", "input");
+  check_rank(root, "broadcast", "root");
+  const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], root ", root);
+  return impl_->enqueue("broadcast", d, {t}, [&](cudaStream_t s) {
+    RG_CUDA_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()),
+                                root, impl_->comm, s));
+  });
+}
+
+WorkPtr ProcessGroupNCCL::all_gather(const Tensor& output, const Tensor& input) {
+  impl_->check_tensor(output, "all_gather", "output");
+  impl_->check_tensor(input, "all_gather", "input");
+  RG_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
+           "all_gather: output must hold group size ", size(), " x input ", input.numel(),
+           " elements of the input's dtype");
+  const std::string d = detail::cat(dtype_name(input.dtype()), "[", input.numel(), "]");
+  return impl_->enqueue("all_gather", d, {output, input}, [&](cudaStream_t s) {
+    RG_CUDA_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), size_t(input.numel()),
+                                nccl_type(input.dtype()), impl_->comm, s));
+  });
+}
+
+WorkPtr ProcessGroupNCCL::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  impl_->check_tensor(output, "reduce_scatter", "output");
+  impl_->check_tensor(input, "reduce_scatter", "input");
+  RG_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
+           "reduce_scatter: input must hold group size ", size(), " x output ", output.numel(),
+           " elements of the output's dtype");
+  const std::string d =
+      detail::cat(dtype_name(input.dtype()), "[", input.numel(), "], ", reduce_op_name(op));
+  return impl_->enqueue("reduce_scatter", d, {output, input}, [&](cudaStream_t s) {
+    RG_CUDA_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(output.numel()),
+                                    nccl_type(input.dtype()), nccl_op(op), impl_->comm, s));
+  });
+}
+
+WorkPtr ProcessGroupNCCL::barrier() {
+  Tensor one = Tensor::empty({1}, DType::f32, Device::cuda(impl_->device));
+  one.fill_(1.0);
+  return impl_->enqueue(
+      "barrier", "", {one},
+      [&](cudaStream_t s) {
+        RG_CUDA_CHECK(
+            ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl_->comm, s));
+      },
+      /*blocking=*/true);
+}
+
+WorkPtr ProcessGroupNCCL::send(const Tensor& t, int dst, uint32_t tag) {
+  impl_->check_tensor(t, "send", "input");
+  check_rank(dst, "send", "destination");
+  RG_CHECK(tag == 0, "send: NCCL matches sends and receives by order, not by tag (tag ", tag, ")");
+  const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "] to ", dst);
+  return impl_->enqueue("send", d, {t}, [&](cudaStream_t s) {
+    RG_CUDA_CHECK(
+        ncclSend(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), dst, impl_->comm, s));
+  });
+}
+
+WorkPtr ProcessGroupNCCL::recv(const Tensor& t, int src, uint32_t tag) {
+  impl_->check_tensor(t, "recv", "output");
+  check_rank(src, "recv", "source");
+  RG_CHECK(tag == 0, "recv: NCCL matches sends and receives by order, not by tag (tag ", tag, ")");
+  const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "] from ", src);
+  return impl_->enqueue("recv", d, {t}, [&](cudaStream_t s) {
+    RG_CUDA_CHECK(
+        ncclRecv(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), src, impl_->comm, s));
+  });
+}
+
+}  // namespace rg::dist

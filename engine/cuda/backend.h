@@ -1,0 +1,59 @@
+// The few CUDA runtime calls the engine's CUDA runtime is built on, behind an interface: the real
+// one (cudart) exists only in CUDA builds, and tests drive the runtime with a fake one on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace rg::cuda {
+
+// cudaStream_t / cudaEvent_t in the real backend. A null StreamHandle is the device's legacy
+// default stream.
+using StreamHandle = void*;
+using EventHandle = void*;
+
+// Every call names the device it concerns; the backend makes it current for the call and restores
+// the caller's device afterwards. Failures throw rg::Error, except running out of memory.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // 0 without a driver or GPU (never throws); why, for error messages.
+  virtual int device_count() = 0;
+  virtual std::string unavailable_reason() = 0;
+  virtual int current_device() = 0;
+  virtual void set_device(int device) = 0;
+  virtual void synchronize_device(int device) = 0;
+
+  // Device memory; nullptr when the device is out of memory.
+  virtual void* malloc_device(int device, size_t nbytes) = 0;
+  virtual void free_device(int device, void* ptr) = 0;
+  // Page-locked host memory usable by every device; nullptr when none is left.
+  virtual void* malloc_host(size_t nbytes) = 0;
+  virtual void free_host(void* ptr) = 0;
+  // Any direction (unified addressing), ordered on `stream` of `device`.
+  virtual void copy_async(void* dst, const void* src, size_t nbytes, int device,
+                          StreamHandle stream) = 0;
+  virtual void memset_async(void* dst, int byte, size_t nbytes, int device,
+                            StreamHandle stream) = 0;
+
+  // A new stream that does not synchronize with the legacy default stream.
+  virtual StreamHandle create_stream(int device) = 0;
+  virtual bool query_stream(int device, StreamHandle stream) = 0;  // true: all work done
+  virtual void synchronize_stream(int device, StreamHandle stream) = 0;
+
+  virtual EventHandle create_event(int device, bool enable_timing) = 0;
+  virtual void destroy_event(int device, EventHandle event) = 0;
+  virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;
+  // Work submitted to `stream` (on `device`) later waits for `event`, without blocking the host.
+  virtual void wait_event(int device, StreamHandle stream, EventHandle event) = 0;
+  virtual bool query_event(int device, EventHandle event) = 0;  // true: reached
+  virtual void synchronize_event(int device, EventHandle event) = 0;
+  virtual float elapsed_ms(int device, EventHandle start, EventHandle end) = 0;
+};
+
+// The process's real backend: cudart in CUDA builds; in builds without CUDA one that reports 0
+// devices and throws "built without CUDA" for everything else.
+Backend& system_backend();
+
+}  // namespace rg::cuda

@@ -1,0 +1,184 @@
+// The real backend: the CUDA runtime's C API (cudart), every status through RG_CUDA_CHECK.
+// Compiled only in CUDA builds (engine/CMakeLists.txt).
+#include <cuda_runtime_api.h>
+
+#include "engine/cuda/backend.h"
+#include "kernels/cuda/check.h"
+#include "kernels/error.h"
+
+namespace rg::cuda {
+namespace {
+
+cudaStream_t stream_of(StreamHandle s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t event_of(EventHandle e) { return static_cast<cudaEvent_t>(e); }
+
+// Makes `device` current for one call and restores the caller's device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    RG_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) {
+      RG_CUDA_CHECK(cudaSetDevice(device));
+      changed_ = true;
+    }
+  }
+  ~DeviceScope() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+// Freeing during process exit, after the runtime has shut down, is not an error: the driver
+// releases everything then anyway.
+void check_release(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaErrorCudartUnloading) {
+    (void)cudaGetLastError();
+    return;
+  }
+  detail::check(status, call, file, line);
+}
+#define RG_CUDA_CHECK_RELEASE(call) check_release((call), #call, __FILE__, __LINE__)
+
+// cudaErrorNotReady is an answer, not a failure (and not sticky, but cleared all the same).
+bool check_ready(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  detail::check(status, call, file, line);
+  return true;
+}
+#define RG_CUDA_READY(call) check_ready((call), #call, __FILE__, __LINE__)
+
+class CudartBackend final : public Backend {
+ public:
+  int device_count() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // the "no driver" error is sticky until read
+      return 0;
+    }
+    return n;
+  }
+  std::string unavailable_reason() override {
+    int n = 0;
+    const cudaError_t status = cudaGetDeviceCount(&n);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      return ::rg::detail::cat(
+          "no CUDA driver or GPU is usable (cudaGetDeviceCount: ", cudaGetErrorString(status), ")");
+    }
+    return n == 0 ? "the CUDA driver reports no GPU" : "";
+  }
+  int current_device() override {
+    int d = 0;
+    RG_CUDA_CHECK(cudaGetDevice(&d));
+    return d;
+  }
+  void set_device(int device) override { RG_CUDA_CHECK(cudaSetDevice(device)); }
+  void synchronize_device(int device) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  void* malloc_device(int device, size_t nbytes) override {
+    DeviceScope scope(device);
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, nbytes);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    RG_CUDA_CHECK(status);
+    return p;
+  }
+  void free_device(int device, void* ptr) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK_RELEASE(cudaFree(ptr));
+  }
+  void* malloc_host(size_t nbytes) override {
+    void* p = nullptr;
+    // Portable: usable by every device's copies, not only the current one's.
+    const cudaError_t status = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    RG_CUDA_CHECK(status);
+    return p;
+  }
+  void free_host(void* ptr) override { RG_CUDA_CHECK_RELEASE(cudaFreeHost(ptr)); }
+  void copy_async(void* dst, const void* src, size_t nbytes, int device,
+                  StreamHandle stream) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_of(stream)));
+  }
+  void memset_async(void* dst, int byte, size_t nbytes, int device, StreamHandle stream) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaMemsetAsync(dst, byte, nbytes, stream_of(stream)));
+  }
+
+  StreamHandle create_stream(int device) override {
+    DeviceScope scope(device);
+    cudaStream_t s = nullptr;
+    RG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  bool query_stream(int device, StreamHandle stream) override {
+    DeviceScope scope(device);
+    return RG_CUDA_READY(cudaStreamQuery(stream_of(stream)));
+  }
+  void synchronize_stream(int device, StreamHandle stream) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream)));
+  }
+
+  EventHandle create_event(int device, bool enable_timing) override {
+    DeviceScope scope(device);
+    cudaEvent_t e = nullptr;
+    RG_CUDA_CHECK(
+        cudaEventCreateWithFlags(&e, enable_timing ? cudaEventDefault : cudaEventDisableTiming));
+    return e;
+  }
+  void destroy_event(int device, EventHandle event) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK_RELEASE(cudaEventDestroy(event_of(event)));
+  }
+  void record_event(int device, EventHandle event, StreamHandle stream) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaEventRecord(event_of(event), stream_of(stream)));
+  }
+  void wait_event(int device, StreamHandle stream, EventHandle event) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaStreamWaitEvent(stream_of(stream), event_of(event), 0));
+  }
+  bool query_event(int device, EventHandle event) override {
+    DeviceScope scope(device);
+    return RG_CUDA_READY(cudaEventQuery(event_of(event)));
+  }
+  void synchronize_event(int device, EventHandle event) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaEventSynchronize(event_of(event)));
+  }
+  float elapsed_ms(int device, EventHandle start, EventHandle end) override {
+    DeviceScope scope(device);
+    float ms = 0;
+    RG_CUDA_CHECK(cudaEventElapsedTime(&ms, event_of(start), event_of(end)));
+    return ms;
+  }
+};
+
+}  // namespace
+
+Backend& system_backend() {
+  // Never destroyed: memory may be freed after main() returns.
+  static CudartBackend* backend = new CudartBackend();
+  return *backend;
+}
+
+}  // namespace rg::cuda

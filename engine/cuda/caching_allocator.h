@@ -1,0 +1,108 @@
+// The CUDA caching allocator of one device: memory is taken from the device in segments, split
+// into blocks and kept in per-stream pools when freed, so a training step that re-requests the
+// same sizes every iteration never calls cudaMalloc/cudaFree once it has run once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/cuda/backend.h"
+#include "engine/cuda/event_pool.h"
+
+namespace rg::cuda {
+
+struct DeviceMemoryStats {
+  int64_t allocated_bytes = 0;       // in blocks handed out now (sizes rounded up to 512 bytes)
+  int64_t peak_allocated_bytes = 0;  // high-water mark since creation or reset_peak_stats()
+  int64_t requested_bytes = 0;       // what the callers of the live blocks asked for
+  int64_t reserved_bytes = 0;        // taken from the device: live blocks plus the cache
+  int64_t peak_reserved_bytes = 0;
+  int64_t num_allocs = 0;           // allocate() calls that returned a block
+  int64_t num_device_allocs = 0;    // segments taken from the device (cudaMalloc calls)
+  int64_t num_device_frees = 0;     // segments given back (cudaFree calls)
+  int64_t num_cache_flushes = 0;    // the device was full: the cache was released and retried
+  int64_t pending_free_blocks = 0;  // freed, waiting for other streams to finish with them
+};
+
+// Policy (after PyTorch's CUDACachingAllocator):
+// - Sizes round up to a multiple of kMinBlockSize. Requests up to kSmallRequest come from the
+//   small pool, carved from kSmallSegment segments; larger ones from the large pool, carved from
+//   kLargeSegment segments (requests below kMinLargeAlloc) or from a segment of their own size
+//   rounded up to kLargeRounding.
+// - A free block belongs to the pool of the stream it was allocated on and is reused only by
+//   allocations on that stream: work queued on one stream runs in order, so the next user of the
+//   block cannot overtake the last. The smallest free block that fits is taken (best fit, then
+//   lowest address); the rest is split off when it is at least kMinBlockSize (small pool) or
+//   larger than kSmallRequest (large pool, so large segments do not crumble into small blocks).
+//   Freed neighbours within a segment merge again.
+// - A block that was used on other streams (record_stream) is released only when an event
+//   recorded on each of those streams at free time has been reached.
+// - When the device has no room, every cached unsplit segment is returned and the allocation is
+//   retried once; then an rg::Error says how much was asked for, allocated and reserved.
+// - empty_cache() waits for pending events and returns every cached unsplit segment.
+// Thread-safe (one mutex). Destroying the allocator returns all its memory to the device, blocks
+// still handed out included; the process-wide allocators are never destroyed.
+class CachingAllocator {
+ public:
+  static constexpr size_t kMinBlockSize = 512;
+  static constexpr size_t kSmallRequest = size_t(1) << 20;
+  static constexpr size_t kSmallSegment = size_t(2) << 20;
+  static constexpr size_t kLargeSegment = size_t(20) << 20;
+  static constexpr size_t kMinLargeAlloc = size_t(10) << 20;
+  static constexpr size_t kLargeRounding = size_t(2) << 20;
+
+  CachingAllocator(Backend& backend, int device);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  int device() const { return device_; }
+  // A block of at least nbytes for work on `stream`; nullptr for 0 bytes.
+  void* allocate(size_t nbytes, StreamHandle stream);
+  // Returns the block at ptr (as returned by allocate) to its stream's pool; nullptr is ignored.
+  void deallocate(void* ptr);
+  // The block at ptr is also used by work on `stream`: it is reused only after that work is done.
+  void record_stream(void* ptr, StreamHandle stream);
+  void empty_cache();
+  DeviceMemoryStats stats() const;
+  void reset_peak_stats();
+  // The size of the live block at ptr (rounded), for tests and diagnostics.
+  size_t block_size(const void* ptr) const;
+
+ private:
+  struct Block;
+  struct BlockLess {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  using Pool = std::set<Block*, BlockLess>;
+
+  Pool& pool_of(const Block* b);
+  Block* find_free_block(Pool& pool, StreamHandle stream, size_t size);
+  void* allocate_segment(size_t size);
+  void free_block(Block* b);
+  void process_events();
+  void synchronize_and_process_events();
+  void release_cached_segments();
+  void release_all();
+
+  Backend& backend_;
+  const int device_;
+  mutable std::mutex mu_;
+  Pool small_pool_;
+  Pool large_pool_;
+  std::unordered_map<void*, Block*> live_;  // handed out, by address
+  struct PendingEvent {
+    EventHandle event;
+    Block* block;
+  };
+  std::vector<PendingEvent> pending_;  // events recorded for freed blocks, oldest first
+  EventPool events_;
+  DeviceMemoryStats stats_;
+};
+
+}  // namespace rg::cuda

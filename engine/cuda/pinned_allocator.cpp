@@ -1,0 +1,148 @@
+// Pinned host memory: cudaHostAlloc blocks cached by size class, released for reuse only when
+// the copies that were queued on them are done.
+#include "engine/cuda/pinned_allocator.h"
+
+#include <algorithm>
+
+#include "kernels/error.h"
+
+namespace rg::cuda {
+
+PinnedAllocator::PinnedAllocator(Backend& backend) : backend_(backend), events_(backend) {}
+
+PinnedAllocator::~PinnedAllocator() {
+  try {
+    std::lock_guard<std::mutex> lock(mu_);
+    synchronize_and_process_events();
+    for (auto& [ptr, b] : blocks_) backend_.free_host(ptr);
+  } catch (...) {  // a destructor cannot report; what the backend refused stays pinned
+  }
+}
+
+size_t PinnedAllocator::size_class(size_t nbytes) {
+  constexpr size_t kPage = 4096;
+  const size_t n = (nbytes + kPage - 1) / kPage * kPage;
+  if (n <= 8 * kPage) return n;
+  const int top = 63 - __builtin_clzll(n);
+  const size_t step = size_t(1) << (top - 3);
+  return (n + step - 1) / step * step;
+}
+
+void* PinnedAllocator::allocate(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  RG_CHECK(nbytes <= (size_t(1) << 56), "pinned allocation of ", nbytes,
+           " bytes is impossibly large");
+  const size_t cls = size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  process_events();
+  Block* b = nullptr;
+  auto it = free_.find(cls);
+  if (it != free_.end() && !it->second.empty()) {
+    b = it->second.back();
+    it->second.pop_back();
+  } else {
+    void* p = backend_.malloc_host(cls);
+    if (p == nullptr) {
+      release_cached();
+      p = backend_.malloc_host(cls);
+    }
+    RG_CHECK(p != nullptr, "out of pinned host memory allocating ", nbytes, " bytes (",
+             stats_.reserved_bytes, " bytes pinned already)");
+    ++stats_.num_host_allocs;
+    stats_.reserved_bytes += int64_t(cls);
+    b = &blocks_[p];
+    b->ptr = p;
+    b->size = cls;
+  }
+  b->allocated = true;
+  ++stats_.num_allocs;
+  stats_.allocated_bytes += int64_t(cls);
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  return b->ptr;
+}
+
+void PinnedAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blocks_.find(ptr);
+  RG_CHECK(it != blocks_.end() && it->second.allocated, "pinned allocator: free of ", ptr,
+           ", which it did not hand out (or which was freed already)");
+  Block* b = &it->second;
+  b->allocated = false;
+  stats_.allocated_bytes -= int64_t(b->size);
+  if (b->stream_uses.empty()) {
+    free_[b->size].push_back(b);
+    return;
+  }
+  ++stats_.pending_free_blocks;
+  for (const auto& [device, stream] : b->stream_uses) {
+    EventHandle e = events_.get(device);
+    backend_.record_event(device, e, stream);
+    ++b->pending_events;
+    pending_.push_back({device, e, b});
+  }
+  b->stream_uses.clear();
+}
+
+void PinnedAllocator::record_stream(void* ptr, int device, StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blocks_.find(ptr);
+  RG_CHECK(it != blocks_.end() && it->second.allocated, "pinned record_stream: ", ptr,
+           " is not the start of a live pinned block");
+  auto& uses = it->second.stream_uses;
+  const std::pair<int, StreamHandle> use{device, stream};
+  if (std::find(uses.begin(), uses.end(), use) == uses.end()) uses.push_back(use);
+}
+
+void PinnedAllocator::process_events() {
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingEvent pe = pending_[i];
+    if (!backend_.query_event(pe.device, pe.event)) {
+      pending_[kept++] = pe;
+      continue;
+    }
+    events_.put(pe.device, pe.event);
+    if (--pe.block->pending_events == 0) {
+      --stats_.pending_free_blocks;
+      free_[pe.block->size].push_back(pe.block);
+    }
+  }
+  pending_.resize(kept);
+}
+
+void PinnedAllocator::synchronize_and_process_events() {
+  for (const PendingEvent& pe : pending_) backend_.synchronize_event(pe.device, pe.event);
+  process_events();
+}
+
+void PinnedAllocator::release_cached() {
+  synchronize_and_process_events();
+  for (auto& [cls, list] : free_) {
+    for (Block* b : list) {
+      void* p = b->ptr;
+      backend_.free_host(p);
+      ++stats_.num_host_frees;
+      stats_.reserved_bytes -= int64_t(cls);
+      blocks_.erase(p);
+    }
+  }
+  free_.clear();
+}
+
+void PinnedAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached();
+}
+
+HostMemoryStats PinnedAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void PinnedAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+}
+
+}  // namespace rg::cuda
