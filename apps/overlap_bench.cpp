@@ -47,7 +47,11 @@ struct Row {
   size_t num_buckets = 0;
   bool overlap = false;
   double iter_ms = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0;
-  double efficiency() const { return comm_ms > 0 ? (comm_ms - exposed_ms) / comm_ms : 0; }
+  // The final wait also holds a little bookkeeping, so with nothing hidden it can exceed the
+  // link time by a hair; that is 0% hidden, not a negative share.
+  double efficiency() const {
+    return comm_ms > 0 ? std::max(0.0, (comm_ms - exposed_ms) / comm_ms) : 0;
+  }
 };
 
 // Time the link was busy: the union of the buckets' [start, end] intervals.
