@@ -28,6 +28,10 @@ constexpr int64_t kMinColumns = 256;
 // Stride-1 convolutions skip im2col (see conv2d_forward_taps) when the junk columns that this
 // costs are at most 1/kTapMaxWaste of the output columns (32-wide maps with 3x3 kernels).
 constexpr int64_t kTapMaxWaste = 16;
+// The weight gradient of small maps (batched chunks) is one GEMM over the whole batch, split by
+// output channels among the threads, when the batch's column matrix is at most this big: a GEMM
+// as deep as the batch, and no per-thread partial sums to add up afterwards.
+constexpr int64_t kWholeBatchColumnBytes = int64_t(24) << 20;
 // A 1x1 stride-1 unpadded convolution reads a sample's input as its column matrix (no im2col)
 // once a sample is this many pixels; smaller maps are batched like the general case.
 constexpr int64_t kDirectMinColumns = 512;
@@ -448,6 +452,26 @@ void conv2d_input_grad(const Conv2dGeometry& g, const T* w, const T* gy, T* gx) 
 template <class T>
 void conv2d_weight_grad(const Conv2dGeometry& g, const T* x, const T* gy, T* gw) {
   const Plan p = make_plan(g, int64_t(sizeof(T)), true);
+  const int64_t batch_cols = g.n * p.hw;
+  if (p.blocks == 1 && p.chunks > 1 && !p.in_place() &&
+      p.k * batch_cols * int64_t(sizeof(T)) <= kWholeBatchColumnBytes) {
+    auto cols = scratch<T>(p.k * batch_cols);
+    auto gy_packed = scratch<T>(g.o * batch_cols);
+    im2col(g, Chunk{0, g.n, 0, g.ho}, x, cols.get());
+    pack_channels(gy, g.n, g.o, p.hw, gy_packed.get());
+    // gw rows [r0, r1) = gy rows [r0, r1) * cols^T; every row is one thread's, so the sums run in
+    // the same order on every run.
+    const int64_t parts = std::min<int64_t>(num_threads(), g.o);
+    SingleThreadedBlas single;
+    parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t part = lo; part < hi; ++part) {
+        const int64_t r0 = g.o * part / parts, r1 = g.o * (part + 1) / parts;
+        gemm<T>(false, true, r1 - r0, p.k, batch_cols, T(1), gy_packed.get() + r0 * batch_cols,
+                batch_cols, cols.get(), batch_cols, T(0), gw + r0 * p.k, p.k);
+      }
+    });
+    return;
+  }
   const int64_t out_sample = g.o * p.hw, w_size = g.o * p.k;
   auto cols = scratch<T>(p.workers * p.cols_size(g));
   auto gy_packed = scratch<T>(p.nb == 1 ? 0 : p.workers * g.o * p.nb * p.hw);
