@@ -1,12 +1,14 @@
 // The point-to-point transport our ring all-reduce is written against: asynchronous sends and
 // receives of raw bytes between two ranks, matched by slot. Gloo implements it with unbound
-// buffers, NCCL with ncclSend/ncclRecv.
+// buffers (waits block the host); NCCL with grouped ncclSend/ncclRecv on its stream (waits are
+// no-ops: everything that follows is queued on the same stream).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 namespace rg::dist {
 
@@ -27,6 +29,19 @@ class PointToPoint {
   // match when they name each other and the same slot; several on one slot match in order.
   virtual std::unique_ptr<P2POp> isend(const void* data, size_t bytes, int peer, uint64_t slot) = 0;
   virtual std::unique_ptr<P2POp> irecv(void* data, size_t bytes, int peer, uint64_t slot) = 0;
+
+  // A send to `to` and a receive from `from` on one slot, issued as a pair: NCCL must see a send
+  // and a receive that wait on each other in one group, or two ranks that both send first would
+  // wait forever. An empty side (0 bytes) is skipped and its op is null. By default: isend, then
+  // irecv.
+  using OpPair = std::pair<std::unique_ptr<P2POp>, std::unique_ptr<P2POp>>;
+  virtual OpPair exchange(const void* send, size_t send_bytes, int to, void* recv,
+                          size_t recv_bytes, int from, uint64_t slot) {
+    OpPair ops;
+    if (send_bytes) ops.first = isend(send, send_bytes, to, slot);
+    if (recv_bytes) ops.second = irecv(recv, recv_bytes, from, slot);
+    return ops;
+  }
 };
 
 }  // namespace rg::dist

@@ -26,49 +26,49 @@ class Ring {
     chunk_elems_ = std::max<size_t>(1, args.chunk_bytes / args.element_size);
   }
 
-  // Runs steps [first, last) of the 2(n-1)-step schedule.
+  // Runs steps [first, last) of the 2(n-1)-step schedule. Chunk c of step t is one exchange:
+  // send it to the right, receive the matching chunk from the left. Step t+1's exchange of chunk
+  // c is issued as soon as chunk c of step t has been received (and reduced): what it sends is
+  // what just arrived, and the scratch it receives into has just been consumed.
   void run(int first, int last) {
     if (n_ == 1 || a_.count == 0) {
       if (n_ == 1 && a_.finalize && first == 0 && a_.count > 0) a_.finalize(a_.data, a_.count);
       return;
     }
     const int right = mod(r_ + 1, n_), left = mod(r_ - 1, n_);
-    // Sends of step `first` use data that is ready now; later sends are posted as chunks arrive.
     std::vector<std::unique_ptr<P2POp>> sends;
-    {
-      Block b = block(mod(r_ - 1 - first, n_));
-      for (size_t c = 0; c < num_chunks(b); ++c)
-        sends.push_back(p2p_.isend(at(a_.data, b, c), chunk_len(b, c) * a_.element_size, right,
-                                   slot(first, c)));
-    }
-    // A receive for step t+1 is posted as soon as its buffer is free (right after chunk c of
-    // step t was consumed), so the peer never waits for us to ask.
-    auto post_recv = [&](int t, size_t c) {
-      const Block rb = block(mod(r_ - 2 - t, n_));
-      void* dst = t < n_ - 1 ? scratch_at(c) : at(a_.data, rb, c);
-      return p2p_.irecv(dst, chunk_len(rb, c) * a_.element_size, left, slot(t, c));
+    auto exchange = [&](int t, size_t c) {
+      const Block sb = block(mod(r_ - 1 - t, n_)), rb = block(mod(r_ - 2 - t, n_));
+      const size_t send_bytes = c < num_chunks(sb) ? chunk_len(sb, c) * a_.element_size : 0;
+      const size_t recv_bytes = c < num_chunks(rb) ? chunk_len(rb, c) * a_.element_size : 0;
+      void* dst = recv_bytes ? (t < n_ - 1 ? scratch_at(c) : at(a_.data, rb, c)) : nullptr;
+      auto ops = p2p_.exchange(send_bytes ? at(a_.data, sb, c) : nullptr, send_bytes, right, dst,
+                               recv_bytes, left, slot(t, c));
+      if (ops.first) sends.push_back(std::move(ops.first));
+      return std::move(ops.second);
+    };
+    auto chunks_of_step = [&](int t) {
+      return std::max(num_chunks(block(mod(r_ - 1 - t, n_))),
+                      num_chunks(block(mod(r_ - 2 - t, n_))));
     };
     std::vector<std::unique_ptr<P2POp>> recvs;
+    for (size_t c = 0; c < chunks_of_step(first); ++c) recvs.push_back(exchange(first, c));
     for (int t = first; t < last; ++t) {
       const bool reducing = t < n_ - 1;
       const Block rb = block(mod(r_ - 2 - t, n_));
-      const size_t chunks = num_chunks(rb);
-      while (recvs.size() < chunks) recvs.push_back(post_recv(t, recvs.size()));
-      const size_t next_chunks = t + 1 < last ? num_chunks(block(mod(r_ - 3 - t, n_))) : 0;
+      const size_t next_chunks = t + 1 < last ? chunks_of_step(t + 1) : 0;
       std::vector<std::unique_ptr<P2POp>> next;
-      next.reserve(next_chunks);
-      for (size_t c = 0; c < chunks; ++c) {
-        recvs[c]->wait(a_.deadline);
-        const size_t len = chunk_len(rb, c);
-        void* mine = at(a_.data, rb, c);
-        if (reducing) {
-          a_.reduce(mine, scratch_at(c), len);
-          if (t == n_ - 2 && a_.finalize) a_.finalize(mine, len);
+      for (size_t c = 0; c < recvs.size() || c < next_chunks; ++c) {
+        if (c < recvs.size() && recvs[c]) {
+          recvs[c]->wait(a_.deadline);
+          const size_t len = chunk_len(rb, c);
+          void* mine = at(a_.data, rb, c);
+          if (reducing) {
+            a_.reduce(mine, scratch_at(c), len);
+            if (t == n_ - 2 && a_.finalize) a_.finalize(mine, len);
+          }
         }
-        if (t + 1 < last) {
-          sends.push_back(p2p_.isend(mine, len * a_.element_size, right, slot(t + 1, c)));
-          if (c < next_chunks) next.push_back(post_recv(t + 1, c));
-        }
+        if (c < next_chunks) next.push_back(exchange(t + 1, c));
       }
       recvs = std::move(next);
     }
