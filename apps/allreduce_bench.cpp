@@ -15,6 +15,8 @@
 
 #include "apps/common/plot.h"
 #include "comm/init.h"
+#include "comm/process_group_nccl.h"
+#include "engine/cuda/device_guard.h"
 #include "engine/dispatch.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/cast.h"
@@ -69,16 +71,20 @@ int64_t sum_over_ranks(dist::ProcessGroup& pg, int64_t x) {
 }
 
 // Fills rank-dependent small integers, all-reduces once and counts elements that differ from
-// the exact sum.
+// the exact sum. `t` may be a CUDA tensor: the values go through the CPU.
 int64_t count_wrong(dist::ProcessGroup& pg, Tensor& t) {
   const int n = pg.size();
   int64_t wrong = 0;
+  Tensor host = Tensor::empty(t.shape(), t.dtype());
   dispatch_all(t.dtype(), [&]<class T>() {
-    T* p = t.data<T>();
+    T* p = host.data<T>();
     const int64_t count = t.numel();
     for (int64_t i = 0; i < count; ++i)
       p[i] = kernels::cpu::convert<T>(double((pg.rank() + 1) * (i % 5)));
+    t.copy_(host);
     pg.all_reduce(t)->wait();
+    if (t.device().is_cuda()) cuda::synchronize(t.device().index);
+    host.copy_(t);
     for (int64_t i = 0; i < count; ++i)
       if (kernels::cpu::convert<double>(p[i]) != double(n * (n + 1) / 2 * (i % 5))) ++wrong;
   });
@@ -152,21 +158,36 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
     fmt::print("# memcpy bandwidth (1 thread, 64 MiB, mean over ranks): {:.2f} GB/s\n", memcpy_bw);
   }
   std::vector<Row> rows;
+  std::shared_ptr<dist::ProcessGroupNCCL> nccl;  // created when an nccl-* row first needs it
   for (const std::string& name : o.algorithms) {
     const auto dash = name.find('-');
     RG_CHECK(dash != std::string::npos, "unknown algorithm '", name,
              "' (expected gloo-native, gloo-ring, nccl-native or nccl-ring)");
     const std::string backend = name.substr(0, dash);
     const dist::Algorithm algo = dist::parse_algorithm(name.substr(dash + 1));
-    if (backend == "nccl") {
+    RG_CHECK(backend == "gloo" || backend == "nccl", "unknown backend in '", name, "'");
+    // Every rank decides alike: the GPU count of a machine is the same for all of its ranks.
+    if (backend == "nccl" && !dist::nccl_available()) {
       if (root)
         fmt::print("\n# {}: skipped: {}\n", name,
-                   cuda::device_count() == 0 ? "no CUDA device on this machine"
-                                             : "the NCCL process group is not implemented yet");
+                   cuda::built_with_cuda() ? "no CUDA device on this machine"
+                                           : "ringgrad was built without CUDA");
       continue;
     }
-    RG_CHECK(backend == "gloo", "unknown backend in '", name, "'");
-    pg->set_algorithm(algo);
+    if (backend == "nccl" && !nccl) {
+      dist::ProcessGroupOptions no;
+      no.name = "bench-nccl";
+      no.ring_chunk_bytes = size_t(o.chunk_kib) << 10;
+      nccl = std::make_shared<dist::ProcessGroupNCCL>(dist::default_store(), pg->rank(), pg->size(),
+                                                      no);
+    }
+    dist::ProcessGroup& group = backend == "nccl" ? *nccl : *pg;
+    const Device device = backend == "nccl" ? Device::cuda(nccl->device()) : Device::cpu();
+    // NCCL's Work::wait() only orders the current stream; timing needs the host to wait too.
+    auto settle = [&] {
+      if (device.is_cuda()) cuda::synchronize(device.index);
+    };
+    group.set_algorithm(algo);
     if (root)
       fmt::print(
           "\n# {}\n# {:>12} {:>12} {:>6} {:>6} {:>12} {:>8} {:>8} {:>7}\n"
@@ -176,20 +197,22 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
     for (uint64_t bytes = lo; bytes <= hi; bytes *= uint64_t(o.step_factor)) {
       const uint64_t count = bytes / element_size(dtype);
       if (count == 0) continue;
-      Tensor t = zeros({int64_t(count)}, dtype);
+      Tensor t = zeros({int64_t(count)}, dtype).to(device);
       const int iters = o.iters > 0 ? o.iters : auto_iters(bytes);
-      for (int i = 0; i < o.warmup; ++i) pg->all_reduce(t)->wait();
+      for (int i = 0; i < o.warmup; ++i) group.all_reduce(t)->wait();
+      settle();
       pg->barrier()->wait();
       const auto t0 = Clock::now();
       std::vector<dist::WorkPtr> works;
-      for (int i = 0; i < iters; ++i) works.push_back(pg->all_reduce(t));
+      for (int i = 0; i < iters; ++i) works.push_back(group.all_reduce(t));
       for (auto& w : works) w->wait();
+      settle();
       const double us =
           std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
       Row r{name, count * element_size(dtype), count, mean_over_ranks(*pg, us), 0, 0, 0};
       r.algbw = double(r.bytes) / (r.time_us * 1e-6) / 1e9;
       r.busbw = r.algbw * bus_factor;
-      r.wrong = sum_over_ranks(*pg, count_wrong(*pg, t));
+      r.wrong = sum_over_ranks(*pg, count_wrong(group, t));
       if (root) {
         fmt::print("  {:>12} {:>12} {:>6} {:>6} {:>12.1f} {:>8.3f} {:>8.3f} {:>7}\n", r.bytes,
                    r.count, o.dtype, "sum", r.time_us, r.algbw, r.busbw, r.wrong);
@@ -241,6 +264,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
       fmt::print("# wrote {}\n", o.plot);
     }
   }
+  nccl.reset();
   pg->barrier()->wait();
   dist::destroy_process_group();
   return total_wrong == 0 ? 0 : 1;

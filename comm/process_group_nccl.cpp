@@ -1,5 +1,7 @@
 // ProcessGroupNCCL over NCCL (CUDA builds only; comm/process_group_nccl_stub.cpp otherwise).
-// Compiled in CI, run only where a GPU exists (tests labelled gpu).
+// Compiled in CI, run only where a GPU exists (tests labelled gpu). all_reduce with
+// Algorithm::ring runs our ring (comm/ring_allreduce.h) over grouped ncclSend/ncclRecv and the
+// CUDA reduction kernel; the other collectives always use NCCL's own.
 #include "comm/process_group_nccl.h"
 
 #include <nccl.h>
@@ -13,11 +15,14 @@
 
 #include "comm/prefix_store.h"
 #include "comm/progress_board.h"
+#include "comm/ring_allreduce.h"
 #include "engine/cuda/device_guard.h"
 #include "engine/cuda/event.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/stream.h"
+#include "engine/dispatch.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
 #include "kernels/error.h"
 
@@ -80,6 +85,42 @@ class NcclWork : public Work {
 
  private:
   int device_;
+};
+
+// Our ring's transport over NCCL: everything is queued on the communication stream, so a wait
+// is a no-op (what follows on the stream runs after the transfer), and a send and a receive that
+// depend on each other go into one NCCL group so that neighbours cannot deadlock.
+class StreamOrderedOp : public P2POp {
+ public:
+  void wait(Clock::time_point) override {}
+};
+
+class NcclP2P : public PointToPoint {
+ public:
+  NcclP2P(ncclComm_t comm, cudaStream_t stream, int rank, int size)
+      : comm_(comm), stream_(stream), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::unique_ptr<P2POp> isend(const void* data, size_t bytes, int peer, uint64_t) override {
+    RG_CUDA_CHECK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_));
+    return std::make_unique<StreamOrderedOp>();
+  }
+  std::unique_ptr<P2POp> irecv(void* data, size_t bytes, int peer, uint64_t) override {
+    RG_CUDA_CHECK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_));
+    return std::make_unique<StreamOrderedOp>();
+  }
+  OpPair exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+                  int from, uint64_t slot) override {
+    RG_CUDA_CHECK(ncclGroupStart());
+    OpPair ops = PointToPoint::exchange(send, send_bytes, to, recv, recv_bytes, from, slot);
+    RG_CUDA_CHECK(ncclGroupEnd());
+    return ops;
+  }
+
+ private:
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  int rank_, size_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // ProcessGroupNCCL on a real GPU (label gpu; skipped without one): a one-rank group's
-// collectives, stream ordering through Work::wait, and argument errors. Multi-rank NCCL runs need
-// several GPUs and are started like the dist tests (ringgrad-run --backend nccl).
+// collectives with both algorithms, and argument errors. Multi-rank NCCL runs need several GPUs:
+// `ringgrad-run --nproc-per-node N ringgrad-bench allreduce` checks every value of nccl-native
+// and nccl-ring there (its #wrong column).
 #include <gtest/gtest.h>
 
 #include "comm/hash_store.h"
