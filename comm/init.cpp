@@ -35,12 +35,11 @@ bool is_loopback(const std::string& addr) {
 std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank, int size,
                                                  ProcessGroupOptions options) {
+  // "auto" is gloo while the engine's ops run on the CPU: NCCL needs CUDA tensors.
   if (backend == "gloo" || backend == "auto")
     return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size, std::move(options));
   if (backend == "nccl")
-    RG_FAIL(
-        "backend 'nccl' is not implemented yet (ProcessGroupNCCL is planned with the CUDA "
-        "tensor runtime); use --backend gloo");
+    return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size, std::move(options));
   RG_FAIL("unknown backend '", backend, "' (expected gloo, nccl or auto)");
 }
 

@@ -144,6 +144,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   const dist::LaunchEnv env = dist::read_launch_env();
   std::shared_ptr<dist::ProcessGroup> pg;
   if (env.world_size > 1) {
+    RG_CHECK(c.backend != "nccl",
+             "--backend nccl needs the model on a GPU, and ringgrad-train "
+             "does not train on CUDA yet; use --backend gloo (or auto)");
     dist::InitOptions io;
     io.backend = c.backend;
     io.group.algorithm = dist::parse_algorithm(c.allreduce);
