@@ -14,6 +14,7 @@
 namespace rg::kernels::cuda {
 namespace {
 
+using detail::as_stream;
 using detail::block_sum;
 using detail::blocks_for;
 using detail::dev;
@@ -143,9 +144,8 @@ void batch_norm_stats(const T* x, int64_t n, int64_t c, int64_t hw, float* mean,
   RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
   if (c == 0) return;
   RG_CHECK(mean != nullptr && var != nullptr, "batch_norm_stats: mean and var must not be null");
-  RG_LAUNCH(stats_kernel<D>, channel_grid(c), channel_threads(n * hw), 0,
-            static_cast<cudaStream_t>(stream), dev(x), n, c, hw, mean, var, invstd,
-            static_cast<float>(eps));
+  RG_LAUNCH(stats_kernel<D>, channel_grid(c), channel_threads(n * hw), 0, as_stream(stream), dev(x),
+            n, c, hw, mean, var, invstd, static_cast<float>(eps));
 }
 
 template <class T>
@@ -155,8 +155,8 @@ void batch_norm_apply(const T* x, int64_t n, int64_t c, int64_t hw, const float*
   check_sizes("batch_norm_apply", n, c, hw);
   const int64_t total = n * c * hw;
   if (total == 0) return;
-  RG_LAUNCH(apply_kernel<D>, blocks_for(total), kThreads, 0, static_cast<cudaStream_t>(stream),
-            dev(x), c, hw, total, mean, invstd, dev(weight), dev(bias), dev(y));
+  RG_LAUNCH(apply_kernel<D>, blocks_for(total), kThreads, 0, as_stream(stream), dev(x), c, hw,
+            total, mean, invstd, dev(weight), dev(bias), dev(y));
 }
 
 template <class T>
@@ -166,7 +166,7 @@ void batch_norm_update_running(T* running_mean, T* running_var, const float* mea
   RG_CHECK(c >= 0 && count >= 0, "batch_norm_update_running: c and count must be non-negative");
   if (c == 0 || (!running_mean && !running_var)) return;
   const double unbias = count > 1 ? double(count) / double(count - 1) : 1.0;
-  RG_LAUNCH(update_running_kernel<D>, blocks_for(c), kThreads, 0, static_cast<cudaStream_t>(stream),
+  RG_LAUNCH(update_running_kernel<D>, blocks_for(c), kThreads, 0, as_stream(stream),
             dev(running_mean), dev(running_var), mean, var, c, static_cast<float>(unbias),
             static_cast<float>(momentum));
 }
@@ -178,9 +178,9 @@ void batch_norm_backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t 
   using D = device_t<T>;
   check_sizes("batch_norm_backward", n, c, hw);
   if (c == 0) return;
-  RG_LAUNCH(backward_kernel<D>, channel_grid(c), channel_threads(n * hw), 0,
-            static_cast<cudaStream_t>(stream), dev(gy), dev(x), n, c, hw, mean, invstd, dev(weight),
-            batch_stats, dev(gx), dev(gweight), dev(gbias));
+  RG_LAUNCH(backward_kernel<D>, channel_grid(c), channel_threads(n * hw), 0, as_stream(stream),
+            dev(gy), dev(x), n, c, hw, mean, invstd, dev(weight), batch_stats, dev(gx),
+            dev(gweight), dev(gbias));
 }
 
 #define RG_INSTANTIATE_BATCH_NORM(T)                                                               \

@@ -17,6 +17,7 @@
 namespace rg::kernels::cuda {
 namespace {
 
+using detail::as_stream;
 using detail::blocks_for;
 using detail::compute_t;
 using detail::dev;
@@ -161,7 +162,7 @@ void argmax(const T* x, int64_t* out, int64_t outer, int64_t c, int64_t inner, v
            ", inner ", inner);
   RG_CHECK(c > 0, "argmax: cannot take the argmax of an empty dimension (c = ", c, ")");
   if (outer == 0 || inner == 0) return;
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   if (inner == 1) {
     RG_LAUNCH(argmax_rows_kernel<D>, row_grid(outer), row_threads(c), 0, s, dev(x), out, outer, c);
   } else {
@@ -178,7 +179,7 @@ void topk_correct(const T* logits, const int64_t* target, int64_t n, int64_t c, 
            c);
   RG_CHECK(k >= 1 && k <= c, "topk_correct: k = ", k, " must be in [1, ", c, "] for ", c,
            " classes");
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   RG_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int64_t), s));
   if (n == 0) return;
   RG_LAUNCH(topk_correct_kernel<D>, row_grid(n), row_threads(c), 0, s, dev(logits), target, n, c, k,

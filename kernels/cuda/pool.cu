@@ -16,6 +16,7 @@
 namespace rg::kernels::cuda {
 namespace {
 
+using detail::as_stream;
 using detail::block_sum;
 using detail::blocks_for;
 using detail::compute_t;
@@ -199,7 +200,7 @@ void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* argm
   using D = device_t<T>;
   if (!check_geometry("max_pool2d_forward", g)) return;
   RG_LAUNCH(max_pool2d_forward_kernel<D>, blocks_for(g.planes * g.ho * g.wo), kThreads, 0,
-            static_cast<cudaStream_t>(stream), g, dev(x), dev(y), argmax);
+            as_stream(stream), g, dev(x), dev(y), argmax);
 }
 
 template <class T>
@@ -208,7 +209,7 @@ void max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* ar
   using D = device_t<T>;
   if (!check_geometry("max_pool2d_backward", g)) return;
   RG_LAUNCH(max_pool2d_backward_kernel<D>, blocks_for(g.planes * g.h * g.w), kThreads, 0,
-            static_cast<cudaStream_t>(stream), g, dev(gy), argmax, dev(gx));
+            as_stream(stream), g, dev(gy), argmax, dev(gx));
 }
 
 template <class T>
@@ -217,7 +218,7 @@ void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, bool count_in
   using D = device_t<T>;
   if (!check_geometry("avg_pool2d_forward", g)) return;
   RG_LAUNCH(avg_pool2d_forward_kernel<D>, blocks_for(g.planes * g.ho * g.wo), kThreads, 0,
-            static_cast<cudaStream_t>(stream), g, dev(x), dev(y), count_include_pad);
+            as_stream(stream), g, dev(x), dev(y), count_include_pad);
 }
 
 template <class T>
@@ -226,7 +227,7 @@ void avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx, bool count
   using D = device_t<T>;
   if (!check_geometry("avg_pool2d_backward", g)) return;
   RG_LAUNCH(avg_pool2d_backward_kernel<D>, blocks_for(g.planes * g.h * g.w), kThreads, 0,
-            static_cast<cudaStream_t>(stream), g, dev(gy), dev(gx), count_include_pad);
+            as_stream(stream), g, dev(gy), dev(gx), count_include_pad);
 }
 
 template <class T>
@@ -239,7 +240,7 @@ void adaptive_avg_pool2d_1x1_forward(const T* x, T* y, int64_t planes, int64_t h
   const auto threads =
       static_cast<unsigned int>(std::clamp<int64_t>((hw + 31) / 32 * 32, 32, kPlaneThreads));
   RG_LAUNCH(global_avg_pool_kernel<D>, static_cast<unsigned int>(std::min(planes, kMaxGrid)),
-            threads, 0, static_cast<cudaStream_t>(stream), dev(x), dev(y), planes, hw);
+            threads, 0, as_stream(stream), dev(x), dev(y), planes, hw);
 }
 
 template <class T>
@@ -251,7 +252,7 @@ void adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t planes, int64_
            hw);
   if (planes == 0) return;
   RG_LAUNCH(global_avg_pool_backward_kernel<D>, blocks_for(planes * hw), kThreads, 0,
-            static_cast<cudaStream_t>(stream), dev(gy), dev(gx), planes, hw);
+            as_stream(stream), dev(gy), dev(gx), planes, hw);
 }
 
 #define RG_INSTANTIATE_POOL(T)                                                               \

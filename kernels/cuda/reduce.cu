@@ -13,6 +13,7 @@
 namespace rg::kernels::cuda {
 namespace {
 
+using detail::as_stream;
 using detail::block_sum;
 using detail::compute_t;
 using detail::dev;
@@ -125,7 +126,7 @@ void reduce_dim(const char* op, const T* in, T* out, int64_t outer, int64_t r, i
   if (outer == 0 || inner == 0) return;
   RG_CHECK(out != nullptr && (in != nullptr || r == 0), op, ": null device pointer");
   const A scale = mean ? static_cast<A>(1.0 / static_cast<double>(r)) : A(1);
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   if (inner == 1) {
     const auto grid = static_cast<unsigned int>(std::min(outer, kMaxGrid));
     RG_LAUNCH(sum_rows_kernel<D>, grid, row_threads(r), 0, s, dev(in), dev(out), outer, r, scale);
@@ -145,7 +146,7 @@ void reduce_all(const char* op, const T* in, int64_t n, T* out, void* workspace,
   RG_CHECK(n >= 0, op, ": n must be non-negative, got ", n);
   RG_CHECK(out != nullptr && (in != nullptr || n == 0), op, ": null device pointer");
   const A scale = mean ? static_cast<A>(1.0 / static_cast<double>(n)) : A(1);
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   const int64_t blocks = sum_all_blocks(n);
   if (blocks == 1) {
     RG_LAUNCH(sum_all_kernel<D>, 1u, kBlock, 0, s, dev(in), n, static_cast<A*>(nullptr), dev(out),

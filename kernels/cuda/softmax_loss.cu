@@ -17,6 +17,7 @@
 namespace rg::kernels::cuda {
 namespace {
 
+using detail::as_stream;
 using detail::block_reduce;
 using detail::blocks_for;
 using detail::compute_t;
@@ -239,7 +240,7 @@ void softmax_forward(const char* op, const T* x, T* out, int64_t outer, int64_t 
   using D = device_t<T>;
   check_sizes(op, outer, c, inner);
   if (outer == 0 || c == 0 || inner == 0) return;
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   if (inner == 1) {
     RG_LAUNCH(softmax_rows_kernel<D>, row_grid(outer), row_threads(c), 0, s, dev(x), dev(out),
               outer, c, log_out);
@@ -255,7 +256,7 @@ void softmax_grad(const char* op, const T* grad, const T* out, T* grad_in, int64
   using D = device_t<T>;
   check_sizes(op, outer, c, inner);
   if (outer == 0 || c == 0 || inner == 0) return;
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   if (inner == 1) {
     RG_LAUNCH(softmax_backward_rows_kernel<D>, row_grid(outer), row_threads(c), 0, s, dev(grad),
               dev(out), dev(grad_in), outer, c, log_out);
@@ -294,8 +295,8 @@ void nll_loss(const T* log_probs, const int64_t* target, T* loss, int64_t n, int
               void* stream) {
   using D = device_t<T>;
   check_rows("nll_loss", n, c);
-  RG_LAUNCH(nll_loss_kernel<D>, 1u, kFinishThreads, 0, static_cast<cudaStream_t>(stream),
-            dev(log_probs), target, dev(loss), n, c);
+  RG_LAUNCH(nll_loss_kernel<D>, 1u, kFinishThreads, 0, as_stream(stream), dev(log_probs), target,
+            dev(loss), n, c);
 }
 
 template <class T>
@@ -304,8 +305,8 @@ void nll_loss_backward(const int64_t* target, const T* grad_loss, T* grad_in, in
   using D = device_t<T>;
   check_rows("nll_loss_backward", n, c);
   if (n == 0) return;
-  RG_LAUNCH(nll_loss_backward_kernel<D>, blocks_for(n * c), kThreads, 0,
-            static_cast<cudaStream_t>(stream), target, dev(grad_loss), dev(grad_in), n, c);
+  RG_LAUNCH(nll_loss_backward_kernel<D>, blocks_for(n * c), kThreads, 0, as_stream(stream), target,
+            dev(grad_loss), dev(grad_in), n, c);
 }
 
 int64_t cross_entropy_workspace_bytes(int64_t n) {
@@ -321,7 +322,7 @@ void cross_entropy(const T* logits, const int64_t* target, T* lse, T* loss, int6
   check_smoothing("cross_entropy", label_smoothing);
   RG_CHECK(workspace != nullptr, "cross_entropy: needs a workspace of ",
            cross_entropy_workspace_bytes(n), " bytes, got null");
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   A* row_loss = static_cast<A*>(workspace);
   if (n > 0) {
     RG_LAUNCH(cross_entropy_rows_kernel<D>, row_grid(n), row_threads(c), 0, s, dev(logits), target,
@@ -339,9 +340,9 @@ void cross_entropy_backward(const T* logits, const int64_t* target, const T* lse
   check_rows("cross_entropy_backward", n, c);
   check_smoothing("cross_entropy_backward", label_smoothing);
   if (n == 0) return;
-  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0,
-            static_cast<cudaStream_t>(stream), dev(logits), target, dev(lse), dev(grad_loss),
-            dev(grad_in), n, c, static_cast<A>(label_smoothing));
+  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0, as_stream(stream),
+            dev(logits), target, dev(lse), dev(grad_loss), dev(grad_in), n, c,
+            static_cast<A>(label_smoothing));
 }
 
 #define RG_INSTANTIATE_SOFTMAX_LOSS(T)                                                             \
