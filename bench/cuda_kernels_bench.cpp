@@ -4,14 +4,26 @@
 // built with CUDA; scripts/gpu-check.sh runs them.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
 #include "engine/cuda/event.h"
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/grad_scaler.h"
+#include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/softmax_loss.h"
 
@@ -102,11 +114,588 @@ void BM_RingReductionStep(benchmark::State& state) {
   });
 }
 
+// ---- Shapes and helpers shared by the entries below ----
+
+// Rows of logits: kRows x kClasses (1000 classes, like the softmax entry above). Not a batch of
+// 4096: 16 MB of f32 logits stays in the L2 cache across back-to-back launches.
+constexpr int64_t kClasses = 1000, kRows = kN / kClasses;
+// NCHW activations of a ResNet stage, for pooling and batch norm: 64 x 64 x 56 x 56.
+constexpr int64_t kImgN = 64, kImgC = 64, kImgHW = 56 * 56, kImgPlanes = kImgN * kImgC,
+                  kImgNumel = kImgPlanes * kImgHW;
+
+void* current_stream_handle() { return cuda::current_stream(0).handle(); }
+
+// A device f32 scalar holding `value` (loss gradients, the grad scaler's inv_scale).
+Tensor device_scalar(float value) {
+  Tensor t = device_tensor(1);
+  kc::fill(t.data<float>(), value, 1, current_stream_handle());
+  return t;
+}
+
+// kRows class indices spread over [0, kClasses), built on the host and copied to the GPU.
+Tensor device_targets() {
+  Tensor t = Tensor::empty({kRows}, DType::i64);
+  int64_t* p = t.data<int64_t>();
+  for (int64_t i = 0; i < kRows; ++i) p[i] = i * 7919 % kClasses;
+  return t.to(Device::cuda(0));
+}
+
+// 3x3 windows, stride 2, padding 1 over the NCHW activations: 56x56 -> 28x28 (the ResNet stem's
+// max-pool window).
+kc::Pool2dGeometry pool_geometry() {
+  kc::Pool2dGeometry g{kImgPlanes, 56, 56, 3, 3, 2, 2, 1, 1, 0, 0};
+  g.ho = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.wo = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+// Entries over kArrays f32 arrays of kN elements each, handed to launch(p, stream) in the
+// launcher's order. bytes = accesses * kN * 4: accesses counts the arrays read plus the arrays
+// written (an array updated in place counts twice).
+template <size_t kArrays, class F>
+void run_elementwise(benchmark::State& state, int accesses, F&& launch) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  std::array<Tensor, kArrays> t;
+  std::array<float*, kArrays> p{};
+  for (size_t i = 0; i < kArrays; ++i) {
+    Tensor& ti = t[i];
+    ti = device_tensor(kN);
+    p[i] = ti.data<float>();
+  }
+  run(state, double(accesses) * kN * 4, [&](void* s) { launch(p, s); });
+}
+
+// ---- Elementwise ----
+
+void BM_UnaryExp(benchmark::State& state) {
+  // Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2,
+                     [](auto& p, void* s) { kc::unary(kc::UnaryOp::exp, p[0], p[1], kN, s); });
+}
+
+void BM_PowScalar(benchmark::State& state) {
+  // Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::pow_scalar(p[0], 3.0, p[1], kN, s); });
+}
+
+void BM_BinaryScalarMul(benchmark::State& state) {
+  // Reads a, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) {
+    kc::binary_scalar(kc::BinaryOp::mul, p[0], 0.5, p[1], kN, false, s);
+  });
+}
+
+void BM_BinaryPerChannelAdd(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  // A conv bias added to NCHW activations.
+  Tensor a = device_tensor(kImgNumel), b = device_tensor(kImgC), c = device_tensor(kImgNumel);
+  // Reads a and b, writes out: (2 * N*C*HW + C) * 4.
+  run(state, (2.0 * kImgNumel + kImgC) * 4, [&](void* s) {
+    kc::binary_per_channel(kc::BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(),
+                           kImgN, kImgC, kImgHW, false, s);
+  });
+}
+
+void BM_BinaryBiasAdd(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  // A linear layer's bias on [65536, 1024] outputs.
+  const int64_t cols = 1024, rows = kN / cols;
+  Tensor a = device_tensor(rows * cols), b = device_tensor(cols), c = device_tensor(rows * cols);
+  // Reads a and b, writes out: (2 * rows * cols + cols) * 4.
+  run(state, (2.0 * double(rows * cols) + double(cols)) * 4, [&](void* s) {
+    kc::binary_bias(kc::BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(), rows,
+                    cols, false, s);
+  });
+}
+
+void BM_BinaryBroadcastMul(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  // A squeeze-and-excitation scale: [N, C, H, W] * [N, C, 1, 1] on the NCHW activations.
+  Tensor a = device_tensor(kImgNumel), b = device_tensor(kImgPlanes), c = device_tensor(kImgNumel);
+  const int64_t shape[] = {kImgN, kImgC, 56, 56}, a_strides[] = {kImgC * kImgHW, kImgHW, 56, 1},
+                b_strides[] = {kImgC, 1, 0, 0};
+  // Reads a and b, writes out: (2 * N*C*HW + N*C) * 4.
+  run(state, (2.0 * kImgNumel + kImgPlanes) * 4, [&](void* s) {
+    kc::binary_broadcast(kc::BinaryOp::mul, a.data<float>(), a_strides, b.data<float>(), b_strides,
+                         c.data<float>(), shape, 4, s);
+  });
+}
+
+void BM_Axpy(benchmark::State& state) {
+  // Reads x and out, writes out: 3 * n * 4.
+  run_elementwise<2>(state, 3, [](auto& p, void* s) { kc::axpy(0.5, p[0], p[1], kN, s); });
+}
+
+void BM_Fill(benchmark::State& state) {
+  // Writes out: n * 4.
+  run_elementwise<1>(state, 1, [](auto& p, void* s) { kc::fill(p[0], 0.5f, kN, s); });
+}
+
+void BM_DivideBy(benchmark::State& state) {
+  // Reads and writes x in place (the all-reduce average's division): 2 * n * 4.
+  run_elementwise<1>(state, 2, [](auto& p, void* s) { kc::divide_by(p[0], kN, 8, s); });
+}
+
+// ---- Activations (backward from the forward's output for relu, sigmoid and tanh, from its input
+// for leaky_relu and gelu) ----
+
+void BM_Relu(benchmark::State& state) {
+  // Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::relu(p[0], p[1], kN, s); });
+}
+
+void BM_ReluBackward(benchmark::State& state) {
+  // Reads grad and out, writes grad_in: 3 * n * 4.
+  run_elementwise<3>(state, 3,
+                     [](auto& p, void* s) { kc::relu_backward(p[0], p[1], p[2], kN, s); });
+}
+
+void BM_LeakyRelu(benchmark::State& state) {
+  // Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::leaky_relu(p[0], p[1], kN, 0.01, s); });
+}
+
+void BM_LeakyReluBackward(benchmark::State& state) {
+  // Reads grad and x, writes grad_in: 3 * n * 4.
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { kc::leaky_relu_backward(p[0], p[1], p[2], kN, 0.01, s); });
+}
+
+void BM_Gelu(benchmark::State& state) {
+  // Exact (erf) GELU. Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::gelu(p[0], p[1], kN, false, s); });
+}
+
+void BM_GeluBackward(benchmark::State& state) {
+  // Reads grad and x, writes grad_in: 3 * n * 4.
+  run_elementwise<3>(state, 3,
+                     [](auto& p, void* s) { kc::gelu_backward(p[0], p[1], p[2], kN, false, s); });
+}
+
+void BM_Sigmoid(benchmark::State& state) {
+  // Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::sigmoid(p[0], p[1], kN, s); });
+}
+
+void BM_SigmoidBackward(benchmark::State& state) {
+  // Reads grad and out, writes grad_in: 3 * n * 4.
+  run_elementwise<3>(state, 3,
+                     [](auto& p, void* s) { kc::sigmoid_backward(p[0], p[1], p[2], kN, s); });
+}
+
+void BM_Tanh(benchmark::State& state) {
+  // Reads x, writes out: 2 * n * 4.
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::tanh(p[0], p[1], kN, s); });
+}
+
+void BM_TanhBackward(benchmark::State& state) {
+  // Reads grad and out, writes grad_in: 3 * n * 4.
+  run_elementwise<3>(state, 3,
+                     [](auto& p, void* s) { kc::tanh_backward(p[0], p[1], p[2], kN, s); });
+}
+
+// ---- Reductions ----
+
+void BM_SumDim0(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  // [65536, 1024] summed over dim 0 (a bias gradient): outer 1, r 65536, inner 1024.
+  const int64_t inner = 1024, r = kN / inner;
+  Tensor in = device_tensor(r * inner), out = device_tensor(inner);
+  // Reads in, writes out: (r * inner + inner) * 4.
+  run(state, (double(r * inner) + double(inner)) * 4,
+      [&](void* s) { kc::sum_dim(in.data<float>(), out.data<float>(), 1, r, inner, s); });
+}
+
+void BM_MeanLastDim(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  // [65536, 1024] averaged over the last dim: outer 65536, r 1024, inner 1.
+  const int64_t r = 1024, outer = kN / r;
+  Tensor in = device_tensor(outer * r), out = device_tensor(outer);
+  // Reads in, writes out: (outer * r + outer) * 4.
+  run(state, (double(outer * r) + double(outer)) * 4,
+      [&](void* s) { kc::mean_dim(in.data<float>(), out.data<float>(), outer, r, 1, s); });
+}
+
+void BM_MeanAll(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor a = device_tensor(kN), out = device_tensor(1);
+  Tensor ws = device_tensor(std::max<int64_t>(1, kc::sum_all_workspace_bytes(kN)), DType::u8);
+  // Reads in, writes out[0]: (n + 1) * 4 (the workspace partials are not counted).
+  run(state, (double(kN) + 1) * 4,
+      [&](void* s) { kc::mean_all(a.data<float>(), kN, out.data<float>(), ws.raw_data(), s); });
+}
+
+// ---- Softmax family and losses over kRows rows of kClasses ----
+
+void BM_SoftmaxBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor g = device_tensor(kRows * kClasses), y = device_tensor(kRows * kClasses),
+         gi = device_tensor(kRows * kClasses);
+  // Reads grad and out, writes grad_in: 3 * rows * c * 4.
+  run(state, 3.0 * double(kRows * kClasses) * 4, [&](void* s) {
+    kc::softmax_backward(g.data<float>(), y.data<float>(), gi.data<float>(), kRows, kClasses, 1, s);
+  });
+}
+
+void BM_LogSoftmax(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kRows * kClasses), y = device_tensor(kRows * kClasses);
+  // Reads x, writes out: 2 * rows * c * 4.
+  run(state, 2.0 * double(kRows * kClasses) * 4,
+      [&](void* s) { kc::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, s); });
+}
+
+void BM_LogSoftmaxBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor g = device_tensor(kRows * kClasses), y = device_tensor(kRows * kClasses),
+         gi = device_tensor(kRows * kClasses);
+  // Reads grad and out, writes grad_in: 3 * rows * c * 4.
+  run(state, 3.0 * double(kRows * kClasses) * 4, [&](void* s) {
+    kc::log_softmax_backward(g.data<float>(), y.data<float>(), gi.data<float>(), kRows, kClasses, 1,
+                             s);
+  });
+}
+
+void BM_NllLoss(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor lp = device_tensor(kRows * kClasses), target = device_targets(), loss = device_tensor(1);
+  // Reads the targets (8 B) and one log-prob (4 B) per row, writes the loss: rows * (8 + 4) + 4.
+  run(state, double(kRows) * (8 + 4) + 4, [&](void* s) {
+    kc::nll_loss(lp.data<float>(), target.data<int64_t>(), loss.data<float>(), kRows, kClasses, s);
+  });
+}
+
+void BM_NllLossBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor target = device_targets(), grad_loss = device_scalar(1),
+         gi = device_tensor(kRows * kClasses);
+  // Reads the targets and grad_loss, writes grad_in: rows * 8 + 4 + rows * c * 4.
+  run(state, double(kRows) * 8 + 4 + double(kRows * kClasses) * 4, [&](void* s) {
+    kc::nll_loss_backward(target.data<int64_t>(), grad_loss.data<float>(), gi.data<float>(), kRows,
+                          kClasses, s);
+  });
+}
+
+void BM_CrossEntropy(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kRows * kClasses), target = device_targets(), lse = device_tensor(kRows),
+         loss = device_tensor(1);
+  Tensor ws =
+      device_tensor(std::max<int64_t>(1, kc::cross_entropy_workspace_bytes(kRows)), DType::u8);
+  // Reads logits and targets, writes lse and the loss: rows * c * 4 + rows * 8 + rows * 4 + 4
+  // (the workspace's per-row losses are not counted).
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * (8 + 4) + 4, [&](void* s) {
+    kc::cross_entropy(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
+                      loss.data<float>(), kRows, kClasses, 0.1, ws.raw_data(), s);
+  });
+}
+
+void BM_CrossEntropyBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kRows * kClasses), target = device_targets(), lse = device_tensor(kRows),
+         grad_loss = device_scalar(1), gi = device_tensor(kRows * kClasses);
+  // Reads logits, targets, lse and grad_loss, writes grad_in:
+  // 2 * rows * c * 4 + rows * (8 + 4) + 4.
+  run(state, 2.0 * double(kRows * kClasses) * 4 + double(kRows) * (8 + 4) + 4, [&](void* s) {
+    kc::cross_entropy_backward(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
+                               grad_loss.data<float>(), gi.data<float>(), kRows, kClasses, 0.1, s);
+  });
+}
+
+// ---- Dropout (p = 0.1) ----
+
+constexpr double kDropP = 0.1;
+constexpr float kDropScale = float(1 / (1 - kDropP));
+
+void BM_DropoutMask(benchmark::State& state) {
+  // Writes mask: n * 4.
+  run_elementwise<1>(state, 1, [](auto& p, void* s) {
+    kc::dropout_mask(p[0], kN, kDropP, kDropScale, 1234, 0, s);
+  });
+}
+
+void BM_DropoutForward(benchmark::State& state) {
+  // Reads x, writes out and mask: 3 * n * 4.
+  run_elementwise<3>(state, 3, [](auto& p, void* s) {
+    kc::dropout_forward(p[0], p[1], p[2], kN, kDropP, kDropScale, 1234, 0, s);
+  });
+}
+
+void BM_DropoutBackward(benchmark::State& state) {
+  // Reads grad and mask, writes grad_in: 3 * n * 4.
+  run_elementwise<3>(state, 3,
+                     [](auto& p, void* s) { kc::dropout_backward(p[0], p[1], p[2], kN, s); });
+}
+
+// ---- Pooling on the NCHW activations (x: planes * h * w, y: planes * ho * wo) ----
+
+void BM_MaxPoolForward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const kc::Pool2dGeometry g = pool_geometry();
+  const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
+  Tensor x = device_tensor(in), y = device_tensor(out), am = device_tensor(out, DType::i64);
+  // Reads x, writes y and the i64 argmax: (planes*h*w + planes*ho*wo) * 4 + planes*ho*wo * 8.
+  run(state, double(in + out) * 4 + double(out) * 8, [&](void* s) {
+    kc::max_pool2d_forward(g, x.data<float>(), y.data<float>(), am.data<int64_t>(), s);
+  });
+}
+
+void BM_MaxPoolBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const kc::Pool2dGeometry g = pool_geometry();
+  const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
+  Tensor x = device_tensor(in), gy = device_tensor(out), am = device_tensor(out, DType::i64),
+         gx = device_tensor(in);
+  // A real argmax, from the forward (x's values do not matter).
+  kc::max_pool2d_forward(g, x.data<float>(), gy.data<float>(), am.data<int64_t>(),
+                         current_stream_handle());
+  // Reads gy and the i64 argmax, writes gx: planes*ho*wo * (4 + 8) + planes*h*w * 4.
+  run(state, double(out) * (4 + 8) + double(in) * 4, [&](void* s) {
+    kc::max_pool2d_backward(g, gy.data<float>(), am.data<int64_t>(), gx.data<float>(), s);
+  });
+}
+
+void BM_AvgPoolForward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const kc::Pool2dGeometry g = pool_geometry();
+  const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
+  Tensor x = device_tensor(in), y = device_tensor(out);
+  // Reads x, writes y: (planes*h*w + planes*ho*wo) * 4.
+  run(state, double(in + out) * 4,
+      [&](void* s) { kc::avg_pool2d_forward(g, x.data<float>(), y.data<float>(), false, s); });
+}
+
+void BM_AvgPoolBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const kc::Pool2dGeometry g = pool_geometry();
+  const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
+  Tensor gy = device_tensor(out), gx = device_tensor(in);
+  // Reads gy, writes gx: (planes*ho*wo + planes*h*w) * 4.
+  run(state, double(in + out) * 4,
+      [&](void* s) { kc::avg_pool2d_backward(g, gy.data<float>(), gx.data<float>(), false, s); });
+}
+
+void BM_AdaptiveAvgPool1x1Forward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kImgNumel), y = device_tensor(kImgPlanes);
+  // Reads x, writes one mean per plane: (planes * hw + planes) * 4.
+  run(state, double(kImgNumel + kImgPlanes) * 4, [&](void* s) {
+    kc::adaptive_avg_pool2d_1x1_forward(x.data<float>(), y.data<float>(), kImgPlanes, kImgHW, s);
+  });
+}
+
+void BM_AdaptiveAvgPool1x1Backward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor gy = device_tensor(kImgPlanes), gx = device_tensor(kImgNumel);
+  // Reads one gy per plane, writes gx: (planes + planes * hw) * 4.
+  run(state, double(kImgNumel + kImgPlanes) * 4, [&](void* s) {
+    kc::adaptive_avg_pool2d_1x1_backward(gy.data<float>(), gx.data<float>(), kImgPlanes, kImgHW, s);
+  });
+}
+
+// ---- Batch norm on the NCHW activations (per-channel arrays of C floats). The stats and backward
+// kernels read x (and gy) twice, in two passes over each channel; the formulas count one read. ----
+
+void BM_BatchNormStats(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC), var = device_tensor(kImgC),
+         invstd = device_tensor(kImgC);
+  // Reads x, writes mean, var and invstd: N*C*HW * 4 + 3 * C * 4.
+  run(state, double(kImgNumel) * 4 + 3.0 * kImgC * 4, [&](void* s) {
+    kc::batch_norm_stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<float>(),
+                         var.data<float>(), invstd.data<float>(), 1e-5, s);
+  });
+}
+
+void BM_BatchNormApply(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC), invstd = device_tensor(kImgC),
+         w = device_tensor(kImgC), b = device_tensor(kImgC), y = device_tensor(kImgNumel);
+  // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 4 * C * 4.
+  run(state, 2.0 * double(kImgNumel) * 4 + 4.0 * kImgC * 4, [&](void* s) {
+    kc::batch_norm_apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<float>(),
+                         invstd.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(),
+                         s);
+  });
+}
+
+void BM_BatchNormBackward(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor gy = device_tensor(kImgNumel), x = device_tensor(kImgNumel), mean = device_tensor(kImgC),
+         invstd = device_tensor(kImgC), w = device_tensor(kImgC), gx = device_tensor(kImgNumel),
+         gw = device_tensor(kImgC), gb = device_tensor(kImgC);
+  // Training mode. Reads gy, x, mean, invstd and weight, writes gx, gweight and gbias:
+  // 3 * N*C*HW * 4 + 5 * C * 4.
+  run(state, 3.0 * double(kImgNumel) * 4 + 5.0 * kImgC * 4, [&](void* s) {
+    kc::batch_norm_backward(gy.data<float>(), x.data<float>(), kImgN, kImgC, kImgHW,
+                            mean.data<float>(), invstd.data<float>(), w.data<float>(), true,
+                            gx.data<float>(), gw.data<float>(), gb.data<float>(), s);
+  });
+}
+
+void BM_BatchNormUpdateRunning(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor rm = device_tensor(kImgC), rv = device_tensor(kImgC), mean = device_tensor(kImgC),
+         var = device_tensor(kImgC);
+  // Reads running_mean, running_var, mean and var, writes both running stats: 6 * C * 4 (C = 64:
+  // launch-latency bound, the GB/s is tiny by nature).
+  run(state, 6.0 * kImgC * 4, [&](void* s) {
+    kc::batch_norm_update_running(rm.data<float>(), rv.data<float>(), mean.data<float>(),
+                                  var.data<float>(), kImgC, kImgN * kImgHW, 0.1, s);
+  });
+}
+
+// ---- Optimizer, AMP and DDP ----
+
+void BM_AdamStep(benchmark::State& state) {
+  // Reads p, g, m and v; writes p, m and v: 7 * n * 4.
+  const kc::AdamParams params{1e-3, 0.9, 0.999, 1e-8, 0.0, false};
+  run_elementwise<4>(state, 7, [&](auto& p, void* s) {
+    kc::adam_step(p[0], p[1], p[2], p[3], kN, params, 10, s);
+  });
+}
+
+void BM_UnscaleCheckFinite(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kN), found_inf = device_scalar(0),
+         inv_scale = device_scalar(1.f / 65536);
+  kc::fill(x.data<float>(), 1.f, kN, current_stream_handle());
+  // Reads and writes x in place, reads inv_scale: 2 * n * 4 + 4 (found_inf is never written: x is
+  // finite; it decays to 0 over the iterations, which costs the same).
+  run(state, 2.0 * kN * 4 + 4, [&](void* s) {
+    kc::unscale_check_finite(x.data<float>(), kN, found_inf.data<float>(), inv_scale.data<float>(),
+                             s);
+  });
+}
+
+// A DDP bucket of kN elements holding ResNet-like gradients (a 3x3 256->256 conv weight, then a
+// batch norm's weight and bias, repeated; the last cut to fit), all views of `grads`. The slice
+// table is built on the host and copied to the GPU, where the kernels read it.
+struct Bucket {
+  Tensor grads, flat, table;
+  int64_t num_slices = 0;
+};
+
+Bucket make_bucket() {
+  Bucket b{device_tensor(kN), device_tensor(kN), Tensor(), 0};
+  std::vector<kc::BucketSlice> slices;
+  constexpr std::array<int64_t, 3> kCounts{3 * 3 * 256 * 256, 256, 256};
+  for (int64_t offset = 0; offset < kN; offset += slices.back().count) {
+    const int64_t count = std::min(kCounts[slices.size() % kCounts.size()], kN - offset);
+    slices.push_back({b.grads.data<float>() + offset, offset, count});
+  }
+  b.num_slices = int64_t(slices.size());
+  Tensor host = Tensor::empty({b.num_slices * int64_t(sizeof(kc::BucketSlice))}, DType::u8);
+  std::memcpy(host.raw_data(), slices.data(), slices.size() * sizeof(kc::BucketSlice));
+  b.table = host.to(Device::cuda(0));
+  return b;
+}
+
+const kc::BucketSlice* slice_table(const Bucket& b) {
+  return static_cast<const kc::BucketSlice*>(b.table.raw_data());
+}
+
+void BM_BucketPack(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const Bucket b = make_bucket();
+  // Reads the gradients and the slice table, writes the bucket: 2 * n * 4 + slices * 24.
+  run(state, 2.0 * kN * 4 + double(b.num_slices) * sizeof(kc::BucketSlice), [&](void* s) {
+    kc::bucket_pack(slice_table(b), b.num_slices, b.flat.data<float>(), kN, 1.0 / 8, s);
+  });
+}
+
+void BM_BucketUnpack(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const Bucket b = make_bucket();
+  // Reads the bucket and the slice table, writes the gradients: 2 * n * 4 + slices * 24.
+  run(state, 2.0 * kN * 4 + double(b.num_slices) * sizeof(kc::BucketSlice), [&](void* s) {
+    kc::bucket_unpack(slice_table(b), b.num_slices, b.flat.data<float>(), kN, 1.0, s);
+  });
+}
+
+// ---- Metrics over kRows rows of kClasses ----
+
+void BM_Argmax(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kRows * kClasses), out = device_tensor(kRows, DType::i64);
+  // Reads x, writes one i64 per row: rows * c * 4 + rows * 8.
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8,
+      [&](void* s) { kc::argmax(x.data<float>(), out.data<int64_t>(), kRows, kClasses, 1, s); });
+}
+
+void BM_Top5Correct(benchmark::State& state) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor x = device_tensor(kRows * kClasses), target = device_targets(),
+         correct = device_tensor(1, DType::i64);
+  // Reads logits and targets, writes the i64 count: rows * c * 4 + rows * 8 + 8.
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8 + 8, [&](void* s) {
+    kc::topk_correct(x.data<float>(), target.data<int64_t>(), kRows, kClasses, 5,
+                     correct.data<int64_t>(), s);
+  });
+}
+
 BENCHMARK(BM_BinaryAdd)->Name("cuda/binary_add_f32")->UseManualTime();
 BENCHMARK(BM_CastF32ToF16)->Name("cuda/cast_f32_f16")->UseManualTime();
 BENCHMARK(BM_SumAll)->Name("cuda/sum_all_f32")->UseManualTime();
 BENCHMARK(BM_SoftmaxRowsOf1000)->Name("cuda/softmax_rows_of_1000_f32")->UseManualTime();
 BENCHMARK(BM_SgdMomentumStep)->Name("cuda/sgd_momentum_step_f32")->UseManualTime();
 BENCHMARK(BM_RingReductionStep)->Name("cuda/ring_reduce_sum_f32")->UseManualTime();
+
+BENCHMARK(BM_UnaryExp)->Name("cuda/unary_exp_f32")->UseManualTime();
+BENCHMARK(BM_PowScalar)->Name("cuda/pow_scalar_f32")->UseManualTime();
+BENCHMARK(BM_BinaryScalarMul)->Name("cuda/binary_scalar_mul_f32")->UseManualTime();
+BENCHMARK(BM_BinaryPerChannelAdd)->Name("cuda/binary_per_channel_add_nchw_f32")->UseManualTime();
+BENCHMARK(BM_BinaryBiasAdd)->Name("cuda/binary_bias_add_f32")->UseManualTime();
+BENCHMARK(BM_BinaryBroadcastMul)->Name("cuda/binary_broadcast_mul_nchw_nc11_f32")->UseManualTime();
+BENCHMARK(BM_Axpy)->Name("cuda/axpy_f32")->UseManualTime();
+BENCHMARK(BM_Fill)->Name("cuda/fill_f32")->UseManualTime();
+BENCHMARK(BM_DivideBy)->Name("cuda/divide_by_f32")->UseManualTime();
+BENCHMARK(BM_Relu)->Name("cuda/relu_f32")->UseManualTime();
+BENCHMARK(BM_ReluBackward)->Name("cuda/relu_backward_f32")->UseManualTime();
+BENCHMARK(BM_LeakyRelu)->Name("cuda/leaky_relu_f32")->UseManualTime();
+BENCHMARK(BM_LeakyReluBackward)->Name("cuda/leaky_relu_backward_f32")->UseManualTime();
+BENCHMARK(BM_Gelu)->Name("cuda/gelu_f32")->UseManualTime();
+BENCHMARK(BM_GeluBackward)->Name("cuda/gelu_backward_f32")->UseManualTime();
+BENCHMARK(BM_Sigmoid)->Name("cuda/sigmoid_f32")->UseManualTime();
+BENCHMARK(BM_SigmoidBackward)->Name("cuda/sigmoid_backward_f32")->UseManualTime();
+BENCHMARK(BM_Tanh)->Name("cuda/tanh_f32")->UseManualTime();
+BENCHMARK(BM_TanhBackward)->Name("cuda/tanh_backward_f32")->UseManualTime();
+BENCHMARK(BM_SumDim0)->Name("cuda/sum_dim0_f32")->UseManualTime();
+BENCHMARK(BM_MeanLastDim)->Name("cuda/mean_last_dim_f32")->UseManualTime();
+BENCHMARK(BM_MeanAll)->Name("cuda/mean_all_f32")->UseManualTime();
+BENCHMARK(BM_SoftmaxBackward)->Name("cuda/softmax_backward_rows_of_1000_f32")->UseManualTime();
+BENCHMARK(BM_LogSoftmax)->Name("cuda/log_softmax_rows_of_1000_f32")->UseManualTime();
+BENCHMARK(BM_LogSoftmaxBackward)
+    ->Name("cuda/log_softmax_backward_rows_of_1000_f32")
+    ->UseManualTime();
+BENCHMARK(BM_NllLoss)->Name("cuda/nll_loss_rows_of_1000_f32")->UseManualTime();
+BENCHMARK(BM_NllLossBackward)->Name("cuda/nll_loss_backward_rows_of_1000_f32")->UseManualTime();
+BENCHMARK(BM_CrossEntropy)->Name("cuda/cross_entropy_rows_of_1000_f32")->UseManualTime();
+BENCHMARK(BM_CrossEntropyBackward)
+    ->Name("cuda/cross_entropy_backward_rows_of_1000_f32")
+    ->UseManualTime();
+BENCHMARK(BM_DropoutMask)->Name("cuda/dropout_mask_f32")->UseManualTime();
+BENCHMARK(BM_DropoutForward)->Name("cuda/dropout_forward_f32")->UseManualTime();
+BENCHMARK(BM_DropoutBackward)->Name("cuda/dropout_backward_f32")->UseManualTime();
+BENCHMARK(BM_MaxPoolForward)->Name("cuda/max_pool2d_3x3s2_forward_f32")->UseManualTime();
+BENCHMARK(BM_MaxPoolBackward)->Name("cuda/max_pool2d_3x3s2_backward_f32")->UseManualTime();
+BENCHMARK(BM_AvgPoolForward)->Name("cuda/avg_pool2d_3x3s2_forward_f32")->UseManualTime();
+BENCHMARK(BM_AvgPoolBackward)->Name("cuda/avg_pool2d_3x3s2_backward_f32")->UseManualTime();
+BENCHMARK(BM_AdaptiveAvgPool1x1Forward)
+    ->Name("cuda/adaptive_avg_pool2d_1x1_forward_f32")
+    ->UseManualTime();
+BENCHMARK(BM_AdaptiveAvgPool1x1Backward)
+    ->Name("cuda/adaptive_avg_pool2d_1x1_backward_f32")
+    ->UseManualTime();
+BENCHMARK(BM_BatchNormStats)->Name("cuda/batch_norm_stats_f32")->UseManualTime();
+BENCHMARK(BM_BatchNormApply)->Name("cuda/batch_norm_apply_f32")->UseManualTime();
+BENCHMARK(BM_BatchNormBackward)->Name("cuda/batch_norm_backward_f32")->UseManualTime();
+BENCHMARK(BM_BatchNormUpdateRunning)->Name("cuda/batch_norm_update_running_f32")->UseManualTime();
+BENCHMARK(BM_AdamStep)->Name("cuda/adam_step_f32")->UseManualTime();
+BENCHMARK(BM_UnscaleCheckFinite)->Name("cuda/unscale_check_finite_f32")->UseManualTime();
+BENCHMARK(BM_BucketPack)->Name("cuda/bucket_pack_f32")->UseManualTime();
+BENCHMARK(BM_BucketUnpack)->Name("cuda/bucket_unpack_f32")->UseManualTime();
+BENCHMARK(BM_Argmax)->Name("cuda/argmax_rows_of_1000_f32")->UseManualTime();
+BENCHMARK(BM_Top5Correct)->Name("cuda/top5_correct_rows_of_1000_f32")->UseManualTime();
 
 }  // namespace

@@ -3,6 +3,7 @@
 // Ops state which dtypes they accept; anything else is a clear error naming the op.
 #pragma once
 
+#include "engine/device.h"
 #include "engine/dtype.h"
 #include "kernels/error.h"
 
@@ -12,25 +13,63 @@ namespace rg {
 template <class F>
 decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::f64:
+      return f.template operator()<double>();
     default:
       RG_FAIL(op, ": expected a f32 or f64 tensor, got ", dtype_name(t),
               " (convert with .to(DType::f32))");
   }
 }
 
+// f32, f64, f16 and bf16: the dtypes of the CUDA kernels (the half types compute in f32).
+template <class F>
+decltype(auto) dispatch_cuda_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::f64:
+      return f.template operator()<double>();
+    case DType::f16:
+      return f.template operator()<Half>();
+    case DType::bf16:
+      return f.template operator()<BFloat16>();
+    default:
+      RG_FAIL(op, ": expected a floating-point tensor (f32, f64, f16 or bf16) on CUDA, got ",
+              dtype_name(t));
+  }
+}
+
+// By device and dtype: f.template operator()<T, kCuda>() with kCuda = device.is_cuda(), for
+// f32/f64 on the CPU and f32/f64/f16/bf16 on CUDA. Ops branch with `if constexpr (kCuda)` between
+// kernels::cuda and kernels::cpu, so a CPU kernel is never instantiated for a half type.
+template <class F>
+decltype(auto) dispatch_on(Device device, DType t, const char* op, F&& f) {
+  if (device.is_cuda()) {
+    return dispatch_cuda_float(t, op, [&]<class T>() { return f.template operator()<T, true>(); });
+  }
+  return dispatch_float(t, op, [&]<class T>() { return f.template operator()<T, false>(); });
+}
+
 // Every dtype.
 template <class F>
 decltype(auto) dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::f16: return f.template operator()<Half>();
-    case DType::bf16: return f.template operator()<BFloat16>();
-    case DType::i64: return f.template operator()<int64_t>();
-    case DType::i32: return f.template operator()<int32_t>();
-    case DType::u8: return f.template operator()<uint8_t>();
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::f64:
+      return f.template operator()<double>();
+    case DType::f16:
+      return f.template operator()<Half>();
+    case DType::bf16:
+      return f.template operator()<BFloat16>();
+    case DType::i64:
+      return f.template operator()<int64_t>();
+    case DType::i32:
+      return f.template operator()<int32_t>();
+    case DType::u8:
+      return f.template operator()<uint8_t>();
   }
   RG_FAIL("unknown dtype");
 }

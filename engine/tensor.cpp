@@ -11,9 +11,11 @@
 #include "engine/autograd/function.h"
 #include "engine/autograd/node.h"
 #include "engine/cuda/memory.h"
+#include "engine/cuda/stream.h"
 #include "engine/dispatch.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/cuda/fill_cast.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -174,9 +176,8 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
 
 Tensor Tensor::flat_narrow(int64_t start, int64_t length) const {
   RG_REQUIRE_DEFINED("flat_narrow()");
-  RG_CHECK(start >= 0 && length >= 0 && start + length <= numel(), "flat_narrow: range [",
-           start, ", ", start + length, ") is out of bounds for a tensor of ", numel(),
-           " elements");
+  RG_CHECK(start >= 0 && length >= 0 && start + length <= numel(), "flat_narrow: range [", start,
+           ", ", start + length, ") is out of bounds for a tensor of ", numel(), " elements");
   RG_CHECK(!autograd::needs_grad({*this}),
            "flat_narrow is not differentiable; use it under NoGradGuard or on detached tensors");
   return alias(*this, Shape{length}, impl_->offset + start);
@@ -208,10 +209,23 @@ void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
     cuda::copy_bytes(*raw.storage(), 0, *src.storage(), byte_offset(src), src.nbytes(),
                      /*non_blocking=*/false);
     dst.copy_(raw);
+  } else if (src.device() != dst.device()) {
+    // Between two devices: convert on the source device, then copy.
+    Tensor converted = Tensor::empty(src.shape(), dst.dtype(), src.device());
+    converted.copy_(src);
+    cuda::copy_bytes(*dst.storage(), byte_offset(dst), *converted.storage(), 0, dst.nbytes(),
+                     non_blocking);
   } else {
-    RG_FAIL("copy_: converting ", dtype_name(src.dtype()), " on ", src.device().str(), " to ",
-            dtype_name(dst.dtype()), " on ", dst.device().str(),
-            " is not implemented on CUDA yet (convert on the CPU)");
+    RG_CHECK(is_floating(src.dtype()) && is_floating(dst.dtype()), "copy_: converting ",
+             dtype_name(src.dtype()), " to ", dtype_name(dst.dtype()), " on ", dst.device().str(),
+             " is not implemented on CUDA yet (only among f32, f64, f16 and bf16; convert on the "
+             "CPU)");
+    void* stream = cuda::current_stream(dst.device().index).handle();
+    dispatch_cuda_float(src.dtype(), "copy_", [&]<class S>() {
+      dispatch_cuda_float(dst.dtype(), "copy_", [&]<class D>() {
+        kernels::cuda::cast<S, D>(src.data<S>(), dst.data<D>(), dst.numel(), stream);
+      });
+    });
   }
 }
 
@@ -232,9 +246,8 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
   } else {
     dispatch_all(src.dtype(), [&]<class S>() {
-      dispatch_all(dtype(), [&]<class D>() {
-        kernels::cpu::cast<S, D>(src.data<S>(), data<D>(), numel());
-      });
+      dispatch_all(dtype(),
+                   [&]<class D>() { kernels::cpu::cast<S, D>(src.data<S>(), data<D>(), numel()); });
     });
   }
   bump_version();
@@ -244,10 +257,14 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
 Tensor& Tensor::fill_(double value) {
   RG_REQUIRE_DEFINED("fill_()");
   if (device().is_cuda()) {
-    // Zero is all-zero bytes in every dtype; other values need the CUDA fill kernel.
-    RG_CHECK(value == 0.0 && !std::signbit(value), "fill_(", value, ") on ", device().str(),
-             ": not implemented on CUDA yet (only zero_() is)");
-    cuda::zero_bytes(*storage(), byte_offset(*this), nbytes());
+    if (value == 0.0 && !std::signbit(value)) {  // zero is all-zero bytes in every dtype
+      cuda::zero_bytes(*storage(), byte_offset(*this), nbytes());
+    } else {
+      void* stream = cuda::current_stream(device().index).handle();
+      dispatch_all(dtype(), [&]<class T>() {
+        kernels::cuda::fill<T>(data<T>(), kernels::cpu::convert<T>(value), numel(), stream);
+      });
+    }
     bump_version();
     return *this;
   }
@@ -315,7 +332,8 @@ double Tensor::item() const {
   RG_CHECK(numel() == 1, "item(): the tensor has ", numel(), " elements (shape ",
            shape_str(shape()), "), expected exactly one");
   if (!device().is_cpu()) return detach().to(Device::cpu()).item();
-  return dispatch_all(dtype(), [&]<class T>() { return kernels::cpu::convert<double>(*data<T>()); });
+  return dispatch_all(dtype(),
+                      [&]<class T>() { return kernels::cpu::convert<double>(*data<T>()); });
 }
 
 template <class T>
@@ -374,7 +392,8 @@ std::string Tensor::str() const {
   print(print, 0, 0, numel());
   os << ", shape=" << shape_str(s) << ", dtype=" << dtype_name(dtype());
   if (!device().is_cpu()) os << ", device=" << device().str();
-  if (requires_grad()) os << (is_leaf() ? ", requires_grad=true" : ", grad_fn=" + grad_fn()->name());
+  if (requires_grad())
+    os << (is_leaf() ? ", requires_grad=true" : ", grad_fn=" + grad_fn()->name());
   os << ')';
   return os.str();
 }

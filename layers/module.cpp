@@ -18,7 +18,9 @@ void assign_in_place(const Tensor& t, const Tensor& value) {
   impl->dtype = value.dtype();
   if (impl->autograd && impl->autograd->grad) {
     Tensor g(impl->autograd->grad);
-    if (g.dtype() != value.dtype()) impl->autograd->grad = g.to(value.dtype()).impl_ptr();
+    if (g.dtype() != value.dtype() || g.device() != value.device()) {
+      impl->autograd->grad = g.to(value.dtype()).to(value.device()).impl_ptr();
+    }
   }
 }
 
@@ -128,11 +130,9 @@ void Module::train(bool on) {
 }
 
 void Module::to(Device device) {
+  NoGradGuard no_grad;
   for (auto& [n, t] : state_dict()) {
-    if (t.device() == device) continue;
-    RG_FAIL(type_name(), ".to(", device.str(),
-            "): moving tensors between devices is not "
-            "implemented yet (the CUDA runtime arrives with the CUDA backend)");
+    if (t.device() != device) assign_in_place(t, t.detach().to(device));
   }
 }
 

@@ -1,5 +1,6 @@
-// batch_norm forward and backward through kernels::cpu::batch_norm. The per-channel mean and
-// 1/sqrt(var + eps) used by the forward are kept (in double) for the backward.
+// batch_norm forward and backward through kernels::cpu::batch_norm or kernels::cuda (f32 stats).
+// The per-channel mean and 1/sqrt(var + eps) used by the forward are kept (in double) for the
+// backward.
 #include "engine/ops/batch_norm.h"
 
 #include <cmath>
@@ -7,9 +8,13 @@
 #include <vector>
 
 #include "engine/autograd/function.h"
+#include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/check.h"
+#include "engine/ops/unary.h"
 #include "kernels/cpu/batch_norm.h"
+#include "kernels/cuda/batch_norm_stats.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -23,6 +28,73 @@ void check_channel_tensor(const Tensor& t, const char* name, const Tensor& x, in
   check_inputs("batch_norm", {x, t});
   RG_CHECK(t.dim() == 1 && t.size(0) == c, "batch_norm: ", name, " has shape ",
            shape_str(t.shape()), " but input ", shape_str(x.shape()), " has ", c, " channels");
+}
+
+// f32, f16 and bf16: the instantiations of the CUDA batch-norm kernels.
+template <class F>
+void dispatch_batch_norm_cuda(DType t, F&& f) {
+  switch (t) {
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::f16:
+      return f.template operator()<Half>();
+    case DType::bf16:
+      return f.template operator()<BFloat16>();
+    default:
+      RG_FAIL("batch_norm: ", dtype_name(t),
+              " is not implemented on CUDA yet; use f32, f16 or bf16");
+  }
+}
+
+// The CUDA path (kernels/cuda/batch_norm_stats.h): f32 per-channel statistics on the device, kept
+// for the backward; f32, f16 and bf16 inputs (the kernels have no f64 instantiation).
+Tensor batch_norm_cuda(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, int64_t n, int64_t c, int64_t hw) {
+  void* stream = cuda_stream(x);
+  Tensor mean = Tensor::empty({c}, DType::f32, x.device());
+  Tensor invstd = Tensor::empty({c}, DType::f32, x.device());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_batch_norm_cuda(x.dtype(), [&]<class T>() {
+    if (training) {
+      Tensor var = Tensor::empty({c}, DType::f32, x.device());
+      kernels::cuda::batch_norm_stats<T>(x.data<T>(), n, c, hw, mean.data<float>(),
+                                         var.data<float>(), invstd.data<float>(), eps, stream);
+      if (running_mean.defined()) {
+        kernels::cuda::batch_norm_update_running<T>(running_mean.data<T>(), running_var.data<T>(),
+                                                    mean.data<float>(), var.data<float>(), c,
+                                                    n * hw, momentum, stream);
+        running_mean.bump_version();
+        running_var.bump_version();
+      }
+    } else {  // invstd = 1 / sqrt(running_var + eps), in f32
+      NoGradGuard no_grad;
+      mean.copy_(running_mean);
+      invstd.copy_(rdiv(sqrt(add(running_var.to(DType::f32), eps)), 1.0));
+    }
+    kernels::cuda::batch_norm_apply<T>(
+        x.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
+        weight.defined() ? weight.data<T>() : nullptr, bias.defined() ? bias.data<T>() : nullptr,
+        out.data<T>(), stream);
+  });
+  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
+  const bool gb = autograd::needs_grad({bias});
+  return autograd::record(
+      out, "BatchNormBackward", {x, weight, bias},
+      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
+       hw](const Tensor& grad) -> std::vector<Tensor> {
+        const Tensor xv = sx.get(), wv = sw.get();
+        Tensor dx = gx ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
+        Tensor dw = gw ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
+        Tensor db = gb ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
+        dispatch_batch_norm_cuda(grad.dtype(), [&]<class T>() {
+          kernels::cuda::batch_norm_backward<T>(
+              grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
+              wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,
+              gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr, cuda_stream(grad));
+        });
+        return {dx, dw, db};
+      });
 }
 
 }  // namespace
@@ -52,6 +124,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   } else {
     RG_CHECK(running_mean.defined(), op,
              ": running_mean and running_var are required in evaluation mode (training=false)");
+  }
+
+  if (x.device().is_cuda()) {
+    return batch_norm_cuda(x, running_mean, running_var, weight, bias, training, momentum, eps, n,
+                           c, hw);
   }
 
   // mean and invstd per channel, shared with the backward.

@@ -10,12 +10,13 @@
 #include "engine/ops/reduce.h"
 #include "engine/ops/unary.h"
 #include "kernels/cpu/binary.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/error.h"
 
 namespace rg {
 
-using kernels::cpu::BinaryOp;
 using autograd::SavedTensor;
+using kernels::cpu::BinaryOp;
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const size_t n = std::max(a.size(), b.size());
@@ -34,10 +35,14 @@ namespace {
 
 const char* op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
   }
   return "?";
 }
@@ -55,18 +60,65 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {
   return strides;
 }
 
+// b's broadcast read as out[o, c, i] = a[o, c, i] op b[c]: true when a has out's shape and b's
+// non-1 dimensions (right-aligned) form one contiguous block [first, last) of out's dimensions.
+// Covers a scalar b (channels = 1), a bias [cols] and per-channel [C, 1, 1] operands.
+bool channel_block(const Shape& b, const Shape& out, int64_t& outer, int64_t& channels,
+                   int64_t& inner) {
+  const size_t lead = out.size() - b.size();
+  size_t first = out.size(), last = out.size();
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b[i] == 1) continue;
+    if (first == out.size())
+      first = lead + i;
+    else if (last != lead + i)
+      return false;  // a gap of 1s inside the block
+    last = lead + i + 1;
+  }
+  if (first == out.size()) first = last = out.size();
+  outer = channels = inner = 1;
+  for (size_t i = 0; i < out.size(); ++i)
+    (i < first ? outer : i < last ? channels : inner) *= out[i];
+  return true;
+}
+
+Tensor binary_forward_cuda(BinaryOp op, const char* name, const Tensor& a, const Tensor& b,
+                           const Shape& shape) {
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  void* stream = cuda_stream(a);
+  int64_t outer = 0, channels = 0, inner = 0;
+  dispatch_cuda_float(a.dtype(), name, [&]<class T>() {
+    if (a.shape() == b.shape()) {
+      kernels::cuda::binary<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(), stream);
+    } else if (a.shape() == shape && channel_block(b.shape(), shape, outer, channels, inner)) {
+      kernels::cuda::binary_per_channel<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), outer,
+                                           channels, inner, false, stream);
+    } else if (b.shape() == shape && channel_block(a.shape(), shape, outer, channels, inner)) {
+      kernels::cuda::binary_per_channel<T>(op, b.data<T>(), a.data<T>(), out.data<T>(), outer,
+                                           channels, inner, true, stream);
+    } else {
+      const auto as = broadcast_strides(a.shape(), shape);
+      const auto bs = broadcast_strides(b.shape(), shape);
+      kernels::cuda::binary_broadcast<T>(op, a.data<T>(), as.data(), b.data<T>(), bs.data(),
+                                         out.data<T>(), shape.data(), int(shape.size()), stream);
+    }
+  });
+  return out;
+}
+
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = op_name(op);
   check_inputs(name, {a, b});
+  const Shape shape =
+      a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
+  if (a.device().is_cuda()) return binary_forward_cuda(op, name, a, b, shape);
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   if (a.shape() == b.shape()) {
-    Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
     dispatch_float(a.dtype(), name, [&]<class T>() {
       kernels::cpu::binary<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
     });
     return out;
   }
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   if (b.numel() == 1 && shape == a.shape()) {
     dispatch_float(a.dtype(), name, [&]<class T>() {
       kernels::cpu::binary_scalar<T>(op, a.data<T>(), b.data<T>()[0], out.data<T>(), a.numel(),
@@ -94,6 +146,13 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
   const char* name = op_name(op);
   check_inputs(name, {a});
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  if (a.device().is_cuda()) {
+    dispatch_cuda_float(a.dtype(), name, [&]<class T>() {
+      kernels::cuda::binary_scalar<T>(op, a.data<T>(), s, out.data<T>(), a.numel(), scalar_first,
+                                      cuda_stream(a));
+    });
+    return out;
+  }
   dispatch_float(a.dtype(), name, [&]<class T>() {
     kernels::cpu::binary_scalar<T>(op, a.data<T>(), T(s), out.data<T>(), a.numel(), scalar_first);
   });
@@ -104,16 +163,18 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::add, a, b);
-  return autograd::record(out, "AddBackward", {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
-  });
+  return autograd::record(out, "AddBackward", {a, b},
+                          [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+                            return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
+                          });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::sub, a, b);
-  return autograd::record(out, "SubBackward", {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return std::vector<Tensor>{sum_to(g, sa), neg(sum_to(g, sb))};
-  });
+  return autograd::record(out, "SubBackward", {a, b},
+                          [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+                            return std::vector<Tensor>{sum_to(g, sa), neg(sum_to(g, sb))};
+                          });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
@@ -180,9 +241,15 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
            shape_str(b.shape()), " differ");
   RG_CHECK(!autograd::needs_grad({a}),
            "add_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
-  dispatch_float(a.dtype(), "add_", [&]<class T>() {
-    kernels::cpu::axpy<T>(T(alpha), b.data<T>(), a.data<T>(), a.numel());
-  });
+  if (a.device().is_cuda()) {
+    dispatch_cuda_float(a.dtype(), "add_", [&]<class T>() {
+      kernels::cuda::axpy<T>(alpha, b.data<T>(), a.data<T>(), a.numel(), cuda_stream(a));
+    });
+  } else {
+    dispatch_float(a.dtype(), "add_", [&]<class T>() {
+      kernels::cpu::axpy<T>(T(alpha), b.data<T>(), a.data<T>(), a.numel());
+    });
+  }
   a.bump_version();
   return a;
 }
@@ -191,10 +258,17 @@ Tensor& mul_(Tensor& a, double s) {
   check_inputs("mul_", {a});
   RG_CHECK(!autograd::needs_grad({a}),
            "mul_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
-  dispatch_float(a.dtype(), "mul_", [&]<class T>() {
-    kernels::cpu::binary_scalar<T>(BinaryOp::mul, a.data<T>(), T(s), a.data<T>(), a.numel(),
-                                   false);
-  });
+  if (a.device().is_cuda()) {
+    dispatch_cuda_float(a.dtype(), "mul_", [&]<class T>() {
+      kernels::cuda::binary_scalar<T>(BinaryOp::mul, a.data<T>(), s, a.data<T>(), a.numel(), false,
+                                      cuda_stream(a));
+    });
+  } else {
+    dispatch_float(a.dtype(), "mul_", [&]<class T>() {
+      kernels::cpu::binary_scalar<T>(BinaryOp::mul, a.data<T>(), T(s), a.data<T>(), a.numel(),
+                                     false);
+    });
+  }
   a.bump_version();
   return a;
 }

@@ -1,6 +1,7 @@
 // Shared input validation for ops.
 #include "engine/ops/check.h"
 
+#include "engine/cuda/stream.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -10,8 +11,6 @@ void check_inputs(const char* op, std::initializer_list<Tensor> tensors) {
   int i = 0;
   for (const Tensor& t : tensors) {
     RG_CHECK(t.defined(), op, ": input ", i, " is an undefined tensor");
-    RG_CHECK(!t.device().is_cuda(), op, ": not implemented on CUDA yet (input ", i, " is on ",
-             t.device().str(), ")");
     if (first == nullptr) {
       first = &t;
     } else {
@@ -24,9 +23,20 @@ void check_inputs(const char* op, std::initializer_list<Tensor> tensors) {
   }
 }
 
+void check_cpu_only(const char* op, std::initializer_list<Tensor> tensors) {
+  int i = 0;
+  for (const Tensor& t : tensors) {
+    RG_CHECK(!t.defined() || !t.device().is_cuda(), op, ": not implemented on CUDA yet (input ", i,
+             " is on ", t.device().str(), "); run it on the CPU");
+    ++i;
+  }
+}
+
 void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout) {
   RG_CHECK(t.dim() == ndim, op, ": expected a ", ndim, "-d tensor (", layout, "), got shape ",
            shape_str(t.shape()));
 }
+
+void* cuda_stream(const Tensor& t) { return cuda::current_stream(t.device().index).handle(); }
 
 }  // namespace rg

@@ -1,4 +1,5 @@
-// Boundary checks shared by ops: defined inputs, same dtype, same device, CPU-only for now.
+// Boundary checks shared by ops (defined inputs, one dtype, one device) and the stream a CUDA op
+// launches its kernels on.
 #pragma once
 
 #include <initializer_list>
@@ -7,10 +8,16 @@
 
 namespace rg {
 
-// All tensors defined, on one device, with one dtype; CUDA tensors are refused with a clear
-// "not implemented on CUDA yet" until the CUDA backend lands.
+// All tensors defined, on one device, with one dtype.
 void check_inputs(const char* op, std::initializer_list<Tensor> tensors);
+// For ops without a CUDA implementation yet: a clear "not implemented on CUDA yet" error naming
+// the op when any tensor is on a CUDA device.
+void check_cpu_only(const char* op, std::initializer_list<Tensor> tensors);
 // The tensor has exactly `ndim` dimensions (message names the op and the expected layout).
 void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout);
+
+// The calling thread's current stream of t's CUDA device, as the void* (cudaStream_t) the
+// kernels/cuda launchers take.
+void* cuda_stream(const Tensor& t);
 
 }  // namespace rg

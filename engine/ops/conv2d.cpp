@@ -26,6 +26,7 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tens
   } else {
     check_inputs(op, {x, weight});
   }
+  check_cpu_only(op, {x});  // cuDNN convolution is still to come
   check_dim(op, x, 4, "input: N, C, H, W");
   check_dim(op, weight, 4, "weight: O, C, kh, kw");
   const Shape& xs = x.shape();

@@ -8,6 +8,7 @@
 #include "engine/ops/check.h"
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/random.h"
+#include "kernels/cuda/dropout.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -24,10 +25,15 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   const uint64_t offset = gen.reserve(uint64_t(n + 3) / 4);
   Tensor mask = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_float(x.dtype(), "dropout", [&]<class T>() {
-    kernels::cpu::dropout_mask<T>(mask.data<T>(), n, p, T(1.0 / (1.0 - p)), gen.seed(), offset);
-    kernels::cpu::binary<T>(kernels::cpu::BinaryOp::mul, x.data<T>(), mask.data<T>(), out.data<T>(),
-                            n);
+  dispatch_on(x.device(), x.dtype(), "dropout", [&]<class T, bool kCuda>() {
+    if constexpr (kCuda) {
+      kernels::cuda::dropout_forward<T>(x.data<T>(), out.data<T>(), mask.data<T>(), n, p,
+                                        T(1.0 / (1.0 - p)), gen.seed(), offset, cuda_stream(x));
+    } else {
+      kernels::cpu::dropout_mask<T>(mask.data<T>(), n, p, T(1.0 / (1.0 - p)), gen.seed(), offset);
+      kernels::cpu::binary<T>(kernels::cpu::BinaryOp::mul, x.data<T>(), mask.data<T>(),
+                              out.data<T>(), n);
+    }
   });
   return autograd::record(out, "DropoutBackward", {x}, [sm = SavedTensor(mask)](const Tensor& g) {
     return std::vector<Tensor>{mul(g, sm.get())};

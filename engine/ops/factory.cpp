@@ -2,6 +2,7 @@
 #include "engine/ops/factory.h"
 
 #include <cmath>
+#include <functional>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
@@ -62,15 +63,26 @@ template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, 
 
 namespace {
 void check_random_target(const Tensor& t, const char* op) {
-  RG_CHECK(t.device().is_cpu(), op, ": only CPU tensors are supported until the CUDA runtime lands");
   RG_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
            ": in-place random fill of a tensor that requires grad; wrap it in NoGradGuard");
 }
+
+// CUDA tensors and the half types: drawn on the CPU in f32 (f64 for f64), so the values are the
+// CPU's for the same generator state, then copied (and converted) into t.
+bool fill_through_host(Tensor& t, const std::function<void(Tensor&)>& draw) {
+  if (t.device().is_cpu() && (t.dtype() == DType::f32 || t.dtype() == DType::f64)) return false;
+  Tensor host = Tensor::empty(t.shape(), t.dtype() == DType::f64 ? DType::f64 : DType::f32);
+  draw(host);
+  t.copy_(host);
+  return true;
+}
+
 }  // namespace
 
 Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
   check_random_target(t, "uniform_");
   RG_CHECK(low <= high, "uniform_: low (", low, ") must not exceed high (", high, ")");
+  if (fill_through_host(t, [&](Tensor& h) { uniform_(h, low, high, gen); })) return t;
   const uint64_t offset = gen.reserve(uint64_t(t.numel() + 3) / 4);
   dispatch_float(t.dtype(), "uniform_", [&]<class T>() {
     kernels::cpu::uniform(t.data<T>(), t.numel(), T(low), T(high), gen.seed(), offset);
@@ -82,6 +94,7 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
 Tensor& normal_(Tensor& t, double mean, double stddev, Generator& gen) {
   check_random_target(t, "normal_");
   RG_CHECK(stddev >= 0, "normal_: stddev must be non-negative, got ", stddev);
+  if (fill_through_host(t, [&](Tensor& h) { normal_(h, mean, stddev, gen); })) return t;
   const uint64_t offset = gen.reserve(uint64_t(t.numel() + 1) / 2);
   dispatch_float(t.dtype(), "normal_", [&]<class T>() {
     kernels::cpu::normal(t.data<T>(), t.numel(), T(mean), T(stddev), gen.seed(), offset);

@@ -9,6 +9,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cuda/softmax_loss.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -29,6 +30,7 @@ void check_class_targets(const char* op, const Tensor& input, const Tensor& targ
   RG_CHECK(target.dim() == 1 && target.size(0) == input.size(0), op, ": target shape ",
            shape_str(target.shape()), " does not match input shape ", shape_str(input.shape()),
            " (expected [", input.size(0), "])");
+  if (input.device().is_cuda()) return;  // the kernels give an out-of-range target's row NaN
   const int64_t classes = input.size(1);
   const int64_t* t = target.data<int64_t>();
   for (int64_t i = 0; i < target.numel(); ++i) {
@@ -37,9 +39,9 @@ void check_class_targets(const char* op, const Tensor& input, const Tensor& targ
   }
 }
 
-// A 0-d tensor with like's dtype and device holding `value`.
+// A 0-d CPU tensor with like's dtype holding `value`.
 Tensor scalar_tensor(double value, const Tensor& like) {
-  Tensor out = Tensor::empty({}, like.dtype(), like.device());
+  Tensor out = Tensor::empty({}, like.dtype(), Device::cpu());
   dispatch_float(like.dtype(), "loss", [&]<class T>() { out.data<T>()[0] = T(value); });
   return out;
 }
@@ -57,36 +59,61 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
   for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_float(x.dtype(), "log_softmax", [&]<class T>() {
-    kernels::cpu::log_softmax<T>(x.data<T>(), out.data<T>(), outer, c, inner);
+  dispatch_on(x.device(), x.dtype(), "log_softmax", [&]<class T, bool kCuda>() {
+    if constexpr (kCuda) {
+      kernels::cuda::log_softmax<T>(x.data<T>(), out.data<T>(), outer, c, inner, cuda_stream(x));
+    } else {
+      kernels::cpu::log_softmax<T>(x.data<T>(), out.data<T>(), outer, c, inner);
+    }
   });
-  return autograd::record(out, "LogSoftmaxBackward", {x},
-                          [so = SavedTensor(out), outer, c, inner](const Tensor& g) {
-                            const Tensor y = so.get();
-                            Tensor grad_in = Tensor::empty(y.shape(), y.dtype(), y.device());
-                            dispatch_float(y.dtype(), "log_softmax_backward", [&]<class T>() {
-                              kernels::cpu::log_softmax_backward<T>(
-                                  g.data<T>(), y.data<T>(), grad_in.data<T>(), outer, c, inner);
-                            });
-                            return std::vector<Tensor>{grad_in};
-                          });
+  return autograd::record(
+      out, "LogSoftmaxBackward", {x}, [so = SavedTensor(out), outer, c, inner](const Tensor& g) {
+        const Tensor y = so.get();
+        Tensor grad_in = Tensor::empty(y.shape(), y.dtype(), y.device());
+        dispatch_on(y.device(), y.dtype(), "log_softmax_backward", [&]<class T, bool kCuda>() {
+          if constexpr (kCuda) {
+            kernels::cuda::log_softmax_backward<T>(g.data<T>(), y.data<T>(), grad_in.data<T>(),
+                                                   outer, c, inner, cuda_stream(y));
+          } else {
+            kernels::cpu::log_softmax_backward<T>(g.data<T>(), y.data<T>(), grad_in.data<T>(),
+                                                  outer, c, inner);
+          }
+        });
+        return std::vector<Tensor>{grad_in};
+      });
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
   check_class_targets("nll_loss", log_probs, target);
   const int64_t n = log_probs.size(0), c = log_probs.size(1);
-  const double total = dispatch_float(log_probs.dtype(), "nll_loss", [&]<class T>() {
-    return kernels::cpu::nll_loss<T>(log_probs.data<T>(), target.data<int64_t>(), n, c);
-  });
-  Tensor out = scalar_tensor(total / double(n), log_probs);
+  Tensor out;
+  if (log_probs.device().is_cuda()) {
+    out = Tensor::empty({}, log_probs.dtype(), log_probs.device());
+    dispatch_cuda_float(log_probs.dtype(), "nll_loss", [&]<class T>() {
+      kernels::cuda::nll_loss<T>(log_probs.data<T>(), target.data<int64_t>(), out.data<T>(), n, c,
+                                 cuda_stream(log_probs));
+    });
+  } else {
+    const double total = dispatch_float(log_probs.dtype(), "nll_loss", [&]<class T>() {
+      return kernels::cpu::nll_loss<T>(log_probs.data<T>(), target.data<int64_t>(), n, c);
+    });
+    out = scalar_tensor(total / double(n), log_probs);
+  }
   return autograd::record(
       out, "NllLossBackward", {log_probs},
       [st = SavedTensor(target), shape = log_probs.shape(), n, c](const Tensor& g) {
         Tensor grad_in = Tensor::empty(shape, g.dtype(), g.device());
-        dispatch_float(g.dtype(), "nll_loss_backward", [&]<class T>() {
-          kernels::cpu::nll_loss_backward<T>(st.get().data<int64_t>(), grad_in.data<T>(), n, c,
-                                             T(-g.item() / double(n)));
-        });
+        if (g.device().is_cuda()) {
+          dispatch_cuda_float(g.dtype(), "nll_loss_backward", [&]<class T>() {
+            kernels::cuda::nll_loss_backward<T>(st.get().data<int64_t>(), g.data<T>(),
+                                                grad_in.data<T>(), n, c, cuda_stream(g));
+          });
+        } else {
+          dispatch_float(g.dtype(), "nll_loss_backward", [&]<class T>() {
+            kernels::cpu::nll_loss_backward<T>(st.get().data<int64_t>(), grad_in.data<T>(), n, c,
+                                               T(-g.item() / double(n)));
+          });
+        }
         return std::vector<Tensor>{grad_in};
       });
 }
@@ -97,24 +124,44 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
            "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   const int64_t n = logits.size(0), c = logits.size(1);
   Tensor lse = Tensor::empty({n}, logits.dtype(), logits.device());
-  const double total = dispatch_float(logits.dtype(), "cross_entropy", [&]<class T>() {
-    return kernels::cpu::cross_entropy<T>(logits.data<T>(), target.data<int64_t>(), lse.data<T>(),
-                                          n, c, label_smoothing);
-  });
-  Tensor out = scalar_tensor(total / double(n), logits);
-  return autograd::record(out, "CrossEntropyBackward", {logits},
-                          [sx = SavedTensor(logits), st = SavedTensor(target), lse, n, c,
-                           label_smoothing](const Tensor& g) {
-                            const Tensor x = sx.get();
-                            Tensor grad_in = Tensor::empty(x.shape(), x.dtype(), x.device());
-                            dispatch_float(x.dtype(), "cross_entropy_backward", [&]<class T>() {
-                              kernels::cpu::cross_entropy_backward<T>(
-                                  x.data<T>(), st.get().data<int64_t>(), lse.data<T>(),
-                                  grad_in.data<T>(), n, c, label_smoothing,
-                                  T(g.item() / double(n)));
-                            });
-                            return std::vector<Tensor>{grad_in};
-                          });
+  Tensor out;
+  if (logits.device().is_cuda()) {
+    out = Tensor::empty({}, logits.dtype(), logits.device());
+    const Tensor workspace = Tensor::empty({kernels::cuda::cross_entropy_workspace_bytes(n)},
+                                           DType::u8, logits.device());
+    dispatch_cuda_float(logits.dtype(), "cross_entropy", [&]<class T>() {
+      kernels::cuda::cross_entropy<T>(logits.data<T>(), target.data<int64_t>(), lse.data<T>(),
+                                      out.data<T>(), n, c, label_smoothing, workspace.raw_data(),
+                                      cuda_stream(logits));
+    });
+  } else {
+    const double total = dispatch_float(logits.dtype(), "cross_entropy", [&]<class T>() {
+      return kernels::cpu::cross_entropy<T>(logits.data<T>(), target.data<int64_t>(), lse.data<T>(),
+                                            n, c, label_smoothing);
+    });
+    out = scalar_tensor(total / double(n), logits);
+  }
+  return autograd::record(
+      out, "CrossEntropyBackward", {logits},
+      [sx = SavedTensor(logits), st = SavedTensor(target), lse, n, c,
+       label_smoothing](const Tensor& g) {
+        const Tensor x = sx.get();
+        Tensor grad_in = Tensor::empty(x.shape(), x.dtype(), x.device());
+        if (x.device().is_cuda()) {
+          dispatch_cuda_float(x.dtype(), "cross_entropy_backward", [&]<class T>() {
+            kernels::cuda::cross_entropy_backward<T>(x.data<T>(), st.get().data<int64_t>(),
+                                                     lse.data<T>(), g.data<T>(), grad_in.data<T>(),
+                                                     n, c, label_smoothing, cuda_stream(x));
+          });
+        } else {
+          dispatch_float(x.dtype(), "cross_entropy_backward", [&]<class T>() {
+            kernels::cpu::cross_entropy_backward<T>(x.data<T>(), st.get().data<int64_t>(),
+                                                    lse.data<T>(), grad_in.data<T>(), n, c,
+                                                    label_smoothing, T(g.item() / double(n)));
+          });
+        }
+        return std::vector<Tensor>{grad_in};
+      });
 }
 
 }  // namespace rg

@@ -3,12 +3,17 @@
 #include "engine/ops/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/reduce.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -17,29 +22,58 @@ using autograd::SavedTensor;
 
 namespace {
 
+std::atomic<bool> allow_tf32{false};
+
+// Where the GEMMs of one op run: the CPU (OpenBLAS), or the current stream of a CUDA device
+// (cuBLAS) with a workspace from the caching allocator, freed in stream order after the op.
+struct GemmDevice {
+  bool cuda = false;
+  void* stream = nullptr;
+  Tensor workspace;
+
+  explicit GemmDevice(const Tensor& like) : cuda(like.device().is_cuda()) {
+    if (!cuda) return;
+    stream = cuda_stream(like);
+    workspace = Tensor::empty({kernels::cuda::gemm_workspace_bytes()}, DType::u8, like.device());
+  }
+};
+
 // c (m x n) = op(a) op(b), or += when accumulate, for densely stored row-major matrices. An empty
 // inner dimension never reaches BLAS, which rejects leading dimensions of 0.
-template <class T>
-void gemm_dense(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
-                bool accumulate) {
+template <class T, bool kCuda>
+void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                const T* a, const T* b, T* c, bool accumulate) {
   if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate) std::fill_n(c, m * n, T(0));
-    return;
+  if constexpr (kCuda) {
+    kernels::cuda::gemm<T>(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n,
+                           accumulate ? 1.0 : 0.0, c, n, allow_tf32.load(),
+                           dev.workspace.raw_data(), dev.workspace.numel(), dev.stream);
+  } else {
+    if (k == 0) {
+      if (!accumulate) std::fill_n(c, m * n, T(0));
+      return;
+    }
+    kernels::cpu::gemm<T>(ta, tb, m, n, k, T(1), a, ta ? m : k, b, tb ? k : n,
+                          accumulate ? T(1) : T(0), c, n);
   }
-  kernels::cpu::gemm<T>(ta, tb, m, n, k, T(1), a, ta ? m : k, b, tb ? k : n,
-                        accumulate ? T(1) : T(0), c, n);
 }
 
 // c_i = op(a_i) op(b_i) for i < batch, matrices `s*` elements apart. A stride of 0 for a or b
 // reuses one matrix for the whole batch; a stride of 0 for c sums all products into one matrix
 // (the backward of that reuse).
-template <class T>
-void batched_gemm(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k, const T* a,
-                  int64_t sa, const T* b, int64_t sb, T* c, int64_t sc) {
-  if (batch == 0 && sc == 0) std::fill_n(c, m * n, T(0));
+template <class T, bool kCuda>
+void batched_gemm(const GemmDevice& dev, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                  int64_t k, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t sc) {
+  if (batch == 0 && sc == 0) {
+    if constexpr (kCuda) {
+      kernels::cuda::fill<T>(c, T(0), m * n, dev.stream);
+    } else {
+      std::fill_n(c, m * n, T(0));
+    }
+  }
   for (int64_t i = 0; i < batch; ++i) {
-    gemm_dense<T>(ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc, sc == 0 && i > 0);
+    gemm_dense<T, kCuda>(dev, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc,
+                         sc == 0 && i > 0);
   }
 }
 
@@ -51,9 +85,10 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
   const int64_t sa = a_batched ? m * k : 0, sb = b_batched ? k * n : 0;
   Tensor out = Tensor::empty(a_batched || b_batched ? Shape{batch, m, n} : Shape{m, n}, a.dtype(),
                              a.device());
-  dispatch_float(a.dtype(), "matmul", [&]<class T>() {
-    batched_gemm<T>(false, false, batch, m, n, k, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(),
-                    m * n);
+  const GemmDevice dev(a);
+  dispatch_on(a.device(), a.dtype(), "matmul", [&]<class T, bool kCuda>() {
+    batched_gemm<T, kCuda>(dev, false, false, batch, m, n, k, a.data<T>(), sa, b.data<T>(), sb,
+                           out.data<T>(), m * n);
   });
   const bool ga = autograd::needs_grad({a}), gb = autograd::needs_grad({b});
   return autograd::record(
@@ -61,16 +96,17 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
       [saved_a = SavedTensor(gb ? a : Tensor()), saved_b = SavedTensor(ga ? b : Tensor()),
        shape_a = a.shape(), shape_b = b.shape(), ga, gb, batch, m, n, k, sa, sb](const Tensor& g) {
         Tensor grad_a, grad_b;
-        dispatch_float(g.dtype(), "matmul_backward", [&]<class T>() {
+        const GemmDevice dev(g);
+        dispatch_on(g.device(), g.dtype(), "matmul_backward", [&]<class T, bool kCuda>() {
           if (ga) {  // dA_i = dC_i B_i^T
             grad_a = Tensor::empty(shape_a, g.dtype(), g.device());
-            batched_gemm<T>(false, true, batch, m, k, n, g.data<T>(), m * n,
-                            saved_b.get().data<T>(), sb, grad_a.data<T>(), sa);
+            batched_gemm<T, kCuda>(dev, false, true, batch, m, k, n, g.data<T>(), m * n,
+                                   saved_b.get().data<T>(), sb, grad_a.data<T>(), sa);
           }
           if (gb) {  // dB_i = A_i^T dC_i
             grad_b = Tensor::empty(shape_b, g.dtype(), g.device());
-            batched_gemm<T>(true, false, batch, k, n, m, saved_a.get().data<T>(), sa, g.data<T>(),
-                            m * n, grad_b.data<T>(), sb);
+            batched_gemm<T, kCuda>(dev, true, false, batch, k, n, m, saved_a.get().data<T>(), sa,
+                                   g.data<T>(), m * n, grad_b.data<T>(), sb);
           }
         });
         return std::vector<Tensor>{grad_a, grad_b};
@@ -84,6 +120,9 @@ Shape drop_dim(Shape s, int64_t d) {
 }
 
 }  // namespace
+
+void set_matmul_allow_tf32(bool allow) { allow_tf32.store(allow); }
+bool matmul_allow_tf32() { return allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_inputs("matmul", {a, b});
@@ -136,40 +175,56 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  dispatch_float(x.dtype(), "linear", [&]<class T>() {
+  const GemmDevice dev(x);
+  dispatch_on(x.device(), x.dtype(), "linear", [&]<class T, bool kCuda>() {
     T* yp = y.data<T>();
-    if (has_bias) {  // start every row at the bias, then accumulate x W^T onto it
-      const T* bp = bias.data<T>();
-      for (int64_t r = 0; r < lead; ++r) std::copy_n(bp, out_f, yp + r * out_f);
+    if constexpr (kCuda) {  // x W^T, then the bias added to every row in place
+      gemm_dense<T, true>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
+                          false);
+      if (has_bias) {
+        kernels::cuda::binary_bias<T>(kernels::cpu::BinaryOp::add, yp, bias.data<T>(), yp, lead,
+                                      out_f, false, dev.stream);
+      }
+    } else {
+      if (has_bias) {  // start every row at the bias, then accumulate x W^T onto it
+        const T* bp = bias.data<T>();
+        for (int64_t r = 0; r < lead; ++r) std::copy_n(bp, out_f, yp + r * out_f);
+      }
+      gemm_dense<T, false>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
+                           has_bias);
     }
-    gemm_dense<T>(false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp, has_bias);
   });
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = has_bias && autograd::needs_grad({bias});
-  return autograd::record(y, "LinearBackward", {x, weight, bias},
-                          [saved_x = SavedTensor(gw ? x : Tensor()),
-                           saved_w = SavedTensor(gx ? weight : Tensor()), shape_x = x.shape(),
-                           shape_w = weight.shape(), gx, gw, gb, lead, in, out_f](const Tensor& g) {
-                            Tensor grad_x, grad_w, grad_b;
-                            dispatch_float(g.dtype(), "linear_backward", [&]<class T>() {
-                              if (gx) {  // dX = dY W
-                                grad_x = Tensor::empty(shape_x, g.dtype(), g.device());
-                                gemm_dense<T>(false, false, lead, in, out_f, g.data<T>(),
-                                              saved_w.get().data<T>(), grad_x.data<T>(), false);
-                              }
-                              if (gw) {  // dW = dY^T X
-                                grad_w = Tensor::empty(shape_w, g.dtype(), g.device());
-                                gemm_dense<T>(true, false, out_f, in, lead, g.data<T>(),
-                                              saved_x.get().data<T>(), grad_w.data<T>(), false);
-                              }
-                              if (gb) {  // db = sum of dY over rows
-                                grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
-                                kernels::cpu::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead,
-                                                         out_f);
-                              }
-                            });
-                            return std::vector<Tensor>{grad_x, grad_w, grad_b};
-                          });
+  return autograd::record(
+      y, "LinearBackward", {x, weight, bias},
+      [saved_x = SavedTensor(gw ? x : Tensor()), saved_w = SavedTensor(gx ? weight : Tensor()),
+       shape_x = x.shape(), shape_w = weight.shape(), gx, gw, gb, lead, in,
+       out_f](const Tensor& g) {
+        Tensor grad_x, grad_w, grad_b;
+        const GemmDevice dev(g);
+        dispatch_on(g.device(), g.dtype(), "linear_backward", [&]<class T, bool kCuda>() {
+          if (gx) {  // dX = dY W
+            grad_x = Tensor::empty(shape_x, g.dtype(), g.device());
+            gemm_dense<T, kCuda>(dev, false, false, lead, in, out_f, g.data<T>(),
+                                 saved_w.get().data<T>(), grad_x.data<T>(), false);
+          }
+          if (gw) {  // dW = dY^T X
+            grad_w = Tensor::empty(shape_w, g.dtype(), g.device());
+            gemm_dense<T, kCuda>(dev, true, false, out_f, in, lead, g.data<T>(),
+                                 saved_x.get().data<T>(), grad_w.data<T>(), false);
+          }
+          if (gb) {  // db = sum of dY over rows
+            grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
+            if constexpr (kCuda) {
+              kernels::cuda::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead, out_f, dev.stream);
+            } else {
+              kernels::cpu::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead, out_f);
+            }
+          }
+        });
+        return std::vector<Tensor>{grad_x, grad_w, grad_b};
+      });
 }
 
 }  // namespace rg

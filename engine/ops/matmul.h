@@ -1,5 +1,5 @@
-// Matrix products through OpenBLAS GEMM: matmul (1-D, 2-D and batched 3-D operands, like
-// torch.matmul) and linear with PyTorch's weight layout.
+// Matrix products through GEMM (OpenBLAS on the CPU, cuBLAS on CUDA): matmul (1-D, 2-D and batched
+// 3-D operands, like torch.matmul) and linear with PyTorch's weight layout.
 #pragma once
 
 #include "engine/tensor.h"
@@ -13,5 +13,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x W^T + b with x [..., in], weight [out, in], bias [out] (an undefined Tensor: no bias);
 // y has x's shape with the last dimension replaced by out.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// Whether CUDA f32 matmul/linear may use TF32 tensor cores (10-bit mantissa inputs, f32
+// accumulation), like torch.backends.cuda.matmul.allow_tf32; off by default, as in PyTorch.
+void set_matmul_allow_tf32(bool allow);
+bool matmul_allow_tf32();
 
 }  // namespace rg

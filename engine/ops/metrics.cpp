@@ -8,6 +8,7 @@
 
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
+#include "kernels/cuda/metrics.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -48,6 +49,12 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   }
   Tensor out = Tensor::empty(shape, DType::i64, x.device());
   int64_t* idx = out.data<int64_t>();
+  if (x.device().is_cuda()) {
+    dispatch_cuda_float(x.dtype(), "argmax", [&]<class T>() {
+      kernels::cuda::argmax<T>(x.data<T>(), idx, outer, c, inner, cuda_stream(x));
+    });
+    return out;
+  }
   dispatch_float(x.dtype(), "argmax", [&]<class T>() {
     const T* p = x.data<T>();
     // Walk the reduced dimension in the outer loop so the inner loop reads contiguous memory.
@@ -82,6 +89,16 @@ int64_t topk_correct(const Tensor& logits, const Tensor& target, int64_t k) {
   const int64_t n = logits.size(0), c = logits.size(1);
   RG_CHECK(k >= 1 && k <= c, "topk_correct: k = ", k, " must be in [1, ", c, "] for ", c,
            " classes");
+  RG_CHECK(target.device() == logits.device(), "topk_correct: target is on ", target.device().str(),
+           " but logits are on ", logits.device().str());
+  if (logits.device().is_cuda()) {  // out-of-range targets count as misses there
+    Tensor correct = Tensor::empty({}, DType::i64, logits.device());
+    dispatch_cuda_float(logits.dtype(), "topk_correct", [&]<class T>() {
+      kernels::cuda::topk_correct<T>(logits.data<T>(), target.data<int64_t>(), n, c, k,
+                                     correct.data<int64_t>(), cuda_stream(logits));
+    });
+    return int64_t(correct.item());
+  }
   const int64_t* t = target.data<int64_t>();
   return dispatch_float(logits.dtype(), "topk_correct", [&]<class T>() {
     const T* p = logits.data<T>();

@@ -6,6 +6,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -47,14 +48,25 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, std::array<int64_t
 
 Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool count_include_pad) {
   Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
-  dispatch_float(x.dtype(), op, [&]<class T>() {
-    kernels::cpu::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad);
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, bool kCuda>() {
+    if constexpr (kCuda) {
+      kernels::cuda::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad,
+                                           cuda_stream(x));
+    } else {
+      kernels::cpu::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad);
+    }
   });
   return autograd::record(
       out, "AvgPool2dBackward", {x}, [g, count_include_pad, shape = x.shape()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
-        dispatch_float(grad.dtype(), "avg_pool2d backward", [&]<class T>() {
-          kernels::cpu::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(), count_include_pad);
+        dispatch_on(grad.device(), grad.dtype(), "avg_pool2d backward", [&]<class T, bool kCuda>() {
+          if constexpr (kCuda) {
+            kernels::cuda::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(),
+                                                  count_include_pad, cuda_stream(grad));
+          } else {
+            kernels::cpu::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(),
+                                                 count_include_pad);
+          }
         });
         return std::vector<Tensor>{dx};
       });
@@ -69,18 +81,28 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   // The argmax is internal to this op (nobody can modify it), so it needs no SavedTensor.
   Tensor argmax = Tensor::empty(out_shape, DType::i64, x.device());
-  dispatch_float(x.dtype(), "max_pool2d", [&]<class T>() {
-    kernels::cpu::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>());
+  dispatch_on(x.device(), x.dtype(), "max_pool2d", [&]<class T, bool kCuda>() {
+    if constexpr (kCuda) {
+      kernels::cuda::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>(),
+                                           cuda_stream(x));
+    } else {
+      kernels::cpu::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>());
+    }
   });
-  return autograd::record(out, "MaxPool2dBackward", {x},
-                          [g, argmax, shape = x.shape()](const Tensor& grad) {
-                            Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
-                            dispatch_float(grad.dtype(), "max_pool2d backward", [&]<class T>() {
-                              kernels::cpu::max_pool2d_backward<T>(
-                                  g, grad.data<T>(), argmax.data<int64_t>(), dx.data<T>());
-                            });
-                            return std::vector<Tensor>{dx};
-                          });
+  return autograd::record(
+      out, "MaxPool2dBackward", {x}, [g, argmax, shape = x.shape()](const Tensor& grad) {
+        Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
+        dispatch_on(grad.device(), grad.dtype(), "max_pool2d backward", [&]<class T, bool kCuda>() {
+          if constexpr (kCuda) {
+            kernels::cuda::max_pool2d_backward<T>(g, grad.data<T>(), argmax.data<int64_t>(),
+                                                  dx.data<T>(), cuda_stream(grad));
+          } else {
+            kernels::cpu::max_pool2d_backward<T>(g, grad.data<T>(), argmax.data<int64_t>(),
+                                                 dx.data<T>());
+          }
+        });
+        return std::vector<Tensor>{dx};
+      });
 }
 
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
@@ -97,8 +119,25 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
   check_dim(op, x, 4, "N, C, H, W");
   RG_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": input ", shape_str(x.shape()),
            " has an empty spatial dimension");
-  // Global average pooling is one window covering the whole plane.
-  return avg_pool(op, x, pool_geometry(op, x, {x.size(2), x.size(3)}, {1, 1}, {0, 0}), true);
+  // Global average pooling is one window covering the whole plane; CUDA has a kernel for it.
+  if (!x.device().is_cuda()) {
+    return avg_pool(op, x, pool_geometry(op, x, {x.size(2), x.size(3)}, {1, 1}, {0, 0}), true);
+  }
+  const int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
+  Tensor out = Tensor::empty({x.size(0), x.size(1), 1, 1}, x.dtype(), x.device());
+  dispatch_cuda_float(x.dtype(), op, [&]<class T>() {
+    kernels::cuda::adaptive_avg_pool2d_1x1_forward<T>(x.data<T>(), out.data<T>(), planes, hw,
+                                                      cuda_stream(x));
+  });
+  return autograd::record(
+      out, "AdaptiveAvgPool2dBackward", {x}, [planes, hw, shape = x.shape()](const Tensor& grad) {
+        Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
+        dispatch_cuda_float(grad.dtype(), "adaptive_avg_pool2d backward", [&]<class T>() {
+          kernels::cuda::adaptive_avg_pool2d_1x1_backward<T>(grad.data<T>(), dx.data<T>(), planes,
+                                                             hw, cuda_stream(grad));
+        });
+        return std::vector<Tensor>{dx};
+      });
 }
 
 }  // namespace rg

@@ -10,6 +10,7 @@
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cuda/reduce.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -45,8 +46,13 @@ Tensor sum_keepdim_raw(const Tensor& x, const std::vector<int64_t>& dims) {
     Shape os = s;
     os[size_t(d)] = 1;
     Tensor out = Tensor::empty(os, cur.dtype(), cur.device());
-    dispatch_float(cur.dtype(), "sum", [&]<class T>() {
-      kernels::cpu::sum_dim<T>(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner);
+    dispatch_on(cur.device(), cur.dtype(), "sum", [&]<class T, bool kCuda>() {
+      if constexpr (kCuda) {
+        kernels::cuda::sum_dim<T>(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner,
+                                  cuda_stream(cur));
+      } else {
+        kernels::cpu::sum_dim<T>(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner);
+      }
     });
     cur = out;
   }
@@ -78,8 +84,15 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   Tensor out;
   if (dims.size() == size_t(x.dim()) && x.dim() > 0) {
     out = Tensor::empty(keepdim ? keep_dims(x.shape(), dims) : Shape{}, x.dtype(), x.device());
-    dispatch_float(x.dtype(), "sum", [&]<class T>() {
-      out.data<T>()[0] = T(kernels::cpu::sum_all<T>(x.data<T>(), x.numel()));
+    dispatch_on(x.device(), x.dtype(), "sum", [&]<class T, bool kCuda>() {
+      if constexpr (kCuda) {
+        const Tensor workspace = Tensor::empty({kernels::cuda::sum_all_workspace_bytes(x.numel())},
+                                               DType::u8, x.device());
+        kernels::cuda::sum_all<T>(x.data<T>(), x.numel(), out.data<T>(), workspace.raw_data(),
+                                  cuda_stream(x));
+      } else {
+        out.data<T>()[0] = T(kernels::cpu::sum_all<T>(x.data<T>(), x.numel()));
+      }
     });
   } else {
     Tensor k = sum_keepdim_raw(x.detach(), dims);

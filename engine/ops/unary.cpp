@@ -6,6 +6,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/unary.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace rg {
 
@@ -16,6 +17,12 @@ namespace {
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x) {
   check_inputs(name, {x});
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.device().is_cuda()) {
+    dispatch_cuda_float(x.dtype(), name, [&]<class T>() {
+      kernels::cuda::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), cuda_stream(x));
+    });
+    return out;
+  }
   dispatch_float(x.dtype(), name, [&]<class T>() {
     kernels::cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel());
   });
@@ -53,13 +60,20 @@ Tensor sqrt(const Tensor& x) {
 Tensor pow(const Tensor& x, double exponent) {
   check_inputs("pow", {x});
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_float(x.dtype(), "pow", [&]<class T>() {
-    kernels::cpu::pow_scalar<T>(x.data<T>(), T(exponent), out.data<T>(), x.numel());
-  });
-  return autograd::record(out, "PowBackward", {x}, [sx = SavedTensor(x), exponent](const Tensor& g) {
-    if (exponent == 0.0) return std::vector<Tensor>{mul(g, 0.0)};
-    return std::vector<Tensor>{mul(mul(g, pow(sx.get(), exponent - 1.0)), exponent)};
-  });
+  if (x.device().is_cuda()) {
+    dispatch_cuda_float(x.dtype(), "pow", [&]<class T>() {
+      kernels::cuda::pow_scalar<T>(x.data<T>(), exponent, out.data<T>(), x.numel(), cuda_stream(x));
+    });
+  } else {
+    dispatch_float(x.dtype(), "pow", [&]<class T>() {
+      kernels::cpu::pow_scalar<T>(x.data<T>(), T(exponent), out.data<T>(), x.numel());
+    });
+  }
+  return autograd::record(
+      out, "PowBackward", {x}, [sx = SavedTensor(x), exponent](const Tensor& g) {
+        if (exponent == 0.0) return std::vector<Tensor>{mul(g, 0.0)};
+        return std::vector<Tensor>{mul(mul(g, pow(sx.get(), exponent - 1.0)), exponent)};
+      });
 }
 
 }  // namespace rg

@@ -8,6 +8,16 @@
 #include "kernels/error.h"
 
 namespace rg::kernels::cuda {
+
+// binary_broadcast's shape and strides, passed to the kernel by value. Outside the anonymous
+// namespace: a lambda of the (external) launcher captures it.
+struct BroadcastGeometry {
+  int ndim;
+  int64_t shape[kMaxBroadcastDims];
+  int64_t a_strides[kMaxBroadcastDims];
+  int64_t b_strides[kMaxBroadcastDims];
+};
+
 namespace {
 
 using namespace detail;
@@ -97,6 +107,30 @@ __global__ void binary_bias_kernel(const D* a, const D* b, D* out, int64_t n, in
     const compute_t<D> x = load(a[i]);
     const compute_t<D> y = load(b[i % cols]);
     out[i] = store<D>(kBFirst ? apply_binary<Op>(y, x) : apply_binary<Op>(x, y));
+  }
+}
+
+// General broadcasting: element i of `out` is unravelled over `shape`, and a and b are read
+// through their strides (0 along broadcast dimensions).
+template <BinaryOp Op, class D>
+__global__ void binary_broadcast_kernel(const D* a, const D* b, D* out, int64_t n,
+                                        BroadcastGeometry g) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int d = g.ndim - 1; d >= 0; --d) {
+      const int64_t idx = rest % g.shape[d];
+      rest /= g.shape[d];
+      ia += idx * g.a_strides[d];
+      ib += idx * g.b_strides[d];
+    }
+    out[i] = store<D>(apply_binary<Op>(load(a[ia]), load(b[ib])));
+  }
+}
+
+template <class D>
+__global__ void axpy_kernel(compute_t<D> alpha, const D* x, D* out, int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    out[i] = store<D>(load(out[i]) + alpha * load(x[i]));
   }
 }
 
@@ -237,6 +271,39 @@ void binary_bias(BinaryOp op, const T* a, const T* b, T* out, int64_t rows, int6
   });
 }
 
+template <class T>
+void binary_broadcast(BinaryOp op, const T* a, const int64_t* a_strides, const T* b,
+                      const int64_t* b_strides, T* out, const int64_t* out_shape, int ndim,
+                      void* stream) {
+  RG_CHECK(ndim >= 0 && ndim <= kMaxBroadcastDims, "cuda::binary_broadcast: ", ndim,
+           " dimensions, at most ", kMaxBroadcastDims, " are supported");
+  BroadcastGeometry g{};
+  g.ndim = ndim;
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) {
+    RG_CHECK(out_shape[d] >= 0, "cuda::binary_broadcast: negative size ", out_shape[d]);
+    g.shape[d] = out_shape[d];
+    g.a_strides[d] = a_strides[d];
+    g.b_strides[d] = b_strides[d];
+    n *= out_shape[d];
+  }
+  if (n == 0) return;
+  using D = device_t<T>;
+  with_binary_op(op, [&](auto k) {
+    RG_LAUNCH((binary_broadcast_kernel<decltype(k)::value, D>), blocks_for(n), kThreads, 0,
+              as_stream(stream), dev(a), dev(b), dev(out), n, g);
+  });
+}
+
+template <class T>
+void axpy(double alpha, const T* x, T* out, int64_t n, void* stream) {
+  check_size("axpy", n);
+  if (n == 0) return;
+  using D = device_t<T>;
+  RG_LAUNCH((axpy_kernel<D>), blocks_for(n), kThreads, 0, as_stream(stream),
+            static_cast<compute_t<D>>(alpha), dev(x), dev(out), n);
+}
+
 #define RG_INSTANTIATE(T)                                                                          \
   template void unary<T>(UnaryOp, const T*, T*, int64_t, void*);                                   \
   template void pow_scalar<T>(const T*, double, T*, int64_t, void*);                               \
@@ -244,7 +311,10 @@ void binary_bias(BinaryOp op, const T* a, const T* b, T* out, int64_t rows, int6
   template void binary_scalar<T>(BinaryOp, const T*, double, T*, int64_t, bool, void*);            \
   template void binary_per_channel<T>(BinaryOp, const T*, const T*, T*, int64_t, int64_t, int64_t, \
                                       bool, void*);                                                \
-  template void binary_bias<T>(BinaryOp, const T*, const T*, T*, int64_t, int64_t, bool, void*);
+  template void binary_bias<T>(BinaryOp, const T*, const T*, T*, int64_t, int64_t, bool, void*);   \
+  template void binary_broadcast<T>(BinaryOp, const T*, const int64_t*, const T*, const int64_t*,  \
+                                    T*, const int64_t*, int, void*);                               \
+  template void axpy<T>(double, const T*, T*, int64_t, void*);
 RG_INSTANTIATE(float)
 RG_INSTANTIATE(double)
 RG_INSTANTIATE(Half)

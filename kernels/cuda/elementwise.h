@@ -41,4 +41,16 @@ template <class T>
 void binary_bias(BinaryOp op, const T* a, const T* b, T* out, int64_t rows, int64_t cols,
                  bool b_first, void* stream);
 
+// General broadcasting, as cpu::binary_broadcast: out (contiguous, out_shape) = a op b with a and
+// b read through element strides that are 0 along broadcast dimensions; ndim <= 8. Host arrays.
+inline constexpr int kMaxBroadcastDims = 8;
+template <class T>
+void binary_broadcast(BinaryOp op, const T* a, const int64_t* a_strides, const T* b,
+                      const int64_t* b_strides, T* out, const int64_t* out_shape, int ndim,
+                      void* stream);
+
+// out[i] += alpha * x[i]   (alpha in the compute type)
+template <class T>
+void axpy(double alpha, const T* x, T* out, int64_t n, void* stream);
+
 }  // namespace rg::kernels::cuda

@@ -1,12 +1,15 @@
-// Optimizer state management; the arithmetic lives in kernels::cpu::sgd_step/adam_step.
+// Optimizer state management; the arithmetic lives in the fused kernels::cpu / kernels::cuda
+// sgd_step and adam_step.
 #include "layers/optim/optimizer.h"
 
 #include <cmath>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
+#include "engine/ops/check.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cuda/optim.h"
 #include "kernels/error.h"
 
 namespace rg::optim {
@@ -15,8 +18,6 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
   for (size_t i = 0; i < params_.size(); ++i) {
     RG_CHECK(params_[i].defined() && params_[i].is_leaf() && params_[i].requires_grad(),
              "optimizer: parameter ", i, " must be a leaf tensor that requires grad");
-    RG_CHECK(params_[i].device().is_cpu(), "optimizer: parameter ", i, " is on ",
-             params_[i].device().str(), "; CUDA optimizer kernels are not implemented yet");
   }
   set_lr(lr);
 }
@@ -24,6 +25,13 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
 void Optimizer::set_lr(double lr) {
   RG_CHECK(std::isfinite(lr) && lr >= 0, "optimizer: invalid learning rate ", lr);
   lr_ = lr;
+}
+
+void Optimizer::check_grad(const Tensor& p, const Tensor& g, size_t i) const {
+  RG_CHECK(g.device() == p.device() && g.dtype() == p.dtype() && g.shape() == p.shape(), name(),
+           ": the gradient of parameter ", i, " (", dtype_name(g.dtype()), " ",
+           shape_str(g.shape()), " on ", g.device().str(), ") does not match the parameter (",
+           dtype_name(p.dtype()), " ", shape_str(p.shape()), " on ", p.device().str(), ")");
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -40,18 +48,23 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
 
 void Sgd::step() {
   NoGradGuard no_grad;
-  const kernels::cpu::SgdParams s{lr_, options_.momentum, options_.dampening,
-                                  options_.weight_decay, options_.nesterov};
+  const kernels::cpu::SgdParams s{lr_, options_.momentum, options_.dampening, options_.weight_decay,
+                                  options_.nesterov};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     const bool first = options_.momentum != 0 && !momentum_[i].defined();
     if (first) momentum_[i] = empty_like(p);
-    dispatch_float(p.dtype(), "sgd", [&]<class T>() {
-      kernels::cpu::sgd_step<T>(p.data<T>(), g.data<T>(),
-                                options_.momentum != 0 ? momentum_[i].data<T>() : nullptr,
-                                p.numel(), s, first);
+    check_grad(p, g, i);
+    dispatch_on(p.device(), p.dtype(), "sgd", [&]<class T, bool kCuda>() {
+      T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
+      if constexpr (kCuda) {
+        kernels::cuda::sgd_step<T>(p.data<T>(), g.data<T>(), buf, p.numel(), s, first,
+                                   cuda_stream(p));
+      } else {
+        kernels::cpu::sgd_step<T>(p.data<T>(), g.data<T>(), buf, p.numel(), s, first);
+      }
     });
     p.bump_version();
   }
@@ -72,8 +85,8 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weigh
 
 void Adam::step() {
   NoGradGuard no_grad;
-  const kernels::cpu::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps,
-                                   options_.weight_decay, decoupled_};
+  const kernels::cpu::AdamParams a{lr_,          options_.beta1,        options_.beta2,
+                                   options_.eps, options_.weight_decay, decoupled_};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     const Tensor g = p.grad();
@@ -83,9 +96,15 @@ void Adam::step() {
       v_[i] = zeros_like(p);
     }
     const int64_t step = ++steps_[i];
-    dispatch_float(p.dtype(), name().c_str(), [&]<class T>() {
-      kernels::cpu::adam_step<T>(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
-                                 p.numel(), a, step);
+    check_grad(p, g, i);
+    dispatch_on(p.device(), p.dtype(), name().c_str(), [&]<class T, bool kCuda>() {
+      if constexpr (kCuda) {
+        kernels::cuda::adam_step<T>(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
+                                    p.numel(), a, step, cuda_stream(p));
+      } else {
+        kernels::cpu::adam_step<T>(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
+                                   p.numel(), a, step);
+      }
     });
     p.bump_version();
   }

@@ -23,6 +23,9 @@ class Optimizer {
   virtual std::string name() const = 0;
 
  protected:
+  // The gradient has the parameter's device, dtype and shape (a clear error otherwise).
+  void check_grad(const Tensor& p, const Tensor& g, size_t i) const;
+
   std::vector<Tensor> params_;
   double lr_;
 };

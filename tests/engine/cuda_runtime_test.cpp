@@ -769,9 +769,11 @@ TEST(CudaTensor, ConvertsDTypesOnTheHostSide) {
   Tensor half = Tensor::empty({3}, DType::f16);
   half.copy_(dev);  // f64 -> f16 on the way down
   EXPECT_EQ(half.to_vector<float>(), (std::vector<float>{1.5f, -2.f, 1000.f}));
-  const std::string msg = error_of([&] { (void)dev.to(DType::f32); });
+  // Conversions on the device run the cast kernel (tests/device); integer ones are not there yet.
+  const Tensor ints = Tensor::empty({3}, DType::i64, Device::cuda(0));
+  const std::string msg = error_of([&] { (void)ints.to(DType::i32); });
   EXPECT_TRUE(contains(msg, "not implemented on CUDA yet")) << msg;
-  EXPECT_TRUE(contains(msg, "f64 on cuda:0 to f32 on cuda:0")) << msg;
+  EXPECT_TRUE(contains(msg, "i64 to i32 on cuda:0")) << msg;
 }
 
 TEST(CudaTensor, ZeroFillsAndReadsBack) {
@@ -781,7 +783,6 @@ TEST(CudaTensor, ZeroFillsAndReadsBack) {
   Tensor one = from_vector<int32_t>({42}, {1}).to(Device::cuda(0));
   EXPECT_EQ(one.item<int>(), 42);
   EXPECT_TRUE(contains(one.str(), "device=cuda:0")) << one.str();
-  EXPECT_TRUE(contains(error_of([&] { one.fill_(1); }), "not implemented on CUDA yet"));
   const uint64_t v = z.storage()->version();
   z.zero_();
   EXPECT_EQ(z.storage()->version(), v + 1);

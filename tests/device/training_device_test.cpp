@@ -1,0 +1,127 @@
+// Training on cuda:0 against the CPU: fused optimizer steps on the device, and a few steps of an
+// MLP (linear, relu, dropout-free cross entropy, SGD with Nesterov momentum and AdamW) whose
+// parameters must track the CPU run's.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "device/device_test_util.h"
+#include "engine/ops/loss.h"
+#include "engine/ops/metrics.h"
+#include "layers/models/mlp.h"
+#include "layers/optim/optimizer.h"
+#include "support/errors.h"
+
+namespace rg {
+namespace {
+
+using testing::expect_close;
+using testing::kCuda;
+using testing::random_tensor;
+
+class DeviceTraining : public ::testing::Test {
+ protected:
+  void SetUp() override { RG_REQUIRE_DEVICE(); }
+};
+
+// Three optimizer steps with fixed gradients on a parameter on `device`.
+Tensor optimizer_steps(Device device, const Tensor& init, const std::vector<Tensor>& grads,
+                       const std::function<std::unique_ptr<optim::Optimizer>(Tensor)>& make) {
+  Tensor p = init.detach().clone().to(device).detach();  // never init itself
+  p.set_requires_grad(true);
+  auto opt = make(p);
+  for (const Tensor& g : grads) {
+    p.set_grad(g.to(device));
+    opt->step();
+  }
+  return p.detach();
+}
+
+TEST_F(DeviceTraining, FusedOptimizerStepsMatchTheCpu) {
+  Generator gen(17);
+  for (DType t : {DType::f32, DType::f64}) {
+    const Tensor init = random_tensor({1000}, gen, t);
+    std::vector<Tensor> grads;
+    for (int i = 0; i < 3; ++i) grads.push_back(random_tensor({1000}, gen, t));
+    const std::vector<
+        std::pair<std::string, std::function<std::unique_ptr<optim::Optimizer>(Tensor)>>>
+        makers = {{"sgd nesterov",
+                   [](Tensor p) {
+                     return std::make_unique<optim::Sgd>(
+                         std::vector<Tensor>{p}, optim::SgdOptions{0.1, 0.9, 0.0, 1e-2, true});
+                   }},
+                  {"adam",
+                   [](Tensor p) {
+                     return std::make_unique<optim::Adam>(
+                         std::vector<Tensor>{p}, optim::AdamOptions{1e-2, 0.9, 0.99, 1e-8, 1e-2});
+                   }},
+                  {"adamw", [](Tensor p) {
+                     return optim::make_adamw({p}, optim::AdamOptions{1e-2, 0.9, 0.99, 1e-8, 1e-1});
+                   }}};
+    for (const auto& [name, make] : makers) {
+      const Tensor cpu = optimizer_steps(Device::cpu(), init, grads, make);
+      const Tensor dev = optimizer_steps(kCuda, init, grads, make);
+      EXPECT_TRUE(dev.device().is_cuda());
+      const testing::Tolerance tol = testing::tolerance_for(t);
+      expect_close(dev, cpu, tol.atol, tol.rtol, name + " " + dtype_name(t));
+    }
+  }
+}
+
+TEST_F(DeviceTraining, GradientOnAnotherDeviceIsAClearError) {
+  Tensor p = zeros({4}, DType::f32, kCuda);
+  p.set_requires_grad(true);
+  optim::Sgd sgd({p}, optim::SgdOptions{});
+  p.set_grad(zeros({4}));
+  testing::expect_error([&] { sgd.step(); }, "does not match the parameter");
+}
+
+// Losses of `steps` training steps of a 2-hidden-layer MLP on `device`, from the same initial
+// weights, on one batch; the final parameters are returned through `params`.
+std::vector<double> train_mlp(Device device, bool adamw, int steps, std::vector<Tensor>& params) {
+  Generator init(3), data(4);
+  nn::MLP model(20, {32, 16}, 5, init);
+  model.to(device);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (adamw) {
+    opt = optim::make_adamw(model.parameters(), optim::AdamOptions{1e-2, 0.9, 0.999, 1e-8, 1e-2});
+  } else {
+    opt = std::make_unique<optim::Sgd>(model.parameters(),
+                                       optim::SgdOptions{0.1, 0.9, 0.0, 1e-4, true});
+  }
+  // One fixed batch, so that the loss must fall.
+  const Tensor x = random_tensor({16, 20}, data).to(device);
+  std::vector<int64_t> labels(16);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t((i * 3) % 5);
+  const Tensor y = from_vector<int64_t>(labels, {16}).to(device);
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    const Tensor loss = cross_entropy(model.forward(x), y, 0.1);
+    loss.backward();
+    opt->step();
+    losses.push_back(loss.item());
+  }
+  params = model.parameters();
+  return losses;
+}
+
+TEST_F(DeviceTraining, MlpTrainsLikeOnTheCpu) {
+  for (bool adamw : {false, true}) {
+    std::vector<Tensor> cpu_params, dev_params;
+    const std::vector<double> cpu = train_mlp(Device::cpu(), adamw, 8, cpu_params);
+    const std::vector<double> dev = train_mlp(kCuda, adamw, 8, dev_params);
+    ASSERT_EQ(cpu.size(), dev.size());
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(dev[i], cpu[i], 1e-4) << "step " << i;
+    EXPECT_LT(dev.back(), dev.front()) << "the loss must fall";
+    ASSERT_EQ(cpu_params.size(), dev_params.size());
+    for (size_t i = 0; i < cpu_params.size(); ++i) {
+      EXPECT_TRUE(dev_params[i].device().is_cuda());
+      expect_close(dev_params[i], cpu_params[i], 1e-4, 1e-3,
+                   (adamw ? "adamw param " : "sgd param ") + std::to_string(i));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rg
