@@ -70,10 +70,12 @@ void gemm_col_major(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, 
   gemm<T>(tb, ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
 }
 
-// A half-type operand of `cols` columns of leading dimension ld, widened to f32.
+// A half-type operand of rows x cols (column-major, leading dimension ld) widened to f32: the
+// ld * (cols - 1) + rows elements cuBLAS may read (the last column ends at `rows`).
 template <class H>
-std::vector<float> widen(const void* p, int ld, int cols) {
-  std::vector<float> out(size_t(ld) * size_t(cols));
+std::vector<float> widen(const void* p, int ld, int rows, int cols) {
+  const size_t extent = cols == 0 || rows == 0 ? 0 : size_t(ld) * size_t(cols - 1) + size_t(rows);
+  std::vector<float> out(extent);
   rg::kernels::cpu::cast<H, float>(static_cast<const H*>(p), out.data(), int64_t(out.size()));
   return out;
 }
@@ -81,9 +83,9 @@ std::vector<float> widen(const void* p, int ld, int cols) {
 template <class H>
 void gemm_half(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                const void* b, int ldb, float beta, void* c, int ldc) {
-  const std::vector<float> af = widen<H>(a, lda, ta ? m : k);
-  const std::vector<float> bf = widen<H>(b, ldb, tb ? k : n);
-  std::vector<float> cf = widen<H>(c, ldc, n);
+  const std::vector<float> af = widen<H>(a, lda, ta ? k : m, ta ? m : k);
+  const std::vector<float> bf = widen<H>(b, ldb, tb ? n : k, tb ? k : n);
+  std::vector<float> cf = widen<H>(c, ldc, m, n);
   gemm_col_major<float>(ta, tb, m, n, k, alpha, af.data(), lda, bf.data(), ldb, beta, cf.data(),
                         ldc);
   rg::kernels::cpu::cast<float, H>(cf.data(), static_cast<H*>(c), int64_t(cf.size()));
