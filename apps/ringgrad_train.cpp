@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-steps", c.max_steps, "stop after this many training steps (-1: none)");
   app.add_option("--metrics", c.metrics_path, "write per-epoch metrics as JSON lines to FILE");
+  app.add_option("--device", c.device,
+                 "cpu | cuda | cuda:N (with DDP, cuda is each rank's GPU and needs --backend nccl "
+                 "or auto)");
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));

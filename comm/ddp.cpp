@@ -35,9 +35,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 void DistributedDataParallel::verify_parameter_shapes() {
   const auto named = module_->named_parameters();
   const int n = pg_->size();
-  Tensor count = full({1}, double(named.size()), DType::i64);
-  Tensor counts = Tensor::empty({n}, DType::i64);
+  const Device dev = pg_->tensor_device();
+  Tensor count = full({1}, double(named.size()), DType::i64, dev);
+  Tensor counts = Tensor::empty({n}, DType::i64, dev);
   pg_->all_gather(counts, count)->wait();
+  counts = counts.to(Device::cpu());
   for (int r = 0; r < n; ++r)
     RG_CHECK(counts.data<int64_t>()[r] == int64_t(named.size()), "DDP: rank ", r, " has ",
              counts.data<int64_t>()[r], " parameters but rank ", pg_->rank(), " has ", named.size(),
@@ -51,8 +53,9 @@ void DistributedDataParallel::verify_parameter_shapes() {
     rec[2] = t.numel();
     for (int64_t d = 0; d < std::min<int64_t>(t.dim(), kMaxDims); ++d) rec[3 + d] = t.size(d);
   }
-  Tensor all = Tensor::empty({int64_t(n) * mine.numel()}, DType::i64);
-  pg_->all_gather(all, mine)->wait();
+  Tensor all = Tensor::empty({int64_t(n) * mine.numel()}, DType::i64, dev);
+  pg_->all_gather(all, on_group_device(*pg_, mine))->wait();
+  all = all.to(Device::cpu());
   // Every rank sees the same table, so every rank reports the same first mismatch.
   const int64_t* base = all.data<int64_t>();
   for (size_t i = 0; i < named.size(); ++i)

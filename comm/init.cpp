@@ -35,7 +35,8 @@ bool is_loopback(const std::string& addr) {
 std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank, int size,
                                                  ProcessGroupOptions options) {
-  // "auto" is gloo while the engine's ops run on the CPU: NCCL needs CUDA tensors.
+  // "auto" is gloo: the group does not know where the model lives, and NCCL needs CUDA tensors
+  // (ringgrad-train picks nccl itself for --device cuda).
   if (backend == "gloo" || backend == "auto")
     return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size, std::move(options));
   if (backend == "nccl")

@@ -27,6 +27,10 @@ Algorithm parse_algorithm(std::string_view name) {
   RG_FAIL("unknown all-reduce algorithm '", name, "' (expected native or ring)");
 }
 
+Tensor on_group_device(const ProcessGroup& pg, const Tensor& t) {
+  return t.device() == pg.tensor_device() ? t : t.to(pg.tensor_device());
+}
+
 ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
     : rank_(rank), size_(size), options_(std::move(options)) {
   RG_CHECK(size >= 1, "process group size must be >= 1, got ", size);

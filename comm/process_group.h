@@ -27,11 +27,18 @@ struct ProcessGroupOptions {
   Millis timeout = std::chrono::seconds(300);  // per collective, and for joining the group
   Algorithm algorithm = Algorithm::native;
   size_t ring_chunk_bytes = size_t(1) << 20;  // pipelining granularity of the ring
-  std::string name = "default";                 // namespaces the group's store keys
+  std::string name = "default";               // namespaces the group's store keys
   // Gloo: the address peers use to reach this rank; empty = 127.0.0.1 for a single-node job,
   // else this host's name.
   std::string hostname;
 };
+
+class ProcessGroup;
+
+// `t` on the device pg's collectives take: t itself when it is there, else a copy. Lets host-side
+// bookkeeping (shape tables, flags, counts) go through any backend; read results with
+// .to(Device::cpu()).
+Tensor on_group_device(const ProcessGroup& pg, const Tensor& t);
 
 class ProcessGroup {
  public:
@@ -45,6 +52,8 @@ class ProcessGroup {
   const ProcessGroupOptions& options() const { return options_; }
   virtual const char* backend() const = 0;
   Algorithm algorithm() const { return options_.algorithm; }
+  // Where this group's tensors must live: the CPU (gloo), or the group's CUDA device (NCCL).
+  virtual Device tensor_device() const { return Device::cpu(); }
   void set_algorithm(Algorithm a) { options_.algorithm = a; }
 
   // In place: every rank's `tensor` becomes the reduction over ranks.

@@ -23,6 +23,7 @@ class ProcessGroupNCCL : public ProcessGroup {
 
   const char* backend() const override { return "nccl"; }
   int device() const;
+  Device tensor_device() const override { return Device::cuda(device()); }
   WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
   WorkPtr broadcast(const Tensor& tensor, int root) override;
   WorkPtr all_gather(const Tensor& output, const Tensor& input) override;

@@ -69,7 +69,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       b.dtype = params[list.front()].second.dtype();
       int64_t total = 0;
       for (size_t p : list) total += params[p].second.numel();
-      b.flat = zeros({total}, b.dtype);
+      b.flat = zeros({total}, b.dtype, params[list.front()].second.device());
       int64_t offset = 0;
       for (size_t p : list) {
         const Tensor& t = params[p].second;
@@ -112,7 +112,9 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       if (!seen[i]) order.push_back(i);
     Tensor t = Tensor::empty({int64_t(order.size())}, DType::i64);
     for (size_t i = 0; i < order.size(); ++i) t.data<int64_t>()[i] = int64_t(order[i]);
-    pg->broadcast(t, 0)->wait();
+    Tensor on_group = on_group_device(*pg, t);
+    pg->broadcast(on_group, 0)->wait();
+    t = on_group.to(Device::cpu());
     for (size_t i = 0; i < order.size(); ++i) {
       const int64_t p = t.data<int64_t>()[i];
       RG_CHECK(p >= 0 && size_t(p) < params.size(), "DDP: bad bucket order from rank 0");
@@ -265,7 +267,9 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (opt.find_unused_parameters) {
       Tensor used = Tensor::empty({int64_t(params.size())}, DType::i32);
       for (size_t i = 0; i < params.size(); ++i) used.data<int32_t>()[i] = locally_used[i];
-      pg->all_reduce(used, ReduceOp::max)->wait();
+      Tensor on_group = on_group_device(*pg, used);
+      pg->all_reduce(on_group, ReduceOp::max)->wait();
+      used = on_group.to(Device::cpu());
       for (size_t i = 0; i < params.size(); ++i) globally_used[i] = char(used.data<int32_t>()[i]);
     }
     for (size_t i = 0; i < params.size(); ++i) {
@@ -310,9 +314,19 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   for (auto& [name, t] : params)
     if (t.requires_grad()) s.params.emplace_back(name, t);
   RG_CHECK(!s.params.empty(), "DDP: the module has no parameters that require a gradient");
-  for (const auto& [name, t] : s.params)
+  const Device device = s.params.front().second.device();
+  for (const auto& [name, t] : s.params) {
     RG_CHECK(is_floating(t.dtype()), "DDP: parameter '", name, "' is ", dtype_name(t.dtype()),
              "; only floating-point parameters can be reduced");
+    RG_CHECK(t.device() == device, "DDP: parameter '", name, "' is on ", t.device().str(), " but '",
+             s.params.front().first, "' is on ", device.str(),
+             "; DDP takes a module on one device");
+  }
+  RG_CHECK(device == s.pg->tensor_device(), "DDP: the module is on ", device.str(), " but the ",
+           s.pg->backend(), " process group works on ", s.pg->tensor_device().str(),
+           device.is_cuda() ? " (use the nccl backend for CUDA modules)" : "");
+  RG_CHECK(!(device.is_cuda() && options.comm_hook == "powersgd"),
+           "DDP: the PowerSGD hook is not implemented on CUDA yet (use allreduce, fp16 or bf16)");
   // Until the first iteration shows the real order, assume gradients arrive in reverse
   // registration order (the last layer's first), as PyTorch does.
   std::vector<size_t> order;

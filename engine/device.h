@@ -1,7 +1,9 @@
 // Where a tensor's memory lives: the CPU or one CUDA device.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace rg {
 
@@ -18,5 +20,8 @@ struct Device {
   constexpr bool operator==(const Device&) const = default;
   std::string str() const;  // "cpu" or "cuda:0"
 };
+
+// "cpu", "cuda" (cuda:0) or "cuda:N"; anything else is an rg::Error.
+Device parse_device(std::string_view name);
 
 }  // namespace rg

@@ -116,6 +116,21 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda") return Device::cuda(0);
+  if (name.starts_with("cuda:") && name.size() > 5 && name.size() <= 8) {
+    int index = 0;
+    for (char ch : name.substr(5)) {
+      RG_CHECK(ch >= '0' && ch <= '9', "unknown device '", name,
+               "' (expected cpu, cuda or cuda:N)");
+      index = index * 10 + (ch - '0');
+    }
+    return Device::cuda(index);
+  }
+  RG_FAIL("unknown device '", name, "' (expected cpu, cuda or cuda:N)");
+}
+
 size_t element_size(DType t) {
   switch (t) {
     case DType::f32:

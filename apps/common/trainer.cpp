@@ -66,7 +66,7 @@ struct EvalResult {
 // Sums over ranks (in place); a no-op without a process group.
 void sum_over_ranks(dist::ProcessGroup* pg, std::vector<double>& v) {
   if (!pg) return;
-  Tensor t = from_vector(v, {int64_t(v.size())});
+  Tensor t = dist::on_group_device(*pg, from_vector(v, {int64_t(v.size())}));
   pg->all_reduce(t)->wait();
   v = t.to_vector<double>();
 }
@@ -74,7 +74,7 @@ void sum_over_ranks(dist::ProcessGroup* pg, std::vector<double>& v) {
 // With a process group each rank evaluates its own shard (no padding, so no sample counts
 // twice) and the counts are summed over ranks.
 EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_size, int workers,
-                    dist::ProcessGroup* pg) {
+                    dist::ProcessGroup* pg, Device device) {
   model.eval();
   NoGradGuard no_grad;
   std::shared_ptr<data::Sampler> sampler;
@@ -89,11 +89,12 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
   int64_t correct1 = 0, correct5 = 0, n = 0;
   const int64_t k5 = std::min<int64_t>(5, test.num_classes());
   while (auto batch = loader.next()) {
-    const Tensor logits = model.forward(batch->inputs);
+    const Tensor logits = model.forward(batch->inputs.to(device));
+    const Tensor targets = batch->targets.to(device);
     const int64_t b = batch->targets.numel();
-    loss_sum += cross_entropy(logits, batch->targets).item() * double(b);
-    correct1 += topk_correct(logits, batch->targets, 1);
-    correct5 += topk_correct(logits, batch->targets, k5);
+    loss_sum += cross_entropy(logits, targets).item() * double(b);
+    correct1 += topk_correct(logits, targets, 1);
+    correct5 += topk_correct(logits, targets, k5);
     n += b;
   }
   model.train();
@@ -109,15 +110,18 @@ void write_trace(const std::string& path, dist::ProcessGroup* pg) {
   std::vector<std::string> all = {mine};
   if (pg && pg->size() > 1) {
     const int n = pg->size();
-    Tensor len = full({1}, double(mine.size()), DType::i64);
-    Tensor lens = Tensor::empty({n}, DType::i64);
+    const Device dev = pg->tensor_device();
+    Tensor len = full({1}, double(mine.size()), DType::i64, dev);
+    Tensor lens = Tensor::empty({n}, DType::i64, dev);
     pg->all_gather(lens, len)->wait();
+    lens = lens.to(Device::cpu());
     int64_t max_len = 0;
     for (int r = 0; r < n; ++r) max_len = std::max(max_len, lens.data<int64_t>()[r]);
     Tensor buf = zeros({max_len}, DType::u8);
     std::copy(mine.begin(), mine.end(), buf.data<uint8_t>());
-    Tensor bufs = Tensor::empty({max_len * n}, DType::u8);
-    pg->all_gather(bufs, buf)->wait();
+    Tensor bufs = Tensor::empty({max_len * n}, DType::u8, dev);
+    pg->all_gather(bufs, dist::on_group_device(*pg, buf))->wait();
+    bufs = bufs.to(Device::cpu());
     all.clear();
     for (int r = 0; r < n; ++r) {
       const char* p = reinterpret_cast<const char*>(bufs.data<uint8_t>() + r * max_len);
@@ -143,16 +147,20 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   RG_CHECK(c.grad_accum_steps >= 1, "--grad-accum-steps must be >= 1");
   const dist::LaunchEnv env = dist::read_launch_env();
   std::shared_ptr<dist::ProcessGroup> pg;
+  Device device = parse_device(c.device);
   if (env.world_size > 1) {
-    RG_CHECK(c.backend != "nccl",
-             "--backend nccl needs the model on a GPU, and ringgrad-train "
-             "does not train on CUDA yet; use --backend gloo (or auto)");
+    RG_CHECK(device.is_cuda() || c.backend != "nccl",
+             "--backend nccl reduces CUDA tensors: add --device cuda (or use --backend gloo)");
+    RG_CHECK(!device.is_cuda() || c.backend != "gloo",
+             "--device cuda needs --backend nccl (or auto): gloo reduces CPU tensors");
     dist::InitOptions io;
-    io.backend = c.backend;
+    io.backend = device.is_cuda() ? "nccl" : c.backend == "auto" ? "gloo" : c.backend;
     io.group.algorithm = dist::parse_algorithm(c.allreduce);
     pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
   }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  // Under DDP "cuda" is the GPU the rank's NCCL group uses.
+  if (pg && device.is_cuda() && c.device == "cuda") device = pg->tensor_device();
   // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
   std::ostream silent(nullptr);
   std::ostream& out = rank == 0 ? all_out : silent;
@@ -167,6 +175,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                                .sample_shape = train_set->sample_shape(),
                                .num_classes = train_set->num_classes(),
                                .seed = c.seed});
+  model->to(device);
   model->train();
   auto opt = make_optimizer(c, model->parameters());
   std::unique_ptr<dist::DistributedDataParallel> ddp;
@@ -211,9 +220,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
 
   out << fmt::format(
       "ringgrad-train: {} on {} ({} train / {} test samples), {} parameters, "
-      "{} lr={} batch={} epochs={}\n",
+      "{} lr={} batch={} epochs={} on {}\n",
       c.model, c.dataset, train_set->size(), test_set->size(), model->parameter_count(),
-      opt->name(), c.lr, c.batch_size, c.epochs);
+      opt->name(), c.lr, c.batch_size, c.epochs, device.str());
   if (pg)
     out << fmt::format(
         "ringgrad-train: DDP over {} ranks ({} {}, buckets {} MiB / first {} MiB, "
@@ -260,8 +269,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         if (ddp && !sync) no_sync.emplace(*ddp);
         {
           trace::Scope t("forward", "step");
-          const Tensor logits = ddp ? ddp->forward(batch->inputs) : model->forward(batch->inputs);
-          loss = cross_entropy(logits, batch->targets, c.label_smoothing);
+          const Tensor inputs = batch->inputs.to(device);
+          const Tensor logits = ddp ? ddp->forward(inputs) : model->forward(inputs);
+          loss = cross_entropy(logits, batch->targets.to(device), c.label_smoothing);
         }
         trace::Scope t("backward", "step");
         (c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss).backward();
@@ -307,7 +317,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     s.img_per_s = totals[1] / std::max(s.seconds, 1e-9);
     const bool last = epoch == c.epochs || step >= planned_steps;
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
-      const EvalResult e = evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get());
+      const EvalResult e =
+          evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
       s.evaluated = true;
       s.test_loss = e.loss;
       s.top1 = e.top1;

@@ -33,6 +33,8 @@ struct TrainConfig {
   int64_t max_steps = -1;     // stop training after this many steps in total (-1: no limit)
   std::string metrics_path;   // JSONL, one line per epoch and a final line
   bool progress_bar = false;  // \r-updated bar (terminals); otherwise plain lines
+  // cpu, cuda or cuda:N; under a launcher "cuda" is the rank's GPU (NCCL's choice: rank % GPUs).
+  std::string device = "cpu";
 
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.

@@ -1,6 +1,7 @@
 // Shared input validation for ops.
 #include "engine/ops/check.h"
 
+#include "engine/cuda/device_guard.h"
 #include "engine/cuda/stream.h"
 #include "kernels/error.h"
 
@@ -37,6 +38,11 @@ void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout
            shape_str(t.shape()));
 }
 
-void* cuda_stream(const Tensor& t) { return cuda::current_stream(t.device().index).handle(); }
+void* cuda_stream(const Tensor& t) {
+  // Kernels launch on the current device: make it t's (and leave it so, like torch.cuda).
+  const int device = t.device().index;
+  if (cuda::current_device() != device) cuda::set_device(device);
+  return cuda::current_stream(device).handle();
+}
 
 }  // namespace rg

@@ -17,7 +17,7 @@ void check_cpu_only(const char* op, std::initializer_list<Tensor> tensors);
 void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout);
 
 // The calling thread's current stream of t's CUDA device, as the void* (cudaStream_t) the
-// kernels/cuda launchers take.
+// kernels/cuda launchers take; makes t's device the current one, which launches go to.
 void* cuda_stream(const Tensor& t);
 
 }  // namespace rg
