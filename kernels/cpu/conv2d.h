@@ -14,8 +14,9 @@ struct Conv2dGeometry {
 };
 
 // The GEMM one chunk runs, C [m, n] = A [m, k] x B [k, n] (exposed so that benchmarks can time
-// the same shapes). Forward: m = o, k = c*kh*kw, or k = c for each of the kh*kw taps when a
-// stride-1 convolution skips im2col. Weight gradient: m = o, n = c*kh*kw, B transposed.
+// the same shapes). Forward: m = o, k = c*kh*kw, or k = c*kw for each of the kh kernel rows when
+// a stride-1 convolution skips im2col. Weight gradient: m = o, n = c*kh*kw, B transposed, or
+// m = c*kw, n = kh*o (one GEMM, B transposed) when im2col is skipped.
 struct GemmShape {
   int64_t m, n, k;
 };
