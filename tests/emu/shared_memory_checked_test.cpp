@@ -1,0 +1,130 @@
+// The kernels that use shared memory (reductions, softmax and the losses, batch norm, pooling,
+// argmax/top-k) once each in the checked emulator build (AddressSanitizer and bounds checks, see
+// kernels/emu/cuda_emu.h), on small awkward shapes with partial blocks and warps: an out-of-bounds
+// shared-memory access in any of them aborts this test. The full comparisons against the CPU are
+// in tests/emu/kernels (too slow to run checked in CI: minutes per kernel family); the values
+// here are checked against closed forms only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/metrics.h"
+#include "kernels/cuda/pool.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/softmax_loss.h"
+
+namespace rg {
+namespace {
+
+namespace kc = kernels::cuda;
+
+std::vector<float> ramp(int64_t n) {  // distinct values, away from ties
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float((i * 37) % 101) / 50.f - 1.f;
+  return v;
+}
+
+TEST(EmuChecked, Reductions) {
+  for (int64_t n : {1, 33, 4097}) {
+    const std::vector<float> ones(static_cast<size_t>(n), 1.f);
+    std::vector<unsigned char> ws(static_cast<size_t>(kc::sum_all_workspace_bytes(n)) + 1);
+    float out = 0;
+    kc::sum_all(ones.data(), n, &out, ws.data(), nullptr);
+    EXPECT_EQ(out, float(n));
+  }
+  const int64_t outer = 2, r = 33, inner = 5;
+  const std::vector<float> x(static_cast<size_t>(outer * r * inner), 2.f);
+  std::vector<float> out(static_cast<size_t>(outer * inner));
+  kc::sum_dim(x.data(), out.data(), outer, r, inner, nullptr);
+  for (float v : out) EXPECT_EQ(v, 2.f * float(r));
+  kc::mean_dim(x.data(), out.data(), outer, r, inner, nullptr);
+  for (float v : out) EXPECT_FLOAT_EQ(v, 2.f);
+}
+
+TEST(EmuChecked, SoftmaxAndLosses) {
+  for (const auto& [outer, c, inner] :
+       std::vector<std::array<int64_t, 3>>{{3, 33, 1}, {2, 1000, 1}, {2, 7, 3}}) {
+    const auto x = ramp(outer * c * inner);
+    std::vector<float> y(x.size()), g(x.size(), 1.f), gx(x.size());
+    kc::softmax(x.data(), y.data(), outer, c, inner, nullptr);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        double s = 0;
+        for (int64_t k = 0; k < c; ++k) s += y[size_t((o * c + k) * inner + i)];
+        EXPECT_NEAR(s, 1.0, 1e-5);
+      }
+    }
+    kc::softmax_backward(g.data(), y.data(), gx.data(), outer, c, inner, nullptr);
+    for (float v : gx) EXPECT_NEAR(v, 0.f, 1e-6);  // softmax is invariant to a constant shift
+    kc::log_softmax(x.data(), y.data(), outer, c, inner, nullptr);
+    kc::log_softmax_backward(g.data(), y.data(), gx.data(), outer, c, inner, nullptr);
+  }
+  const int64_t n = 5, c = 33;
+  const auto logits = ramp(n * c);
+  std::vector<int64_t> target(n);
+  std::iota(target.begin(), target.end(), 0);
+  std::vector<float> lse(n), grad(static_cast<size_t>(n * c));
+  std::vector<unsigned char> ws(static_cast<size_t>(kc::cross_entropy_workspace_bytes(n)) + 1);
+  float loss = 0, one = 1.f;
+  kc::cross_entropy(logits.data(), target.data(), lse.data(), &loss, n, c, 0.1, ws.data(), nullptr);
+  EXPECT_TRUE(std::isfinite(loss));
+  kc::cross_entropy_backward(logits.data(), target.data(), lse.data(), &one, grad.data(), n, c, 0.1,
+                             nullptr);
+  for (int64_t i = 0; i < n; ++i) {  // each row of the gradient sums to 0
+    double s = 0;
+    for (int64_t j = 0; j < c; ++j) s += grad[size_t(i * c + j)];
+    EXPECT_NEAR(s, 0.0, 1e-6);
+  }
+  kc::nll_loss(logits.data(), target.data(), &loss, n, c, nullptr);
+  kc::nll_loss_backward(target.data(), &one, grad.data(), n, c, nullptr);
+  EXPECT_FLOAT_EQ(grad[0], -1.f / float(n));
+}
+
+TEST(EmuChecked, BatchNorm) {
+  const int64_t n = 2, c = 3, hw = 33;
+  const auto x = ramp(n * c * hw);
+  std::vector<float> mean(c), var(c), invstd(c), y(x.size()), gx(x.size()), gw(c), gb(c);
+  const std::vector<float> w(c, 1.f), b(c, 0.f), gy(x.size(), 1.f);
+  kc::batch_norm_stats(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), 1e-5, nullptr);
+  kc::batch_norm_apply(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(), y.data(),
+                       nullptr);
+  kc::batch_norm_backward(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), true,
+                          gx.data(), gw.data(), gb.data(), nullptr);
+  for (float v : gb) EXPECT_FLOAT_EQ(v, float(n * hw));
+  for (float v : gx) EXPECT_NEAR(v, 0.f, 1e-4);  // a constant gy has no gradient through the mean
+}
+
+TEST(EmuChecked, Pooling) {
+  const kc::Pool2dGeometry g{3, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
+  const auto x = ramp(g.planes * g.h * g.w);
+  std::vector<float> y(static_cast<size_t>(g.planes * g.ho * g.wo)), gx(x.size());
+  std::vector<int64_t> argmax(y.size());
+  kc::max_pool2d_forward(g, x.data(), y.data(), argmax.data(), nullptr);
+  kc::max_pool2d_backward(g, y.data(), argmax.data(), gx.data(), nullptr);
+  kc::avg_pool2d_forward(g, x.data(), y.data(), true, nullptr);
+  kc::avg_pool2d_backward(g, y.data(), gx.data(), false, nullptr);
+  std::vector<float> means(static_cast<size_t>(g.planes));
+  kc::adaptive_avg_pool2d_1x1_forward(x.data(), means.data(), g.planes, g.h * g.w, nullptr);
+  kc::adaptive_avg_pool2d_1x1_backward(means.data(), gx.data(), g.planes, g.h * g.w, nullptr);
+  EXPECT_FLOAT_EQ(gx[0], means[0] / float(g.h * g.w));
+}
+
+TEST(EmuChecked, ArgmaxAndTopk) {
+  const int64_t outer = 3, c = 1000;
+  auto x = ramp(outer * c);
+  for (int64_t o = 0; o < outer; ++o) x[size_t(o * c + 7 * o + 1)] = 5.f;
+  std::vector<int64_t> idx(outer);
+  kc::argmax(x.data(), idx.data(), outer, c, 1, nullptr);
+  for (int64_t o = 0; o < outer; ++o) EXPECT_EQ(idx[size_t(o)], 7 * o + 1);
+  const std::vector<int64_t> target = {1, 8, 0};
+  int64_t correct = -1;
+  kc::topk_correct(x.data(), target.data(), outer, c, 1, &correct, nullptr);
+  EXPECT_EQ(correct, 2);
+}
+
+}  // namespace
+}  // namespace rg
