@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cmath>
+#include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -183,6 +185,69 @@ TEST(EmuElementwise, BinaryBiasMatchesCpu) {
                        n));
         }
       }
+    }
+  });
+}
+
+// The general broadcast: both operands broadcast, gaps of ones, 0-d and up to 8 dimensions.
+TEST(EmuElementwise, BinaryBroadcastMatchesCpu) {
+  struct Case {
+    std::vector<int64_t> out, a, b;  // a and b: the operand shapes right-aligned to out
+  };
+  const std::vector<Case> cases = {
+      {{6, 4, 5}, {6, 1, 5}, {1, 4, 1}},
+      {{2, 3, 4}, {2, 3, 4}, {2, 1, 4}},
+      {{33, 31}, {33, 1}, {1, 31}},
+      {{7}, {1}, {7}},
+      {{2, 1, 3, 1, 2, 3, 1, 2}, {2, 1, 3, 1, 1, 3, 1, 2}, {1, 1, 1, 1, 2, 1, 1, 1}},
+  };
+  const auto strides = [](const std::vector<int64_t>& s) {
+    std::vector<int64_t> st(s.size(), 0);
+    int64_t acc = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      st[i] = s[i] == 1 ? 0 : acc;
+      acc *= s[i];
+    }
+    return std::pair{st, acc};
+  };
+  for_each_float_type([&]<class T>() {
+    for (const auto op : kBinaryOps) {
+      for (const Case& c : cases) {
+        const auto [as, an] = strides(c.a);
+        const auto [bs, bn] = strides(c.b);
+        const int64_t n =
+            std::accumulate(c.out.begin(), c.out.end(), int64_t(1), std::multiplies<int64_t>());
+        const auto a = random_values<T>(an, 1000 + an);
+        const auto b = divisor_values<T>(bn, 1100 + bn);
+        std::vector<T> got(static_cast<size_t>(n));
+        const int nd = int(c.out.size());
+        cuda::binary_broadcast(op, a.data(), as.data(), b.data(), bs.data(), got.data(),
+                               c.out.data(), nd, nullptr);
+        std::vector<ref_t<T>> want(static_cast<size_t>(n));
+        const auto wa = widen(a), wb = widen(b);
+        cpu::binary_broadcast(op, wa.data(), as.data(), wb.data(), bs.data(), want.data(),
+                              c.out.data(), nd);
+        expect_close(got, narrow<T>(want), kAtol, default_rtol<T>(),
+                     label<T>(op_name(op) + " ndim " + std::to_string(nd), n));
+      }
+    }
+    std::vector<T> x(1);
+    const int64_t shape[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, st[9] = {};
+    EXPECT_THROW(cuda::binary_broadcast(cpu::BinaryOp::add, x.data(), st, x.data(), st, x.data(),
+                                        shape, 9, nullptr),
+                 Error);
+  });
+}
+
+TEST(EmuElementwise, AxpyMatchesCpu) {
+  for_each_float_type([]<class T>() {
+    for (const int64_t n : kAwkwardSizes) {
+      const auto x = random_values<T>(n, 1200 + n);
+      auto got = random_values<T>(n, 1300 + n);
+      auto want = widen(got);
+      cuda::axpy(-0.75, x.data(), got.data(), n, nullptr);
+      cpu::axpy(ref_t<T>(-0.75), widen(x).data(), want.data(), n);
+      expect_close(got, narrow<T>(want), kAtol, default_rtol<T>(), label<T>("axpy", n));
     }
   });
 }
