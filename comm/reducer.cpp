@@ -289,6 +289,21 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   }
 };
 
+void check_module_device(const std::vector<std::pair<std::string, Tensor>>& params,
+                         const ProcessGroup& pg, const DdpOptions& options) {
+  if (params.empty()) return;
+  const Device device = params.front().second.device();
+  for (const auto& [name, t] : params) {
+    RG_CHECK(t.device() == device, "DDP: parameter '", name, "' is on ", t.device().str(), " but '",
+             params.front().first, "' is on ", device.str(), "; DDP takes a module on one device");
+  }
+  RG_CHECK(device == pg.tensor_device(), "DDP: the module is on ", device.str(), " but the ",
+           pg.backend(), " process group works on ", pg.tensor_device().str(),
+           device.is_cuda() ? " (use the nccl backend for CUDA modules)" : "");
+  RG_CHECK(!(device.is_cuda() && options.comm_hook == "powersgd"),
+           "DDP: the PowerSGD hook is not implemented on CUDA yet (use allreduce, fp16 or bf16)");
+}
+
 Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOptions options)
     : state_(std::make_shared<State>()) {
   RG_CHECK(pg != nullptr, "DDP needs a process group");
@@ -314,19 +329,10 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   for (auto& [name, t] : params)
     if (t.requires_grad()) s.params.emplace_back(name, t);
   RG_CHECK(!s.params.empty(), "DDP: the module has no parameters that require a gradient");
-  const Device device = s.params.front().second.device();
-  for (const auto& [name, t] : s.params) {
+  for (const auto& [name, t] : s.params)
     RG_CHECK(is_floating(t.dtype()), "DDP: parameter '", name, "' is ", dtype_name(t.dtype()),
              "; only floating-point parameters can be reduced");
-    RG_CHECK(t.device() == device, "DDP: parameter '", name, "' is on ", t.device().str(), " but '",
-             s.params.front().first, "' is on ", device.str(),
-             "; DDP takes a module on one device");
-  }
-  RG_CHECK(device == s.pg->tensor_device(), "DDP: the module is on ", device.str(), " but the ",
-           s.pg->backend(), " process group works on ", s.pg->tensor_device().str(),
-           device.is_cuda() ? " (use the nccl backend for CUDA modules)" : "");
-  RG_CHECK(!(device.is_cuda() && options.comm_hook == "powersgd"),
-           "DDP: the PowerSGD hook is not implemented on CUDA yet (use allreduce, fp16 or bf16)");
+  check_module_device(s.params, *s.pg, options);
   // Until the first iteration shows the real order, assume gradients arrive in reverse
   // registration order (the last layer's first), as PyTorch does.
   std::vector<size_t> order;

@@ -45,6 +45,11 @@ struct IterationTimeline {
   std::vector<int> launch_order;  // bucket indices in the order they were issued
 };
 
+// The parameters are on one device, the one `pg` reduces (tensor_device()), and the options
+// work there; a clear rg::Error otherwise.
+void check_module_device(const std::vector<std::pair<std::string, Tensor>>& params,
+                         const ProcessGroup& pg, const DdpOptions& options);
+
 class Reducer {
  public:
   using NamedParams = std::vector<std::pair<std::string, Tensor>>;
