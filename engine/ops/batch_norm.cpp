@@ -3,6 +3,7 @@
 // backward.
 #include "engine/ops/batch_norm.h"
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -28,6 +29,15 @@ void check_channel_tensor(const Tensor& t, const char* name, const Tensor& x, in
   check_inputs("batch_norm", {x, t});
   RG_CHECK(t.dim() == 1 && t.size(0) == c, "batch_norm: ", name, " has shape ",
            shape_str(t.shape()), " but input ", shape_str(x.shape()), " has ", c, " channels");
+}
+
+// The backward's outputs dx, dweight, dbias: uninitialized where wanted, undefined otherwise.
+std::array<Tensor, 3> gradient_outputs(const Tensor& grad, const Shape& x_shape, int64_t c, bool gx,
+                                       bool gw, bool gb) {
+  const auto make = [&](bool wanted, const Shape& s) {
+    return wanted ? Tensor::empty(s, grad.dtype(), grad.device()) : Tensor();
+  };
+  return {make(gx, x_shape), make(gw, {c}), make(gb, {c})};
 }
 
 // f32, f16 and bf16: the instantiations of the CUDA batch-norm kernels.
@@ -84,9 +94,7 @@ Tensor batch_norm_cuda(const Tensor& x, const Tensor& running_mean, const Tensor
       [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
        hw](const Tensor& grad) -> std::vector<Tensor> {
         const Tensor xv = sx.get(), wv = sw.get();
-        Tensor dx = gx ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
-        Tensor dw = gw ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
-        Tensor db = gb ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
+        auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
         dispatch_batch_norm_cuda(grad.dtype(), [&]<class T>() {
           kernels::cuda::batch_norm_backward<T>(
               grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
@@ -163,22 +171,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
-  return autograd::record(
-      out, "BatchNormBackward", {x, weight, bias},
-      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
-       hw](const Tensor& grad) -> std::vector<Tensor> {
-        const Tensor xv = sx.get(), wv = sw.get();
-        Tensor dx = gx ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
-        Tensor dw = gw ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
-        Tensor db = gb ? Tensor::empty({c}, grad.dtype(), grad.device()) : Tensor();
-        dispatch_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
-          kernels::cpu::batch_norm_backward<T>(
-              grad.data<T>(), xv.data<T>(), n, c, hw, mean->data(), invstd->data(),
-              wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,
-              gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr);
-        });
-        return {dx, dw, db};
-      });
+  return autograd::record(out, "BatchNormBackward", {x, weight, bias},
+                          [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training,
+                           gx, gw, gb, n, c, hw](const Tensor& grad) -> std::vector<Tensor> {
+                            const Tensor xv = sx.get(), wv = sw.get();
+                            auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
+                            dispatch_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
+                              kernels::cpu::batch_norm_backward<T>(
+                                  grad.data<T>(), xv.data<T>(), n, c, hw, mean->data(),
+                                  invstd->data(), wv.defined() ? wv.data<T>() : nullptr, training,
+                                  gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
+                                  gb ? db.data<T>() : nullptr);
+                            });
+                            return {dx, dw, db};
+                          });
 }
 
 }  // namespace rg

@@ -5,25 +5,20 @@
 // must reach the same accuracy.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <sstream>
 
 #include "apps/common/trainer.h"
 #include "support/errors.h"
+#include "support/mnist_dir.h"
 
 namespace rg::app {
 namespace {
-
-std::string mnist_dir() {
-  if (const char* d = std::getenv("RG_MNIST_DIR")) return d;
-  return std::string(RG_SOURCE_DIR) + "/data/mnist";
-}
 
 TrainConfig mlp_config(const std::string& device) {
   TrainConfig c;
   c.model = "mlp";
   c.dataset = "mnist";
-  c.data_dir = mnist_dir();
+  c.data_dir = testing::mnist_dir();
   c.batch_size = 64;
   c.max_steps = 300;
   c.optimizer = "adam";

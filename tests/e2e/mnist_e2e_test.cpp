@@ -2,24 +2,19 @@
 // ToyNet trained for a bounded number of steps must reach >= 97% test top-1.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <sstream>
 
 #include "apps/common/trainer.h"
+#include "support/mnist_dir.h"
 
 namespace rg::app {
 namespace {
-
-std::string mnist_dir() {
-  if (const char* d = std::getenv("RG_MNIST_DIR")) return d;
-  return std::string(RG_SOURCE_DIR) + "/data/mnist";
-}
 
 TEST(MnistE2E, ToyNetReaches97PercentInBoundedSteps) {
   TrainConfig c;
   c.model = "toynet";
   c.dataset = "mnist";
-  c.data_dir = mnist_dir();
+  c.data_dir = testing::mnist_dir();
   c.epochs = 1;
   c.batch_size = 64;
   c.max_steps = 600;  // 38,400 images, about two thirds of an epoch
