@@ -1,11 +1,17 @@
-// conv2d forward and backward through kernels::cpu::conv2d (im2col + GEMM); the backward is one
-// kernel call that produces only the gradients the inputs need.
+// conv2d forward and backward through kernels::cpu::conv2d (im2col + GEMM; the backward is one
+// kernel call that produces only the gradients the inputs need) or, on CUDA, cuDNN
+// (kernels::cuda::conv2d) with the bias as a per-channel add and a sum.
 #include "engine/ops/conv2d.h"
+
+#include <atomic>
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
+#include "engine/ops/reduce.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -26,7 +32,6 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tens
   } else {
     check_inputs(op, {x, weight});
   }
-  check_cpu_only(op, {x});  // cuDNN convolution is still to come
   check_dim(op, x, 4, "input: N, C, H, W");
   check_dim(op, weight, 4, "weight: O, C, kh, kw");
   const Shape& xs = x.shape();
@@ -61,17 +66,52 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tens
   return g;
 }
 
+std::atomic<bool> cudnn_tf32{true};
+
+// A u8 scratch tensor on t's device for `pass` of geometry g (cuDNN's algorithm choice, cached).
+template <class T>
+Tensor conv_workspace(const Conv2dGeometry& g, kernels::cuda::ConvPass pass, const Tensor& t) {
+  return Tensor::empty(
+      {kernels::cuda::conv2d_workspace_bytes<T>(g, pass, cudnn_tf32.load(), cuda_stream(t))},
+      DType::u8, t.device());
+}
+
+// The CUDA forward: cuDNN's convolution, then the bias as a per-channel add.
+Tensor conv2d_forward_cuda(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight,
+                           const Tensor& bias) {
+  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
+  dispatch_cuda_float(x.dtype(), "conv2d", [&]<class T>() {
+    const Tensor ws = conv_workspace<T>(g, kernels::cuda::ConvPass::forward, x);
+    kernels::cuda::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(), out.data<T>(),
+                                     cudnn_tf32.load(), ws.raw_data(), ws.numel(), cuda_stream(x));
+    if (bias.defined()) {
+      kernels::cuda::binary_per_channel<T>(kernels::cpu::BinaryOp::add, out.data<T>(),
+                                           bias.data<T>(), out.data<T>(), g.n, g.o, g.ho * g.wo,
+                                           false, cuda_stream(x));
+    }
+  });
+  return out;
+}
+
 }  // namespace
+
+void set_cudnn_allow_tf32(bool allow) { cudnn_tf32.store(allow); }
+bool cudnn_allow_tf32() { return cudnn_tf32.load(); }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
               std::array<int64_t, 2> dilation) {
   const Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
-  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
-  dispatch_float(x.dtype(), "conv2d", [&]<class T>() {
-    kernels::cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(),
-                                    bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
-  });
+  Tensor out;
+  if (x.device().is_cuda()) {
+    out = conv2d_forward_cuda(g, x, weight, bias);
+  } else {
+    out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
+    dispatch_float(x.dtype(), "conv2d", [&]<class T>() {
+      kernels::cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(),
+                                      bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
+    });
+  }
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
   // x is needed only for the weight gradient, weight only for the input gradient.
@@ -83,6 +123,25 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         Tensor dx =
             gx ? Tensor::empty({g.n, g.c, g.h, g.w}, grad.dtype(), grad.device()) : Tensor();
         Tensor dw = gw ? Tensor::empty(wshape, grad.dtype(), grad.device()) : Tensor();
+        if (grad.device().is_cuda()) {
+          namespace kc = kernels::cuda;
+          dispatch_cuda_float(grad.dtype(), "conv2d backward", [&]<class T>() {
+            if (gx) {
+              const Tensor ws = conv_workspace<T>(g, kc::ConvPass::backward_data, grad);
+              kc::conv2d_backward_data<T>(g, wv.data<T>(), grad.data<T>(), dx.data<T>(),
+                                          cudnn_tf32.load(), ws.raw_data(), ws.numel(),
+                                          cuda_stream(grad));
+            }
+            if (gw) {
+              const Tensor ws = conv_workspace<T>(g, kc::ConvPass::backward_weight, grad);
+              kc::conv2d_backward_weight<T>(g, xv.data<T>(), grad.data<T>(), dw.data<T>(),
+                                            cudnn_tf32.load(), ws.raw_data(), ws.numel(),
+                                            cuda_stream(grad));
+            }
+          });
+          // The bias gradient: gy summed over the batch and the pixels.
+          return {dx, dw, gb ? sum(grad.detach(), {0, 2, 3}) : Tensor()};
+        }
         Tensor db = gb ? Tensor::empty({g.o}, grad.dtype(), grad.device()) : Tensor();
         dispatch_float(grad.dtype(), "conv2d backward", [&]<class T>() {
           kernels::cpu::conv2d_backward<T>(g, gw ? xv.data<T>() : nullptr,

@@ -9,7 +9,8 @@
 //  - launch through RG_LAUNCH (kernels/cuda/check.h); a launch is synchronous under emulation;
 //  - every thread of a block reaches every __syncthreads() (no early return before one), and
 //    every lane in a warp collective's mask calls it: anything else is reported as an error;
-//  - no __CUDA_ARCH__-only code paths, no __activemask(), no cooperative groups, no cuBLAS/cuDNN.
+//  - no __CUDA_ARCH__-only code paths, no __activemask(), no cooperative groups; from cuBLAS and
+//    cuDNN only what emu/shim/cublas_v2.h and emu/shim/cudnn.h provide (computed on the CPU).
 // Semantics the emulator chooses where CUDA leaves them undefined: threads of a block run in
 // index order up to their next barrier (so a missing __syncthreads() shows as wrong results);
 // a shuffle from a lane outside the mask returns the caller's own value; lanes past the end of a

@@ -229,6 +229,32 @@ TEST_P(DeviceOps, ArgmaxAndTopk) {
   EXPECT_DOUBLE_EQ(accuracy(x.to(kCuda), target.to(kCuda), 2), accuracy(x, target, 2));
 }
 
+TEST_P(DeviceOps, Conv2dThroughCudnn) {
+  struct Case {
+    Shape x, w;
+    std::array<int64_t, 2> stride, padding, dilation;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 9, 11}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true},
+      {{2, 3, 9, 11}, {4, 3, 3, 2}, {2, 1}, {0, 1}, {1, 1}, false},
+      {{1, 2, 10, 10}, {3, 2, 3, 3}, {1, 2}, {2, 2}, {2, 2}, true},
+      {{3, 4, 5, 5}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, true},
+  };
+  for (const Case& c : cases) {
+    const std::string what = "conv2d x" + shape_str(c.x) + " w" + shape_str(c.w);
+    const Tensor x = rnd(c.x), w = rnd(c.w);
+    const std::vector<Tensor> in = c.bias ? V{x, w, rnd({c.w[0]})} : V{x, w};
+    expect_same_on_device(
+        what,
+        [&c](const V& v) {
+          return conv2d(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), c.stride, c.padding,
+                        c.dilation);
+        },
+        in);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, DeviceOps, ::testing::Values(DType::f32, DType::f64),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -291,10 +317,8 @@ TEST_F(DeviceTensor, HalfTypesComputeLikeF32) {
   }
 }
 
-TEST_F(DeviceTensor, OpsWithoutACudaPathSayNotImplemented) {
-  const Tensor x = zeros({1, 1, 4, 4}, DType::f32, kCuda),
-               w = zeros({1, 1, 3, 3}, DType::f32, kCuda);
-  testing::expect_error([&] { conv2d(x, w); }, "conv2d: not implemented on CUDA yet");
+TEST_F(DeviceTensor, MismatchedDevicesAndDtypesAreClearErrors) {
+  const Tensor x = zeros({1, 1, 4, 4}, DType::f32, kCuda);
   testing::expect_error([&] { add(x, zeros({1, 1, 4, 4})); }, "device mismatch");
   testing::expect_error([&] { relu(zeros({3}, DType::i64, kCuda)); },
                         "expected a floating-point tensor");
