@@ -1,7 +1,8 @@
 // Google Benchmark entries for the CUDA kernels (kernels/cuda), timed with CUDA events. Each
 // reports the bytes it reads and writes as GB/s, to compare with the card's memory bandwidth
-// (these kernels are memory-bound). Without a GPU every entry is skipped with a message. Only
-// built with CUDA; scripts/gpu-check.sh runs them.
+// (these kernels are memory-bound); the cuBLAS GEMM and cuDNN convolution entries report GFLOP/s.
+// Without a GPU every entry is skipped with a message. Only built with CUDA; scripts/gpu-check.sh
+// runs them.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -16,10 +17,12 @@
 #include "kernels/cuda/batch_norm_stats.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
+#include "kernels/cuda/conv2d.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
@@ -697,5 +700,83 @@ BENCHMARK(BM_BucketPack)->Name("cuda/bucket_pack_f32")->UseManualTime();
 BENCHMARK(BM_BucketUnpack)->Name("cuda/bucket_unpack_f32")->UseManualTime();
 BENCHMARK(BM_Argmax)->Name("cuda/argmax_rows_of_1000_f32")->UseManualTime();
 BENCHMARK(BM_Top5Correct)->Name("cuda/top5_correct_rows_of_1000_f32")->UseManualTime();
+
+// cuBLAS and cuDNN: the same event timing, reported as GFLOP/s (2 flops per multiply-add).
+template <class F>
+void run_flops(benchmark::State& state, double flops, F&& launch) {
+  run(state, flops, launch);
+  if (state.counters.count("GB/s") != 0) {
+    state.counters["GFLOP/s"] = state.counters["GB/s"];
+    state.counters.erase("GB/s");
+  }
+}
+
+// C [n, n] = A [n, n] B [n, n] through kc::gemm (cublasGemmEx).
+template <class T>
+void gemm_bench(benchmark::State& state, DType dtype, bool tf32) {
+  const int64_t n = 4096;
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  Tensor a = device_tensor(n * n, dtype), b = device_tensor(n * n, dtype),
+         c = device_tensor(n * n, dtype);
+  a.fill_(0.5);
+  b.fill_(0.25);
+  Tensor ws = device_tensor(kc::gemm_workspace_bytes(), DType::u8);
+  run_flops(state, 2.0 * double(n) * double(n) * double(n), [&](void* s) {
+    kc::gemm<T>(false, false, n, n, n, 1.0, a.data<T>(), n, b.data<T>(), n, 0.0, c.data<T>(), n,
+                tf32, ws.raw_data(), ws.numel(), s);
+  });
+}
+void BM_GemmF32(benchmark::State& state) { gemm_bench<float>(state, DType::f32, false); }
+void BM_GemmTf32(benchmark::State& state) { gemm_bench<float>(state, DType::f32, true); }
+void BM_GemmF16(benchmark::State& state) { gemm_bench<Half>(state, DType::f16, false); }
+BENCHMARK(BM_GemmF32)->Name("cuda/cublas_gemm_4096_f32")->UseManualTime();
+BENCHMARK(BM_GemmTf32)->Name("cuda/cublas_gemm_4096_tf32")->UseManualTime();
+BENCHMARK(BM_GemmF16)->Name("cuda/cublas_gemm_4096_f16")->UseManualTime();
+
+// ResNet-18's CIFAR 3x3 convolutions (batch 32, stride 1, padding 1) through cuDNN, f32 with
+// TF32 allowed (PyTorch's default), per pass: the CPU benchmarks' shapes.
+void BM_CudnnConv(benchmark::State& state, int64_t channels, int64_t hw, kc::ConvPass pass) {
+  if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
+  const kc::Conv2dGeometry g{32, channels, hw, hw, channels, 3, 3, 1, 1, 1, 1, 1, 1, hw, hw};
+  const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * g.c * g.kh * g.kw;
+  Tensor x = device_tensor(nx), w = device_tensor(nw), y = device_tensor(nx);
+  x.fill_(0.5);
+  w.fill_(0.01);
+  y.fill_(0.25);
+  void* s0 = cuda::current_stream(0).handle();
+  Tensor ws = device_tensor(kc::conv2d_workspace_bytes<float>(g, pass, true, s0), DType::u8);
+  const double flops = 2.0 * double(g.n * g.o * g.ho * g.wo) * double(g.c * g.kh * g.kw);
+  run_flops(state, flops, [&](void* s) {
+    switch (pass) {
+      case kc::ConvPass::forward:
+        kc::conv2d_forward<float>(g, x.data<float>(), w.data<float>(), y.data<float>(), true,
+                                  ws.raw_data(), ws.numel(), s);
+        break;
+      case kc::ConvPass::backward_data:
+        kc::conv2d_backward_data<float>(g, w.data<float>(), y.data<float>(), x.data<float>(), true,
+                                        ws.raw_data(), ws.numel(), s);
+        break;
+      case kc::ConvPass::backward_weight:
+        kc::conv2d_backward_weight<float>(g, x.data<float>(), y.data<float>(), w.data<float>(),
+                                          true, ws.raw_data(), ws.numel(), s);
+        break;
+    }
+  });
+}
+#define RG_CONV_BENCH(ch, hw)                                                     \
+  BENCHMARK_CAPTURE(BM_CudnnConv, fwd_##ch, ch, hw, kc::ConvPass::forward)        \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/forward")           \
+      ->UseManualTime();                                                          \
+  BENCHMARK_CAPTURE(BM_CudnnConv, dx_##ch, ch, hw, kc::ConvPass::backward_data)   \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_data")     \
+      ->UseManualTime();                                                          \
+  BENCHMARK_CAPTURE(BM_CudnnConv, dw_##ch, ch, hw, kc::ConvPass::backward_weight) \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_weight")   \
+      ->UseManualTime();
+RG_CONV_BENCH(64, 32)
+RG_CONV_BENCH(128, 16)
+RG_CONV_BENCH(256, 8)
+RG_CONV_BENCH(512, 4)
+#undef RG_CONV_BENCH
 
 }  // namespace
