@@ -1,6 +1,6 @@
-// Training on cuda:0 against the CPU: fused optimizer steps on the device, and a few steps of an
-// MLP (linear, relu, dropout-free cross entropy, SGD with Nesterov momentum and AdamW) whose
-// parameters must track the CPU run's.
+// Training on cuda:0 against the CPU: fused optimizer steps on the device, ResNet-18's forward
+// and backward, and a few steps of an MLP (linear, relu, dropout-free cross entropy, SGD with
+// Nesterov momentum and AdamW) whose parameters must track the CPU run's.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
 #include "layers/models/mlp.h"
+#include "layers/models/resnet.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
 
@@ -120,6 +121,36 @@ TEST_F(DeviceTraining, MlpTrainsLikeOnTheCpu) {
       expect_close(dev_params[i], cpu_params[i], 1e-4, 1e-3,
                    (adamw ? "adamw param " : "sgd param ") + std::to_string(i));
     }
+  }
+}
+
+// The whole of ResNet-18 (cuDNN convolutions, batch norm with running statistics, residual adds,
+// global pooling, linear) forward and backward on the device, against the CPU.
+TEST_F(DeviceTraining, ResNet18ForwardAndBackwardMatchTheCpu) {
+  Generator g1(7), g2(7), data(8);
+  nn::ResNet18 cpu_model(10, g1), dev_model(10, g2);
+  dev_model.to(kCuda);
+  const Tensor x = random_tensor({2, 3, 32, 32}, data);
+  const Tensor y = from_vector<int64_t>({3, 7}, {2});
+  const Tensor cpu_loss = cross_entropy(cpu_model.forward(x), y);
+  const Tensor dev_loss = cross_entropy(dev_model.forward(x.to(kCuda)), y.to(kCuda));
+  cpu_loss.backward();
+  dev_loss.backward();
+  EXPECT_NEAR(dev_loss.item(), cpu_loss.item(), 1e-4);
+  const auto cpu_named = cpu_model.named_parameters();
+  const auto dev_named = dev_model.named_parameters();
+  ASSERT_EQ(cpu_named.size(), dev_named.size());
+  for (size_t i = 0; i < cpu_named.size(); ++i) {
+    EXPECT_TRUE(dev_named[i].second.grad().device().is_cuda()) << dev_named[i].first;
+    expect_close(dev_named[i].second.grad(), cpu_named[i].second.grad(), 1e-4, 1e-3,
+                 "grad of " + cpu_named[i].first);
+  }
+  // The running statistics moved with the module and were updated on the device.
+  const auto cpu_state = cpu_model.state_dict(), dev_state = dev_model.state_dict();
+  for (size_t i = 0; i < cpu_state.size(); ++i) {
+    if (cpu_state[i].first.find("running_mean") == std::string::npos) continue;
+    EXPECT_TRUE(dev_state[i].second.device().is_cuda());
+    expect_close(dev_state[i].second, cpu_state[i].second, 1e-5, 1e-4, cpu_state[i].first);
   }
 }
 
