@@ -20,6 +20,7 @@
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
+#include "support/parameter_difference.h"
 
 namespace rg::dist {
 namespace {
@@ -49,21 +50,6 @@ data::Batch batch(const data::SyntheticDataset& d, int64_t first, int64_t count,
   data::Batch b = d.get_batch(idx, 0);
   b.inputs = b.inputs.to(dtype);
   return b;
-}
-
-// max |a - b| / max(1, max |b|) over all parameters.
-double relative_difference(nn::Module& a, nn::Module& b) {
-  auto pa = a.parameters(), pb = b.parameters();
-  double diff = 0, scale = 1;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    auto va = pa[i].to(DType::f64).to_vector<double>();
-    auto vb = pb[i].to(DType::f64).to_vector<double>();
-    for (size_t k = 0; k < va.size(); ++k) {
-      diff = std::max(diff, std::fabs(va[k] - vb[k]));
-      scale = std::max(scale, std::fabs(vb[k]));
-    }
-  }
-  return diff / scale;
 }
 
 struct TrainSetup {
@@ -114,7 +100,7 @@ double ddp_vs_single_process(const TrainSetup& s) {
     }
     opt.step();
   }
-  return relative_difference(*model, *ref);
+  return testing::relative_parameter_difference(*model, *ref);
 }
 
 TEST(Ddp, ToyNetMatchesOneProcessWithTheWholeBatch) {
