@@ -216,13 +216,9 @@ void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
     cuda::copy_bytes(*dst.storage(), byte_offset(dst), *converted.storage(), 0, dst.nbytes(),
                      non_blocking);
   } else {
-    RG_CHECK(is_floating(src.dtype()) && is_floating(dst.dtype()), "copy_: converting ",
-             dtype_name(src.dtype()), " to ", dtype_name(dst.dtype()), " on ", dst.device().str(),
-             " is not implemented on CUDA yet (only among f32, f64, f16 and bf16; convert on the "
-             "CPU)");
     void* stream = cuda::current_stream(dst.device().index).handle();
-    dispatch_cuda_float(src.dtype(), "copy_", [&]<class S>() {
-      dispatch_cuda_float(dst.dtype(), "copy_", [&]<class D>() {
+    dispatch_all(src.dtype(), [&]<class S>() {
+      dispatch_all(dst.dtype(), [&]<class D>() {
         kernels::cuda::cast<S, D>(src.data<S>(), dst.data<D>(), dst.numel(), stream);
       });
     });

@@ -1,5 +1,6 @@
 // Fill and cast kernels: grid-stride loops; a cast loads in the compute type (f32 for f16/bf16,
-// exact) and stores with one rounding, so the result is the CPU's bit for bit.
+// exact) and stores with one rounding (or C++'s truncation toward zero into an integer type), so
+// the result is the CPU's bit for bit.
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/cuda/fill_cast.h"
@@ -48,15 +49,21 @@ template void fill<int64_t>(int64_t*, int64_t, int64_t, void*);
 template void fill<int32_t>(int32_t*, int32_t, int64_t, void*);
 template void fill<uint8_t>(uint8_t*, uint8_t, int64_t, void*);
 
-#define RG_CAST_TO(FROM)                                                  \
-  template void cast<FROM, float>(const FROM*, float*, int64_t, void*);   \
-  template void cast<FROM, double>(const FROM*, double*, int64_t, void*); \
-  template void cast<FROM, Half>(const FROM*, Half*, int64_t, void*);     \
-  template void cast<FROM, BFloat16>(const FROM*, BFloat16*, int64_t, void*);
+#define RG_CAST_TO(FROM)                                                      \
+  template void cast<FROM, float>(const FROM*, float*, int64_t, void*);       \
+  template void cast<FROM, double>(const FROM*, double*, int64_t, void*);     \
+  template void cast<FROM, Half>(const FROM*, Half*, int64_t, void*);         \
+  template void cast<FROM, BFloat16>(const FROM*, BFloat16*, int64_t, void*); \
+  template void cast<FROM, int64_t>(const FROM*, int64_t*, int64_t, void*);   \
+  template void cast<FROM, int32_t>(const FROM*, int32_t*, int64_t, void*);   \
+  template void cast<FROM, uint8_t>(const FROM*, uint8_t*, int64_t, void*);
 RG_CAST_TO(float)
 RG_CAST_TO(double)
 RG_CAST_TO(Half)
 RG_CAST_TO(BFloat16)
+RG_CAST_TO(int64_t)
+RG_CAST_TO(int32_t)
+RG_CAST_TO(uint8_t)
 #undef RG_CAST_TO
 
 }  // namespace rg::kernels::cuda

@@ -11,7 +11,9 @@ namespace rg::kernels::cuda {
 template <class T>
 void fill(T* out, T value, int64_t n, void* stream);
 
-// dst[i] = convert<To>(src[i]) for i < n: every pair of float, double, Half and BFloat16.
+// dst[i] = convert<To>(src[i]) for i < n: every pair of the seven storage types. Floating values
+// truncate toward zero into an integer type; one outside that type's range (or NaN) gives an
+// unspecified value, as in C++ and PyTorch. Integers narrow modulo 2^bits.
 template <class From, class To>
 void cast(const From* src, To* dst, int64_t n, void* stream);
 

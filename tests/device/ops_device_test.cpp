@@ -288,7 +288,21 @@ TEST_F(DeviceTensor, ConversionsOnTheDeviceMatchTheCpu) {
       expect_close(actual, expected, 0, 0, std::string(dtype_name(from)) + " -> " + dtype_name(to));
     }
   }
-  testing::expect_error([&] { x.to(kCuda).to(DType::i64); }, "not implemented on CUDA yet");
+  // Integers: floats truncate toward zero (on values every integer type holds), and integers
+  // convert to every type, wrapping when they narrow.
+  const Tensor small = random_tensor({4097}, gen, DType::f32, 0.0, 250.0);
+  const std::vector<DType> all = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                                  DType::i64, DType::i32, DType::u8};
+  for (DType from : all) {
+    const Tensor src = is_floating(from) ? small.to(from) : (small * 300.0).to(DType::i64).to(from);
+    for (DType to : all) {
+      if (is_floating(from) && is_floating(to)) continue;  // above
+      const Tensor actual = src.to(kCuda).to(to);
+      EXPECT_EQ(actual.dtype(), to);
+      expect_close(actual, src.to(to), 0, 0,
+                   std::string(dtype_name(from)) + " -> " + dtype_name(to));
+    }
+  }
 }
 
 TEST_F(DeviceTensor, RandomFillsGiveTheCpuValues) {

@@ -1,6 +1,7 @@
 // kernels/cuda/fill_cast.cu under the CUDA emulator: fill in every type, and casts among f32, f64,
 // f16 and bf16 bit-identical with kernels/cpu/cast on random bit patterns (NaN, inf, subnormals and
-// rounding ties included).
+// rounding ties included); casts from integers on random bit patterns, and from floating types to
+// integers on values where the conversion is defined.
 #include "kernels/cuda/fill_cast.h"
 
 #include <gtest/gtest.h>
@@ -46,9 +47,9 @@ std::vector<T> random_bits(int64_t n, uint64_t seed) {
 
 // The CPU's cast of the same input, then a bit comparison.
 template <class From, class To>
-void check_cast(int64_t n) {
-  const auto src = random_bits<From>(n, 17 * n + sizeof(From) * 3 + sizeof(To));
-  std::vector<To> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+void check_cast(const std::vector<From>& src) {
+  const auto n = static_cast<int64_t>(src.size());
+  std::vector<To> got(src.size()), want(src.size());
   cuda::cast(src.data(), got.data(), n, nullptr);
   cpu::cast(src.data(), want.data(), n);
   expect_bits_equal(got, want,
@@ -56,11 +57,48 @@ void check_cast(int64_t n) {
                         " n=" + std::to_string(n));
 }
 
+template <class From, class To>
+void check_cast(int64_t n) {
+  check_cast<From, To>(random_bits<From>(n, 17 * n + sizeof(From) * 3 + sizeof(To)));
+}
+
 TEST(EmuFillCast, CastMatchesCpuBitForBit) {
   for (const int64_t n : kAwkwardSizes) {
     for_each_float_type(
         [n]<class From>() { for_each_float_type([n]<class To>() { check_cast<From, To>(n); }); });
   }
+}
+
+TEST(EmuFillCast, CastsFromIntegersMatchCpuBitForBit) {
+  // Every bit pattern: integers convert to any type (narrowing integers wrap; large ones round,
+  // or overflow f16 to inf).
+  const auto to_every_type = [](int64_t n) {
+    return [n]<class From>() {
+      for_each_float_type([n]<class To>() { check_cast<From, To>(n); });
+      for_each_integer_type([n]<class To>() { check_cast<From, To>(n); });
+    };
+  };
+  for (const int64_t n : kAwkwardSizes) for_each_integer_type(to_every_type(n));
+}
+
+TEST(EmuFillCast, CastsToIntegersTruncateTowardZeroLikeTheCpu) {
+  // Only values every integer type holds: outside its range a float-to-integer conversion is
+  // undefined. The signed types also get negative values.
+  for (const int64_t n : kAwkwardSizes) {
+    for_each_float_type([n]<class From>() {
+      const auto non_negative = random_values<From>(n, uint64_t(n) * 5 + sizeof(From), 0.f, 250.f);
+      const auto signed_range =
+          random_values<From>(n, uint64_t(n) * 7 + sizeof(From), -120.f, 120.f);
+      for_each_integer_type([&]<class To>() { check_cast<From, To>(non_negative); });
+      check_cast<From, int64_t>(signed_range);
+      check_cast<From, int32_t>(signed_range);
+    });
+  }
+  // Truncation, not rounding: -2.7 -> -2, 2.7 -> 2, 0.5 -> 0.
+  const std::vector<float> x = {-2.7f, 2.7f, 0.5f, -0.5f, 1e9f};
+  std::vector<int64_t> y(x.size());
+  cuda::cast(x.data(), y.data(), int64_t(x.size()), nullptr);
+  EXPECT_EQ(y, (std::vector<int64_t>{-2, 2, 0, 0, 1000000000}));
 }
 
 TEST(EmuFillCast, CastRoundsToNearestEven) {

@@ -30,6 +30,9 @@ const char* type_name() {
   if constexpr (std::is_same_v<T, double>) return "f64";
   if constexpr (std::is_same_v<T, Half>) return "f16";
   if constexpr (std::is_same_v<T, BFloat16>) return "bf16";
+  if constexpr (std::is_same_v<T, int64_t>) return "i64";
+  if constexpr (std::is_same_v<T, int32_t>) return "i32";
+  if constexpr (std::is_same_v<T, uint8_t>) return "u8";
   return "other";
 }
 
@@ -76,6 +79,18 @@ void for_each_float_type(F&& f) {
   one.template operator()<double>();
   one.template operator()<Half>();
   one.template operator()<BFloat16>();
+}
+
+// The same for T = i64, i32, u8.
+template <class F>
+void for_each_integer_type(F&& f) {
+  const auto one = [&]<class T>() {
+    SCOPED_TRACE(type_name<T>());
+    f.template operator()<T>();
+  };
+  one.template operator()<int64_t>();
+  one.template operator()<int32_t>();
+  one.template operator()<uint8_t>();
 }
 
 // "f16 n=33": for failure messages.
