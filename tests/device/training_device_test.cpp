@@ -3,11 +3,14 @@
 // Nesterov momentum and AdamW) whose parameters must track the CPU run's.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
+#include <utility>
 
 #include "device/device_test_util.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
+#include "layers/amp/grad_scaler.h"
 #include "layers/models/mlp.h"
 #include "layers/models/resnet.h"
 #include "layers/optim/optimizer.h"
@@ -75,6 +78,57 @@ TEST_F(DeviceTraining, GradientOnAnotherDeviceIsAClearError) {
   optim::Sgd sgd({p}, optim::SgdOptions{});
   p.set_grad(zeros({4}));
   testing::expect_error([&] { sgd.step(); }, "does not match the parameter");
+}
+
+// Four GradScaler iterations of SGD on a parameter on `device`: gradients of a loss scaled by the
+// current scale; the third holds an inf (skipped, the scale backs off). Returns the parameter and
+// the final scale.
+std::pair<Tensor, double> scaler_iterations(Device device) {
+  Generator gen(8);
+  Tensor p = random_tensor({1000}, gen).to(device).detach();
+  p.set_requires_grad(true);
+  optim::Sgd opt({p}, optim::SgdOptions{0.1, 0.9});
+  amp::GradScaler scaler({.init_scale = 256.0, .growth_interval = 2});
+  for (int it = 0; it < 4; ++it) {
+    std::vector<float> g = random_tensor({1000}, gen).to_vector<float>();
+    if (it == 2) g[517] = std::numeric_limits<float>::infinity();
+    p.set_grad((from_vector<float>(g, {1000}) * scaler.get_scale()).to(device));
+    EXPECT_EQ(scaler.step(opt), it != 2) << device.str() << " iteration " << it;
+    scaler.update();
+  }
+  return {p.detach(), scaler.get_scale()};
+}
+
+TEST_F(DeviceTraining, GradScalerStepsLikeOnTheCpu) {
+  const auto [cpu, cpu_scale] = scaler_iterations(Device::cpu());
+  const auto [dev, dev_scale] = scaler_iterations(kCuda);
+  EXPECT_TRUE(dev.device().is_cuda());
+  EXPECT_EQ(dev_scale, 256.0);  // grew to 512 after two good steps, backed off on the inf
+  EXPECT_EQ(dev_scale, cpu_scale);
+  expect_close(dev, cpu, 1e-6, 1e-5, "parameter after the scaled steps");
+}
+
+TEST_F(DeviceTraining, GradScalerUnscalesHalfGradientsAndFindsNanOnTheDevice) {
+  Generator gen(9);
+  const Tensor g = random_tensor({4097}, gen, DType::bf16);
+  Tensor p = zeros({4097}, DType::bf16, kCuda);
+  p.set_requires_grad(true);
+  p.set_grad((g.to(DType::f32) * 1024.0).to(DType::bf16).to(kCuda));
+  optim::Sgd opt({p}, optim::SgdOptions{});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  scaler.unscale_(opt);
+  expect_close(p.grad(), g, 0, 0, "bf16 gradient / 1024 (exact: a power of two)");
+  EXPECT_TRUE(scaler.step(opt));
+  scaler.update();
+
+  std::vector<float> bad = g.to_vector<float>();
+  bad[4096] = std::numeric_limits<float>::quiet_NaN();  // in the last, partial block
+  p.set_grad(from_vector<float>(bad, {4097}).to(DType::bf16).to(kCuda));
+  const Tensor before = p.detach().clone();
+  EXPECT_FALSE(scaler.step(opt));
+  expect_close(p.detach(), before, 0, 0, "the step was skipped");
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
 }
 
 // Losses of `steps` training steps of a 2-hidden-layer MLP on `device`, from the same initial
