@@ -18,9 +18,13 @@ int main(int argc, char** argv) {
   CLI::App app{"ringgrad-train: train a model with ringgrad"};
   app.option_defaults()->always_capture_default();
   app.add_option("--model", c.model, "toynet | mlp | resnet18 | resnet18-imagenet");
-  app.add_option("--dataset", c.dataset, "mnist | fashion-mnist | synthetic | synthetic-cifar");
+  app.add_option("--dataset", c.dataset,
+                 "mnist | fashion-mnist | cifar10 | cifar100 | synthetic | synthetic-cifar");
   app.add_option("--data-dir", c.data_dir,
                  "directory of the dataset files (default data/<dataset>)");
+  bool no_augment = false;
+  app.add_flag("--no-augment", no_augment,
+               "CIFAR: train without the random crop (padding 4) and horizontal flip");
   app.add_option("--epochs", c.epochs, "number of epochs")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", c.batch_size, "training batch size")->check(CLI::PositiveNumber);
   app.add_option("--test-batch-size", c.test_batch_size, "evaluation batch size")
@@ -94,6 +98,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.overlap = !no_overlap;
+  c.augment = !no_augment;
   c.progress_bar = isatty(STDOUT_FILENO) != 0;
   try {
     if (threads > 0) rg::kernels::cpu::set_num_threads(threads);

@@ -42,8 +42,8 @@ std::vector<uint8_t> read_file_maybe_gz(const std::string& path, size_t max_byte
         RG_FAIL(path, ": corrupt gzip data (", msg, ")");
       }
       if (n == 0) break;
-      RG_CHECK(out.size() + size_t(n) <= max_bytes, path, ": decompresses to more than ",
-               max_bytes, " bytes, which is too large for this format");
+      RG_CHECK(out.size() + size_t(n) <= max_bytes, path, ": decompresses to more than ", max_bytes,
+               " bytes, which is too large for this format");
       out.insert(out.end(), chunk, chunk + n);
     }
     // gzread returns 0 at a truncated stream end too; distinguish it from a clean end.
@@ -65,8 +65,7 @@ std::vector<uint8_t> read_file_maybe_gz(const std::string& path, size_t max_byte
 IdxArray read_idx_u8(const std::string& path, int expected_rank) {
   constexpr size_t kMaxBytes = size_t(1) << 31;
   const std::vector<uint8_t> bytes = read_file_maybe_gz(path, kMaxBytes);
-  RG_CHECK(bytes.size() >= 4, path, ": truncated IDX file (", bytes.size(),
-           " bytes, no header)");
+  RG_CHECK(bytes.size() >= 4, path, ": truncated IDX file (", bytes.size(), " bytes, no header)");
   const uint32_t magic = be32(bytes.data());
   RG_CHECK((magic >> 16) == 0, path, ": not an IDX file (magic 0x", std::hex, magic,
            ", expected 0x0000080", expected_rank, ")");

@@ -34,12 +34,12 @@ MnistDataset::MnistDataset(const std::string& dir, bool train, Normalize normali
   const std::string label_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
   IdxArray images = read_idx_u8(image_path, 3);
   IdxArray labels = read_idx_u8(label_path, 1);
-  RG_CHECK(images.dims[0] == labels.dims[0], image_path, " has ", images.dims[0],
-           " images but ", label_path, " has ", labels.dims[0], " labels");
+  RG_CHECK(images.dims[0] == labels.dims[0], image_path, " has ", images.dims[0], " images but ",
+           label_path, " has ", labels.dims[0], " labels");
   RG_CHECK(images.dims[1] > 0 && images.dims[2] > 0, image_path, ": empty image dimensions");
   for (size_t i = 0; i < labels.values.size(); ++i) {
-    RG_CHECK(labels.values[i] < 10, label_path, ": label ", int(labels.values[i]), " at index ",
-             i, " is not a digit class 0-9");
+    RG_CHECK(labels.values[i] < 10, label_path, ": label ", int(labels.values[i]), " at index ", i,
+             " is not a digit class 0-9");
   }
   rows_ = images.dims[1];
   cols_ = images.dims[2];
@@ -59,7 +59,7 @@ Batch MnistDataset::get_batch(std::span<const int64_t> indices, int64_t /*epoch*
              ")");
     const uint8_t* src = images_.data() + idx * plane;
     float* dst = x + i * plane;
-    for (int64_t k = 0; k < plane; ++k) dst[k] = float(src[k]) * (1.0f / 255.0f);
+    bytes_to_unit(src, dst, plane);
     normalize_.apply(dst, 1, plane);
     y[i] = labels_[size_t(idx)];
   }

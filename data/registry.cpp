@@ -1,6 +1,7 @@
 // Dataset factory.
 #include "data/registry.h"
 
+#include "data/cifar.h"
 #include "data/mnist.h"
 #include "data/synthetic.h"
 #include "kernels/error.h"
@@ -8,10 +9,16 @@
 namespace rg::data {
 
 std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::string& dir,
-                                            bool train) {
+                                            bool train, const DatasetOptions& options) {
   if (name == "mnist") return std::make_shared<MnistDataset>(dir, train, MnistKind::mnist);
   if (name == "fashion-mnist") {
     return std::make_shared<MnistDataset>(dir, train, MnistKind::fashion_mnist);
+  }
+  if (name == "cifar10" || name == "cifar100") {
+    std::optional<RandomCropFlip> augment;
+    if (train && options.augment) augment = RandomCropFlip{.seed = options.seed};
+    return std::make_shared<CifarDataset>(
+        dir, train, name == "cifar10" ? CifarKind::cifar10 : CifarKind::cifar100, augment);
   }
   // Train and test synthetic sets use different seeds so they never share samples.
   if (name == "synthetic") {
@@ -23,7 +30,7 @@ std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::
                                               train ? 3 : 4);
   }
   RG_FAIL("unknown dataset '", name,
-          "' (expected mnist, fashion-mnist, synthetic or synthetic-cifar)");
+          "' (expected mnist, fashion-mnist, cifar10, cifar100, synthetic or synthetic-cifar)");
 }
 
 }  // namespace rg::data

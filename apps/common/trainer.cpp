@@ -168,7 +168,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   RG_CHECK(c.test_batch_size > 0, "--test-batch-size must be positive");
   RG_CHECK(c.eval_every >= 0, "--eval-every must be >= 0");
   const std::string dir = c.data_dir.empty() ? "data/" + c.dataset : c.data_dir;
-  auto train_set = data::make_dataset(c.dataset, dir, true);
+  auto train_set = data::make_dataset(c.dataset, dir, true, {.augment = c.augment, .seed = c.seed});
   auto test_set = data::make_dataset(c.dataset, dir, false);
 
   auto model = nn::make_model({.name = c.model,

@@ -13,6 +13,7 @@ struct TrainConfig {
   std::string model = "toynet";
   std::string dataset = "mnist";
   std::string data_dir;  // default: data/<dataset>
+  bool augment = true;   // CIFAR training sets: random crop and flip (false: --no-augment)
   int epochs = 1;
   int64_t batch_size = 64;
   int64_t test_batch_size = 1000;

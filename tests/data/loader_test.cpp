@@ -24,7 +24,8 @@ class IndexDataset final : public Dataset {
   int64_t num_classes() const override { return 2; }
   Batch get_batch(std::span<const int64_t> idx, int64_t epoch) const override {
     ++calls;
-    Batch b{Tensor::empty({int64_t(idx.size()), 1}), Tensor::empty({int64_t(idx.size())}, DType::i64)};
+    Batch b{Tensor::empty({int64_t(idx.size()), 1}),
+            Tensor::empty({int64_t(idx.size())}, DType::i64)};
     for (size_t i = 0; i < idx.size(); ++i) {
       RG_CHECK(idx[i] != fail_at_, "IndexDataset: sample ", idx[i], " is broken");
       b.inputs.data<float>()[i] = float(idx[i]);

@@ -12,6 +12,7 @@
 #include "data/mnist.h"
 #include "kernels/error.h"
 #include "support/errors.h"
+#include "support/scratch_dir.h"
 
 namespace rg::data {
 namespace {
@@ -34,21 +35,12 @@ std::vector<uint8_t> idx_bytes(uint32_t magic, std::vector<uint32_t> dims,
   return out;
 }
 
-class MnistFiles : public ::testing::Test {
+class MnistFiles : public rg::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rg_mnist_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                std::streamsize(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     return path;
   }
   std::string write_gz(const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -72,7 +64,6 @@ class MnistFiles : public ::testing::Test {
       write(prefix + "-labels-idx1-ubyte", labels);
     }
   }
-  fs::path dir_;
 };
 
 TEST_F(MnistFiles, ReadsPlainAndGzipIdentically) {
@@ -118,8 +109,7 @@ TEST_F(MnistFiles, WrongRankAndType) {
   EXPECT_NE(error_of([&] { read_idx_u8(labels, 3); }).find("1 dimensions, expected 3"),
             std::string::npos);
   const auto floats = write("floats", idx_bytes(0xD01, {1}, {0, 0, 0, 0}));
-  EXPECT_NE(error_of([&] { read_idx_u8(floats, 1); }).find("not unsigned byte"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { read_idx_u8(floats, 1); }).find("not unsigned byte"), std::string::npos);
 }
 
 TEST_F(MnistFiles, TruncatedHeaderAndPayload) {

@@ -1,0 +1,112 @@
+// CIFAR loading (whole files, checked record by record) and batch assembly.
+#include "data/cifar.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "kernels/error.h"
+
+namespace rg::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kind_name(CifarKind kind) {
+  return kind == CifarKind::cifar10 ? "cifar10" : "cifar100";
+}
+
+// `name` in `dir` or in the archive's folder inside it; an error naming both places otherwise.
+fs::path find_cifar_file(const std::string& dir, CifarKind kind, const std::string& name) {
+  const fs::path direct = fs::path(dir) / name;
+  const fs::path nested =
+      fs::path(dir) / (kind == CifarKind::cifar10 ? "cifar-10-batches-bin" : "cifar-100-binary") /
+      name;
+  std::error_code ec;
+  if (fs::is_regular_file(direct, ec)) return direct;
+  if (fs::is_regular_file(nested, ec)) return nested;
+  RG_FAIL(direct.string(), ": file not found (nor ", nested.string(), "); download the binary ",
+          kind_name(kind),
+          " archive from https://www.cs.toronto.edu/~kriz/cifar.html, unpack it "
+          "and pass its folder with --data-dir");
+}
+
+std::vector<uint8_t> read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  RG_CHECK(in, path.string(), ": cannot open for reading");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  RG_CHECK(!in.bad(), path.string(), ": read error");
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<std::string> CifarDataset::file_names(CifarKind kind, bool train) {
+  if (kind == CifarKind::cifar100) return {train ? "train.bin" : "test.bin"};
+  if (!train) return {"test_batch.bin"};
+  std::vector<std::string> names;
+  for (int i = 1; i <= 5; ++i) names.push_back("data_batch_" + std::to_string(i) + ".bin");
+  return names;
+}
+
+Normalize CifarDataset::default_normalize(CifarKind kind) {
+  // Per-channel mean and standard deviation of the training set's pixels in [0, 1].
+  if (kind == CifarKind::cifar10) return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
+  return {{0.5071f, 0.4865f, 0.4409f}, {0.2673f, 0.2564f, 0.2762f}};
+}
+
+CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind,
+                           std::optional<RandomCropFlip> augment)
+    : CifarDataset(dir, train, kind, default_normalize(kind), std::move(augment)) {}
+
+CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind, Normalize normalize,
+                           std::optional<RandomCropFlip> augment)
+    : kind_(kind), normalize_(std::move(normalize)), augment_(std::move(augment)) {
+  const int64_t label_bytes = kind == CifarKind::cifar10 ? 1 : 2;
+  const int64_t record = label_bytes + kPixels;
+  const int64_t classes = num_classes();
+  for (const std::string& name : file_names(kind, train)) {
+    const fs::path path = find_cifar_file(dir, kind, name);
+    const std::vector<uint8_t> bytes = read_all(path);
+    const auto size = int64_t(bytes.size());
+    RG_CHECK(size > 0 && size % record == 0, path.string(), ": ", size,
+             " bytes is not a whole number of ", kind_name(kind), " records of ", record,
+             " bytes (truncated or not a ", kind_name(kind), " binary file?)");
+    const int64_t n = size / record;
+    images_.reserve(images_.size() + size_t(n * kPixels));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* r = bytes.data() + i * record;
+      const uint8_t label = r[label_bytes - 1];  // CIFAR-100: the fine label, after the coarse one
+      RG_CHECK(label < classes, path.string(), ": record ", i, " has label ", int(label),
+               ", outside the ", classes, " classes of ", kind_name(kind));
+      labels_.push_back(label);
+      images_.insert(images_.end(), r + label_bytes, r + record);
+    }
+  }
+}
+
+Batch CifarDataset::get_batch(std::span<const int64_t> indices, int64_t epoch) const {
+  const auto b = int64_t(indices.size());
+  constexpr int64_t plane = kSide * kSide;
+  Batch batch{Tensor::empty({b, kChannels, kSide, kSide}), Tensor::empty({b}, DType::i64)};
+  float* x = batch.inputs.data<float>();
+  int64_t* y = batch.targets.data<int64_t>();
+  std::vector<float> pixels(static_cast<size_t>(kPixels));
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t idx = indices[size_t(i)];
+    RG_CHECK(idx >= 0 && idx < size(), "CifarDataset: index ", idx, " out of range [0, ", size(),
+             ")");
+    const uint8_t* src = images_.data() + idx * kPixels;
+    float* dst = x + i * kPixels;
+    // As torchvision: crop and flip the [0, 1] image (zero fill), then normalize.
+    float* scaled = augment_ ? pixels.data() : dst;
+    bytes_to_unit(src, scaled, kPixels);
+    if (augment_) augment_->apply(scaled, dst, kChannels, kSide, kSide, epoch, idx);
+    normalize_.apply(dst, kChannels, plane);
+    y[i] = labels_[size_t(idx)];
+  }
+  return batch;
+}
+
+}  // namespace rg::data
