@@ -1,0 +1,35 @@
+// Tensors to and from safetensors files (github.com/huggingface/safetensors): an 8-byte
+// little-endian header length, a JSON header {"<name>": {"dtype": "F32", "shape": [..],
+// "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value"}} and the raw little-endian
+// tensor bytes. The files load in Python with safetensors.torch.load_file, and ours read theirs.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace rg {
+
+using NamedTensorList = std::vector<std::pair<std::string, Tensor>>;
+
+struct SafetensorsFile {
+  NamedTensorList tensors;  // in the order of their data in the file (the order they were saved)
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes `tensors` (any device; CUDA tensors are copied to the host) and `metadata` to `path`
+// atomically: a temporary file next to it is written, fsynced and renamed over `path`, so a crash
+// leaves either the old file or the new one. Adds "rg.crc32", the CRC-32 of the data bytes, to the
+// metadata. Names must be unique, non-empty and not "__metadata__".
+void save_safetensors(const std::string& path, const NamedTensorList& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads a safetensors file into CPU tensors. Every inconsistency (truncation, a header that is not
+// the format's JSON, an unknown dtype, offsets that overlap, leave holes or disagree with the
+// shape, a CRC-32 mismatch where "rg.crc32" is present) is an error naming the file.
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace rg
