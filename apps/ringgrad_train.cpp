@@ -22,6 +22,11 @@ int main(int argc, char** argv) {
                  "mnist | fashion-mnist | cifar10 | cifar100 | synthetic | synthetic-cifar");
   app.add_option("--data-dir", c.data_dir,
                  "directory of the dataset files (default data/<dataset>)");
+  app.add_option("--checkpoint", c.checkpoint_path,
+                 "save model, optimizer and RNG state to this safetensors file after every epoch");
+  app.add_option("--resume", c.resume_path,
+                 "continue the run saved in this checkpoint with its next epoch")
+      ->check(CLI::ExistingFile);
   bool no_augment = false;
   app.add_flag("--no-augment", no_augment,
                "CIFAR: train without the random crop (padding 4) and horizontal flip");

@@ -87,7 +87,7 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const NamedTensorList& tensors,
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   namespace fs = std::filesystem;
   std::vector<Tensor> host;

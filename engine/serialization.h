@@ -13,10 +13,8 @@
 
 namespace rg {
 
-using NamedTensorList = std::vector<std::pair<std::string, Tensor>>;
-
 struct SafetensorsFile {
-  NamedTensorList tensors;  // in the order of their data in the file (the order they were saved)
+  NamedTensors tensors;  // in the order of their data in the file (the order they were saved)
   std::map<std::string, std::string> metadata;
 };
 
@@ -24,7 +22,7 @@ struct SafetensorsFile {
 // atomically: a temporary file next to it is written, fsynced and renamed over `path`, so a crash
 // leaves either the old file or the new one. Adds "rg.crc32", the CRC-32 of the data bytes, to the
 // metadata. Names must be unique, non-empty and not "__metadata__".
-void save_safetensors(const std::string& path, const NamedTensorList& tensors,
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // Reads a safetensors file into CPU tensors. Every inconsistency (truncation, a header that is not

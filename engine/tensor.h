@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/device.h"
@@ -30,9 +31,9 @@ using PostAccumulateGradHook = std::function<void(Tensor&)>;
 // Autograd state, allocated only for tensors that take part in autograd.
 struct AutogradMeta {
   bool requires_grad = false;
-  std::shared_ptr<autograd::Node> grad_fn;                // set for non-leaf results
+  std::shared_ptr<autograd::Node> grad_fn;                   // set for non-leaf results
   std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: created lazily
-  std::shared_ptr<struct TensorImpl> grad;                 // accumulated gradient of a leaf
+  std::shared_ptr<struct TensorImpl> grad;                   // accumulated gradient of a leaf
   std::vector<PostAccumulateGradHook> post_accumulate_hooks;
 };
 
@@ -136,5 +137,8 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Tensors with names, in order: state dicts, optimizer state, checkpoint contents.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 }  // namespace rg

@@ -32,6 +32,8 @@ class Dropout final : public Module {
   Dropout(double p, std::shared_ptr<Generator> gen);
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
+  // The mask stream (shared by a model's dropout layers); checkpoints save and restore it.
+  Generator& generator() const { return *gen_; }
 
  protected:
   std::string extra_repr() const override { return "p=" + std::to_string(p_); }

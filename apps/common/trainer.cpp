@@ -23,6 +23,7 @@
 #include "engine/ops/metrics.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
+#include "layers/checkpoint.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
 #include "layers/optim/optimizer.h"
@@ -178,6 +179,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   model->to(device);
   model->train();
   auto opt = make_optimizer(c, model->parameters());
+  // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
+  nn::Metadata resumed;
+  if (!c.resume_path.empty())
+    resumed = nn::load_checkpoint(c.resume_path, *model, opt.get(), nullptr);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
     dist::DdpOptions o;
@@ -237,10 +242,33 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     trace::take_events();  // start from an empty buffer
     trace::set_enabled(true);
   }
+  // What must match for a checkpoint to continue this run exactly.
+  const nn::Metadata run_shape = {{"model", c.model},
+                                  {"dataset", c.dataset},
+                                  {"batch_size", std::to_string(c.batch_size)},
+                                  {"world_size", std::to_string(world)},
+                                  {"seed", std::to_string(c.seed)},
+                                  {"grad_accum_steps", std::to_string(c.grad_accum_steps)},
+                                  {"steps_per_epoch", std::to_string(steps_per_epoch)}};
+  int first_epoch = 1;
+  int64_t step = 0;
+  if (!c.resume_path.empty()) {
+    for (const auto& [key, value] : run_shape) {
+      const auto it = resumed.find(key);
+      RG_CHECK(it != resumed.end() && it->second == value, "--resume ", c.resume_path,
+               ": the checkpoint's ", key, " is ", it == resumed.end() ? "missing" : it->second,
+               ", this run's is ", value, " (the data order and schedule would differ)");
+    }
+    first_epoch = std::stoi(resumed.at("epoch")) + 1;
+    step = std::stoll(resumed.at("step"));
+    RG_CHECK(first_epoch <= c.epochs, "--resume ", c.resume_path, ": the checkpoint already has ",
+             first_epoch - 1, " epochs; raise --epochs to train more");
+    out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
+                       first_epoch - 1, step);
+  }
   TrainResult result;
   const auto run_start = Clock::now();
-  int64_t step = 0;
-  for (int epoch = 1; epoch <= c.epochs && step < planned_steps; ++epoch) {
+  for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
     loader.start_epoch(epoch - 1);
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
@@ -344,6 +372,21 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       metrics->flush();
     }
     result.epochs.push_back(s);
+    if (!c.checkpoint_path.empty() && rank == 0) {
+      if (epoch_steps == steps_per_epoch) {
+        nn::Metadata meta = run_shape;
+        meta["epoch"] = std::to_string(epoch);
+        meta["step"] = std::to_string(step);
+        nn::save_checkpoint(c.checkpoint_path, *model, opt.get(), nullptr, meta);
+        out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, c.checkpoint_path);
+      } else {
+        out << fmt::format(
+            "epoch {} | no checkpoint: the epoch was cut short by --max-steps "
+            "(checkpoints are taken at epoch ends)\n",
+            epoch);
+      }
+      out.flush();
+    }
     if (s.evaluated) {
       result.final_top1 = s.top1;
       result.final_top5 = s.top5;

@@ -51,6 +51,13 @@ struct TrainConfig {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
 
+  // Checkpoints (layers/checkpoint.h): rank 0 saves model, optimizer and dropout RNG state at
+  // the end of every complete epoch; resuming continues with the next epoch and reproduces the
+  // uninterrupted run bit for bit. The run's shape (model, dataset, batch size, ranks, seed,
+  // accumulation) must match the checkpoint's.
+  std::string checkpoint_path;  // "" = off
+  std::string resume_path;      // "" = start fresh
+
   // Chrome/Perfetto trace of the first trace_steps steps (one process per rank); "" = off.
   std::string trace_path;
   int64_t trace_steps = 30;

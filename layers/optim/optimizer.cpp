@@ -38,6 +38,36 @@ void Optimizer::zero_grad(bool set_to_none) {
   for (const Tensor& p : params_) p.zero_grad(set_to_none);
 }
 
+void Optimizer::load_state(const NamedTensors& state) {
+  clear_state();
+  for (const auto& [name, value] : state) {
+    const size_t dot = name.find('.');
+    size_t index = 0;
+    bool numeric = dot != std::string::npos && dot > 0;
+    for (size_t k = 0; numeric && k < dot; ++k) {
+      numeric = name[k] >= '0' && name[k] <= '9';
+      if (numeric) index = index * 10 + size_t(name[k] - '0');
+    }
+    RG_CHECK(numeric && index < params_.size(), this->name(), ".load_state: '", name,
+             "' does not name the state of one of the ", params_.size(), " parameters");
+    const std::string key = name.substr(dot + 1);
+    RG_CHECK(restore_state(index, key, value), this->name(), ".load_state: unknown state '", key,
+             "' of parameter ", index);
+  }
+  check_state();
+}
+
+Tensor Optimizer::state_like(size_t index, const std::string& key, const Tensor& value) const {
+  const Tensor& p = params_[index];
+  RG_CHECK(value.defined() && value.shape() == p.shape(), name(), ".load_state: ", key,
+           " of parameter ", index, " has shape ",
+           value.defined() ? shape_str(value.shape()) : "(undefined)", ", the parameter ",
+           shape_str(p.shape()));
+  Tensor t = empty_like(p);
+  t.copy_(value);
+  return t;
+}
+
 Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
     : Optimizer(std::move(params), options.lr), options_(options), momentum_(params_.size()) {
   RG_CHECK(options.momentum >= 0, "sgd: invalid momentum ", options.momentum);
@@ -68,6 +98,25 @@ void Sgd::step() {
     });
     p.bump_version();
   }
+}
+
+NamedTensors Sgd::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < momentum_.size(); ++i) {
+    if (momentum_[i].defined())
+      out.emplace_back(std::to_string(i) + ".momentum_buffer", momentum_[i]);
+  }
+  return out;
+}
+
+void Sgd::clear_state() {
+  for (Tensor& m : momentum_) m = Tensor();
+}
+
+bool Sgd::restore_state(size_t index, const std::string& key, const Tensor& value) {
+  if (key != "momentum_buffer") return false;
+  momentum_[index] = state_like(index, key, value);
+  return true;
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay)
@@ -107,6 +156,52 @@ void Adam::step() {
       }
     });
     p.bump_version();
+  }
+}
+
+NamedTensors Adam::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (steps_[i] == 0) continue;
+    const std::string prefix = std::to_string(i) + ".";
+    out.emplace_back(prefix + "exp_avg", m_[i]);
+    out.emplace_back(prefix + "exp_avg_sq", v_[i]);
+    out.emplace_back(prefix + "step", full({}, double(steps_[i]), DType::i64));
+  }
+  return out;
+}
+
+void Adam::clear_state() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    m_[i] = Tensor();
+    v_[i] = Tensor();
+    steps_[i] = 0;
+  }
+}
+
+bool Adam::restore_state(size_t index, const std::string& key, const Tensor& value) {
+  if (key == "exp_avg") {
+    m_[index] = state_like(index, key, value);
+  } else if (key == "exp_avg_sq") {
+    v_[index] = state_like(index, key, value);
+  } else if (key == "step") {
+    RG_CHECK(value.defined() && value.numel() == 1, name(), ".load_state: step of parameter ",
+             index, " must hold one number");
+    const double s = value.item();
+    RG_CHECK(s >= 1 && s == std::floor(s), name(), ".load_state: step of parameter ", index, " is ",
+             s, ", expected a positive integer");
+    steps_[index] = int64_t(s);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void Adam::check_state() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int have = int(m_[i].defined()) + int(v_[i].defined()) + int(steps_[i] > 0);
+    RG_CHECK(have == 0 || have == 3, name(), ".load_state: parameter ", i,
+             " needs exp_avg, exp_avg_sq and step together");
   }
 }
 

@@ -22,7 +22,23 @@ class Optimizer {
   const std::vector<Tensor>& params() const { return params_; }
   virtual std::string name() const = 0;
 
+  // The per-parameter state for checkpoints, named "<parameter index>.<key>" with PyTorch's keys
+  // (sgd: momentum_buffer; adam/adamw: exp_avg, exp_avg_sq, step), on the parameters' devices.
+  // Parameters that have not been stepped yet have none.
+  virtual NamedTensors state() const = 0;
+  // Restores what state() returned for parameters of the same shapes, replacing all current
+  // state. Unknown keys, bad indices, shape mismatches and incomplete entries are clear errors.
+  void load_state(const NamedTensors& state);
+
  protected:
+  virtual void clear_state() = 0;
+  // Takes one state entry; false when `key` is not one of this optimizer's.
+  virtual bool restore_state(size_t index, const std::string& key, const Tensor& value) = 0;
+  // Checks the restored state is complete (e.g. Adam's moments come with their step count).
+  virtual void check_state() const {}
+  // A new tensor on parameter `index`'s device with its dtype, holding `value` (same shape).
+  Tensor state_like(size_t index, const std::string& key, const Tensor& value) const;
+
   // The gradient has the parameter's device, dtype and shape (a clear error otherwise).
   void check_grad(const Tensor& p, const Tensor& g, size_t i) const;
 
@@ -44,8 +60,12 @@ class Sgd final : public Optimizer {
   void step() override;
   std::string name() const override { return "sgd"; }
   const Tensor& momentum_buffer(size_t i) const { return momentum_[i]; }
+  NamedTensors state() const override;
 
  private:
+  void clear_state() override;
+  bool restore_state(size_t index, const std::string& key, const Tensor& value) override;
+
   SgdOptions options_;
   std::vector<Tensor> momentum_;  // undefined until a parameter's first step
 };
@@ -63,8 +83,13 @@ class Adam final : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay = false);
   void step() override;
   std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
+  NamedTensors state() const override;
 
  private:
+  void clear_state() override;
+  bool restore_state(size_t index, const std::string& key, const Tensor& value) override;
+  void check_state() const override;
+
   AdamOptions options_;
   bool decoupled_;
   std::vector<Tensor> m_, v_;

@@ -12,6 +12,7 @@
 #include "data/mnist.h"
 #include "kernels/error.h"
 #include "support/errors.h"
+#include "support/idx_files.h"
 #include "support/scratch_dir.h"
 
 namespace rg::data {
@@ -20,20 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 using rg::testing::error_of;
 
-std::vector<uint8_t> be32(uint32_t v) {
-  return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
-}
-
-std::vector<uint8_t> idx_bytes(uint32_t magic, std::vector<uint32_t> dims,
-                               std::vector<uint8_t> payload) {
-  std::vector<uint8_t> out = be32(magic);
-  for (uint32_t d : dims) {
-    auto b = be32(d);
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
-}
+using rg::testing::be32;
+using rg::testing::idx_bytes;
 
 class MnistFiles : public rg::testing::ScratchDirTest {
  protected:

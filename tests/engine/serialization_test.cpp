@@ -54,7 +54,7 @@ void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
 
 TEST_F(Safetensors, EveryDtypeAndOddShapesRoundTripInOrderWithMetadata) {
   Generator gen(3);
-  NamedTensorList tensors = {
+  NamedTensors tensors = {
       {"w.f32", randn({3, 5}, gen)},
       {"a.f64", randn({7}, gen, DType::f64)},
       {"h.f16", randn({2, 2, 3}, gen).to(DType::f16)},

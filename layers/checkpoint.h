@@ -1,0 +1,37 @@
+// Training checkpoints in one safetensors file (engine/serialization.h), so a run can stop and
+// resume bit for bit, and the weights load in Python (safetensors.torch.load_file):
+//   model.<name>               the model's state_dict (torchvision-compatible names)
+//   optimizer.<index>.<key>    the optimizer's state (PyTorch's keys)
+//   rng.<module path>          (seed, offset) of each dropout layer's generator, as i64 [2]
+// and string metadata: "rg.checkpoint" (the format version), "optimizer" (its name and lr),
+// "scaler.scale"/"scaler.growth_tracker" when a GradScaler is given, plus the caller's keys.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "layers/module.h"
+
+namespace rg::optim {
+class Optimizer;
+}
+namespace rg::amp {
+class GradScaler;
+}
+
+namespace rg::nn {
+
+using Metadata = std::map<std::string, std::string>;
+
+// Writes atomically (a crash leaves the previous checkpoint intact). `optimizer` and `scaler` may
+// be null. Caller keys must not start with "rg.", "optimizer" or "scaler.".
+void save_checkpoint(const std::string& path, Module& model, const optim::Optimizer* optimizer,
+                     const amp::GradScaler* scaler, const Metadata& metadata);
+
+// Restores the model (strictly: every mismatched, missing or unexpected name is reported), the
+// optimizer's state and learning rate (it must be the same kind of optimizer), the dropout
+// generators and the scaler, and returns the metadata. Tensors go to the parameters' devices.
+Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimizer* optimizer,
+                         amp::GradScaler* scaler);
+
+}  // namespace rg::nn
