@@ -253,7 +253,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   int first_epoch = 1;
   int64_t step = 0;
   if (!c.resume_path.empty()) {
-    for (const auto& [key, value] : run_shape) {
+    // The causes first: steps_per_epoch follows from the others.
+    for (const char* key : {"model", "dataset", "world_size", "batch_size", "grad_accum_steps",
+                            "seed", "steps_per_epoch"}) {
+      const std::string& value = run_shape.at(key);
       const auto it = resumed.find(key);
       RG_CHECK(it != resumed.end() && it->second == value, "--resume ", c.resume_path,
                ": the checkpoint's ", key, " is ", it == resumed.end() ? "missing" : it->second,
