@@ -7,7 +7,7 @@
 namespace rg::data {
 
 void bytes_to_unit(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) dst[k] = float(src[k]) * (1.0f / 255.0f);
+  for (int64_t k = 0; k < n; ++k) dst[k] = float(src[k]) / 255.0f;  // as torchvision: a division
 }
 
 void Normalize::apply(float* sample, int64_t channels, int64_t plane) const {
@@ -19,9 +19,9 @@ void Normalize::apply(float* sample, int64_t channels, int64_t plane) const {
            " means for ", channels, " channels");
   for (int64_t c = 0; c < channels; ++c) {
     const size_t k = mean.size() == 1 ? 0 : size_t(c);
-    const float m = mean[k], inv = 1.0f / std[k];
+    const float m = mean[k], s = std[k];
     float* p = sample + c * plane;
-    for (int64_t i = 0; i < plane; ++i) p[i] = (p[i] - m) * inv;
+    for (int64_t i = 0; i < plane; ++i) p[i] = (p[i] - m) / s;  // as torchvision's sub_/div_
   }
 }
 
@@ -31,7 +31,11 @@ RandomCropFlip::Draw RandomCropFlip::draw(int64_t epoch, int64_t index) const {
            "RandomCropFlip: epoch and index must be >= 0 and index < 2^32, got ", epoch, ", ",
            index);
   // One Philox block per (epoch, index): the counter is epoch * 2^32 + index.
-  const philox::U32x4 r = philox::block(seed, (uint64_t(epoch) << 32) | uint64_t(index));
+  // Keyed apart from the samplers' streams (which use `seed` itself), so crops do not correlate
+  // with the shuffle of the same seed.
+  constexpr uint64_t kAugmentKey = 0x9E3779B97F4A7C15ull;
+  const philox::U32x4 r =
+      philox::block(seed ^ kAugmentKey, (uint64_t(epoch) << 32) | uint64_t(index));
   const auto positions = uint32_t(2 * padding + 1);
   return {int64_t(r.v[0] % positions), int64_t(r.v[1] % positions), flip && (r.v[2] & 1u) != 0};
 }

@@ -2,12 +2,14 @@
 #include "engine/serialization.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -123,10 +125,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 
   // Write next to the destination, flush to disk, then rename over it.
   const fs::path target(path);
-  const fs::path tmp =
-      target.parent_path() / (target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  RG_CHECK(fd >= 0, path, ": cannot create ", tmp.string(), ": ", std::strerror(errno));
+  // A unique name (mkstemp), so concurrent saves to one path never share a temporary file.
+  std::string tmp_name =
+      (target.parent_path() / (target.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = ::mkstemp(tmp_name.data());
+  RG_CHECK(fd >= 0, path, ": cannot create ", tmp_name, ": ", std::strerror(errno));
+  ::fchmod(fd, 0644);  // mkstemp creates 0600; a checkpoint is an ordinary file
+  const fs::path tmp(tmp_name);
   try {
     write_all(fd, &header_size, 8, path);
     write_all(fd, json.data(), json.size(), path);
@@ -203,12 +208,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
              " (ringgrad reads F32, F64, F16, BF16, I64, "
              "I32, U8)");
     RG_CHECK(v["shape"].is_array(), where, ": shape is not an array");
-    uint64_t numel = 1;
+    uint64_t bytes = element_size(e.dtype);
     for (const auto& d : v["shape"]) {
       RG_CHECK(d.is_number_unsigned(), where, ": shape ", v["shape"].dump(),
                " has a non-integer or negative size");
-      e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
+      const auto n = d.get<uint64_t>();
+      // Bounded by the file: a shape whose bytes overflow cannot match its data_offsets.
+      RG_CHECK(n <= uint64_t(INT64_MAX) && !__builtin_mul_overflow(bytes, n, &bytes), where,
+               ": shape ", v["shape"].dump(), " is too large");
+      e.shape.push_back(int64_t(n));
     }
     const auto& off = v["data_offsets"];
     RG_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
@@ -218,8 +226,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
     e.end = off[1].get<uint64_t>();
     RG_CHECK(e.begin <= e.end && e.end <= data_size, where, ": data_offsets [", e.begin, ", ",
              e.end, "] outside the ", data_size, " data bytes (truncated file?)");
-    RG_CHECK(e.end - e.begin == numel * element_size(e.dtype), where, ": ", e.end - e.begin,
-             " bytes for shape ", v["shape"].dump(), " of ", v["dtype"].get<std::string>());
+    RG_CHECK(e.end - e.begin == bytes, where, ": ", e.end - e.begin, " bytes for shape ",
+             v["shape"].dump(), " of ", v["dtype"].get<std::string>());
     entries.push_back(std::move(e));
   }
   // The data must be covered exactly: sorted by offset, each tensor starts where the last ended.

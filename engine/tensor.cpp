@@ -33,7 +33,8 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
     RG_CHECK(d >= 0, "negative dimension in shape ", shape_str(s));
-    n *= d;
+    RG_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(s),
+             " has more elements than fit in 64 bits");
   }
   return n;
 }

@@ -72,7 +72,7 @@ void save_checkpoint(const std::string& path, Module& model, const optim::Optimi
     tensors.emplace_back("rng." + name,
                          from_vector<int64_t>({int64_t(g.seed()), int64_t(g.offset())}, {2}));
   }
-  if (scaler != nullptr) {
+  if (scaler != nullptr && scaler->is_enabled()) {  // a disabled scaler has no state (PyTorch)
     const amp::GradScaler::State s = scaler->state();
     meta["scaler.scale"] = exact(s.scale);
     meta["scaler.growth_tracker"] = std::to_string(s.growth_tracker);
@@ -81,7 +81,8 @@ void save_checkpoint(const std::string& path, Module& model, const optim::Optimi
 }
 
 Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimizer* optimizer,
-                         amp::GradScaler* scaler) {
+                         amp::GradScaler* scaler,
+                         const std::function<void(const Metadata&)>& check_metadata) {
   SafetensorsFile f = load_safetensors(path);
   RG_CHECK(f.metadata.count(kFormatKey) != 0, path,
            ": not a ringgrad checkpoint (no rg.checkpoint metadata; a plain safetensors file of "
@@ -101,33 +102,45 @@ Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimize
       RG_FAIL(path, ": unexpected tensor '", name, "' in a checkpoint");
     }
   }
+  // Everything that can be checked without changing anything comes first: the caller's checks,
+  // the optimizer's kind and lr, the generators, the scaler.
+  if (check_metadata) check_metadata(f.metadata);
+  double lr = 0;
+  if (optimizer != nullptr) {
+    const std::string kind = metadata_value(f.metadata, "optimizer", path);
+    RG_CHECK(kind == optimizer->name(), path, ": the checkpoint holds ", kind,
+             " state, the optimizer is ", optimizer->name());
+    lr = parse_number(metadata_value(f.metadata, "optimizer.lr", path), "optimizer.lr", path);
+  }
+  std::vector<std::pair<Dropout*, std::vector<int64_t>>> generators;
+  for (auto& [name, d] : dropout_layers(model)) {
+    const auto it = rng.find(name);
+    RG_CHECK(it != rng.end(), path, ": no generator state for dropout layer '", name, "'");
+    auto v = it->second.to_vector<int64_t>();
+    RG_CHECK(v.size() == 2, path, ": generator state of '", name, "' must be (seed, offset)");
+    generators.emplace_back(d, std::move(v));
+  }
+  amp::GradScaler::State scaler_state{};
+  const bool with_scaler = scaler != nullptr && scaler->is_enabled();
+  if (with_scaler) {
+    scaler_state.scale =
+        parse_number(metadata_value(f.metadata, "scaler.scale", path), "scaler.scale", path);
+    scaler_state.growth_tracker = int64_t(parse_number(
+        metadata_value(f.metadata, "scaler.growth_tracker", path), "scaler.growth_tracker", path));
+  }
+  // Then the parts, each validated in full before it changes (load_state_dict and load_state
+  // check everything first), so a bad model or optimizer entry changes nothing of that part.
   try {
     model.load_state_dict(model_state, /*strict=*/true);
   } catch (const Error& e) {
     RG_FAIL(path, ": the checkpoint does not fit the model: ", e.what());
   }
   if (optimizer != nullptr) {
-    const std::string kind = metadata_value(f.metadata, "optimizer", path);
-    RG_CHECK(kind == optimizer->name(), path, ": the checkpoint holds ", kind,
-             " state, the optimizer is ", optimizer->name());
     optimizer->load_state(optimizer_state);
-    optimizer->set_lr(
-        parse_number(metadata_value(f.metadata, "optimizer.lr", path), "optimizer.lr", path));
+    optimizer->set_lr(lr);
   }
-  for (auto& [name, d] : dropout_layers(model)) {
-    const auto it = rng.find(name);
-    RG_CHECK(it != rng.end(), path, ": no generator state for dropout layer '", name, "'");
-    const auto v = it->second.to_vector<int64_t>();
-    RG_CHECK(v.size() == 2, path, ": generator state of '", name, "' must be (seed, offset)");
-    d->generator().set_state(uint64_t(v[0]), uint64_t(v[1]));
-  }
-  if (scaler != nullptr) {
-    const double s =
-        parse_number(metadata_value(f.metadata, "scaler.scale", path), "scaler.scale", path);
-    const double g = parse_number(metadata_value(f.metadata, "scaler.growth_tracker", path),
-                                  "scaler.growth_tracker", path);
-    scaler->load_state({s, int64_t(g)});
-  }
+  for (auto& [d, v] : generators) d->generator().set_state(uint64_t(v[0]), uint64_t(v[1]));
+  if (with_scaler) scaler->load_state(scaler_state);
   return f.metadata;
 }
 

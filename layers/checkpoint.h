@@ -4,9 +4,11 @@
 //   optimizer.<index>.<key>    the optimizer's state (PyTorch's keys)
 //   rng.<module path>          (seed, offset) of each dropout layer's generator, as i64 [2]
 // and string metadata: "rg.checkpoint" (the format version), "optimizer" (its name and lr),
-// "scaler.scale"/"scaler.growth_tracker" when a GradScaler is given, plus the caller's keys.
+// "scaler.scale"/"scaler.growth_tracker" when an enabled GradScaler is given, plus the caller's
+// keys.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -31,7 +33,11 @@ void save_checkpoint(const std::string& path, Module& model, const optim::Optimi
 // Restores the model (strictly: every mismatched, missing or unexpected name is reported), the
 // optimizer's state and learning rate (it must be the same kind of optimizer), the dropout
 // generators and the scaler, and returns the metadata. Tensors go to the parameters' devices.
+// `check_metadata` (optional) runs on the metadata before anything is changed and may throw.
+// Each part is validated in full before it is changed; a checkpoint that fails on the optimizer
+// after the model fitted leaves the model loaded.
 Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimizer* optimizer,
-                         amp::GradScaler* scaler);
+                         amp::GradScaler* scaler,
+                         const std::function<void(const Metadata&)>& check_metadata = {});
 
 }  // namespace rg::nn

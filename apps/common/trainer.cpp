@@ -3,6 +3,7 @@
 #include "apps/common/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -179,10 +180,69 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   model->to(device);
   model->train();
   auto opt = make_optimizer(c, model->parameters());
-  // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
-  nn::Metadata resumed;
-  if (!c.resume_path.empty())
-    resumed = nn::load_checkpoint(c.resume_path, *model, opt.get(), nullptr);
+  std::shared_ptr<data::Sampler> sampler;
+  if (pg)
+    sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank,
+                                                         /*shuffle=*/true, c.seed);
+  else
+    sampler = std::make_shared<data::RandomSampler>(train_set->size(), c.seed);
+  data::DataLoader loader(train_set, sampler,
+                          {.batch_size = c.batch_size, .drop_last = false, .workers = c.workers});
+  const int64_t steps_per_epoch = loader.num_batches();
+
+  // What must match for a checkpoint to continue this run exactly, causes before consequences
+  // (steps_per_epoch follows from the others). Paths, workers, tracing and --max-steps may differ.
+  const std::vector<std::pair<std::string, std::string>> run_shape = {
+      {"model", c.model},
+      {"dataset", c.dataset},
+      {"augment", c.augment ? "1" : "0"},
+      {"world_size", std::to_string(world)},
+      {"batch_size", std::to_string(c.batch_size)},
+      {"grad_accum_steps", std::to_string(c.grad_accum_steps)},
+      {"seed", std::to_string(c.seed)},
+      {"epochs", std::to_string(c.epochs)},
+      {"optimizer", fmt::format("{} lr={} momentum={} nesterov={} weight_decay={}", c.optimizer,
+                                c.lr, c.momentum, c.nesterov, c.weight_decay)},
+      {"lr_schedule",
+       fmt::format("{} warmup={} step={} milestones={} gamma={}", c.lr_schedule, c.warmup_epochs,
+                   c.lr_step_size, fmt::join(c.lr_milestones, ","), c.lr_gamma)},
+      {"label_smoothing", fmt::format("{}", c.label_smoothing)},
+      {"comm_hook", c.comm_hook},
+      {"steps_per_epoch", std::to_string(steps_per_epoch)}};
+  int first_epoch = 1;
+  int64_t step = 0;
+  if (!c.resume_path.empty()) {
+    RG_CHECK(c.comm_hook != "powersgd",
+             "--resume with --comm-hook powersgd is not supported: "
+             "PowerSGD's error feedback and factors are not checkpointed");
+    const auto check_run = [&](const nn::Metadata& saved) {
+      const std::string where = "--resume " + c.resume_path;
+      for (const auto& [key, value] : run_shape) {
+        const auto it = saved.find("run." + key);
+        RG_CHECK(it != saved.end() && it->second == value, where, ": the checkpoint's ", key,
+                 " is ", it == saved.end() ? "missing" : "'" + it->second + "'",
+                 ", this run's is '", value, "' (resuming continues the same run)");
+      }
+      const auto number = [&](const char* key) {
+        const auto it = saved.find(key);
+        RG_CHECK(it != saved.end() && !it->second.empty() &&
+                     it->second.find_first_not_of("0123456789") == std::string::npos &&
+                     it->second.size() < 16,
+                 where, ": the checkpoint's ", key, " entry is missing or not a count");
+        return std::stoll(it->second);
+      };
+      first_epoch = int(number("epoch")) + 1;
+      step = number("step");
+      RG_CHECK(first_epoch <= c.epochs, where, ": the run is complete (", first_epoch - 1, " of ",
+               c.epochs, " epochs)");
+      RG_CHECK(c.max_steps < 0 || c.max_steps > step, where, ": --max-steps ", c.max_steps,
+               " is not beyond the checkpoint's step ", step);
+    };
+    // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
+    nn::load_checkpoint(c.resume_path, *model, opt.get(), nullptr, check_run);
+    out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
+                       first_epoch - 1, step);
+  }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
     dist::DdpOptions o;
@@ -198,15 +258,6 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);
   }
 
-  std::shared_ptr<data::Sampler> sampler;
-  if (pg)
-    sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank,
-                                                         /*shuffle=*/true, c.seed);
-  else
-    sampler = std::make_shared<data::RandomSampler>(train_set->size(), c.seed);
-  data::DataLoader loader(train_set, sampler,
-                          {.batch_size = c.batch_size, .drop_last = false, .workers = c.workers});
-  const int64_t steps_per_epoch = loader.num_batches();
   const int64_t planned_steps = c.max_steps >= 0
                                     ? std::min<int64_t>(c.max_steps, steps_per_epoch * c.epochs)
                                     : steps_per_epoch * c.epochs;
@@ -242,33 +293,35 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     trace::take_events();  // start from an empty buffer
     trace::set_enabled(true);
   }
-  // What must match for a checkpoint to continue this run exactly.
-  const nn::Metadata run_shape = {{"model", c.model},
-                                  {"dataset", c.dataset},
-                                  {"batch_size", std::to_string(c.batch_size)},
-                                  {"world_size", std::to_string(world)},
-                                  {"seed", std::to_string(c.seed)},
-                                  {"grad_accum_steps", std::to_string(c.grad_accum_steps)},
-                                  {"steps_per_epoch", std::to_string(steps_per_epoch)}};
-  int first_epoch = 1;
-  int64_t step = 0;
-  if (!c.resume_path.empty()) {
-    // The causes first: steps_per_epoch follows from the others.
-    for (const char* key : {"model", "dataset", "world_size", "batch_size", "grad_accum_steps",
-                            "seed", "steps_per_epoch"}) {
-      const std::string& value = run_shape.at(key);
-      const auto it = resumed.find(key);
-      RG_CHECK(it != resumed.end() && it->second == value, "--resume ", c.resume_path,
-               ": the checkpoint's ", key, " is ", it == resumed.end() ? "missing" : it->second,
-               ", this run's is ", value, " (the data order and schedule would differ)");
+  // Rank 0 writes; every rank learns whether that worked, so a failed save stops the whole job
+  // instead of leaving the other ranks waiting in the next collective.
+  const auto save_epoch_checkpoint = [&](int epoch, bool complete) {
+    if (!complete) {
+      out << fmt::format(
+          "epoch {} | no checkpoint: the epoch was cut short by --max-steps "
+          "(checkpoints are taken at epoch ends)\n",
+          epoch);
+      return;
     }
-    first_epoch = std::stoi(resumed.at("epoch")) + 1;
-    step = std::stoll(resumed.at("step"));
-    RG_CHECK(first_epoch <= c.epochs, "--resume ", c.resume_path, ": the checkpoint already has ",
-             first_epoch - 1, " epochs; raise --epochs to train more");
-    out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
-                       first_epoch - 1, step);
-  }
+    std::string error;
+    if (rank == 0) {
+      nn::Metadata meta;
+      for (const auto& [key, value] : run_shape) meta["run." + key] = value;
+      meta["epoch"] = std::to_string(epoch);
+      meta["step"] = std::to_string(step);
+      try {
+        nn::save_checkpoint(c.checkpoint_path, *model, opt.get(), nullptr, meta);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    std::vector<double> failed = {error.empty() ? 0.0 : 1.0};
+    sum_over_ranks(pg.get(), failed);
+    RG_CHECK(failed[0] == 0.0,
+             "--checkpoint: ", rank == 0 ? error : "rank 0 could not save the checkpoint");
+    out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, c.checkpoint_path);
+    out.flush();
+  };
   TrainResult result;
   const auto run_start = Clock::now();
   for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
@@ -375,21 +428,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       metrics->flush();
     }
     result.epochs.push_back(s);
-    if (!c.checkpoint_path.empty() && rank == 0) {
-      if (epoch_steps == steps_per_epoch) {
-        nn::Metadata meta = run_shape;
-        meta["epoch"] = std::to_string(epoch);
-        meta["step"] = std::to_string(step);
-        nn::save_checkpoint(c.checkpoint_path, *model, opt.get(), nullptr, meta);
-        out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, c.checkpoint_path);
-      } else {
-        out << fmt::format(
-            "epoch {} | no checkpoint: the epoch was cut short by --max-steps "
-            "(checkpoints are taken at epoch ends)\n",
-            epoch);
-      }
-      out.flush();
-    }
+    if (!c.checkpoint_path.empty()) save_epoch_checkpoint(epoch, epoch_steps == steps_per_epoch);
     if (s.evaluated) {
       result.final_top1 = s.top1;
       result.final_top5 = s.top5;

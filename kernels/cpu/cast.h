@@ -1,4 +1,5 @@
-// Element conversions among all storage types (f16/bf16 round to nearest even).
+// Element conversions among all storage types (f16/bf16 round to nearest even; floating values
+// truncate toward zero into integers, into u8 through int64 as in PyTorch).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,10 @@ inline To convert(From x) {
     return float_to_half(static_cast<float>(x));
   } else if constexpr (std::is_same_v<To, BFloat16>) {
     return float_to_bfloat16(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, uint8_t> && std::is_floating_point_v<From>) {
+    // Through int64 as PyTorch does (c10 TypeCast), so -1.0 -> 255 on every device instead of
+    // the undefined behaviour of a direct conversion of a negative value.
+    return static_cast<uint8_t>(static_cast<int64_t>(x));
   } else {
     return static_cast<To>(x);
   }

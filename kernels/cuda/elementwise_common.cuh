@@ -95,6 +95,8 @@ __device__ __forceinline__ D store(A x) {
     return __float2half_rn(static_cast<float>(x));
   } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
     return __float2bfloat16_rn(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<D, uint8_t> && std::is_floating_point_v<A>) {
+    return static_cast<uint8_t>(static_cast<int64_t>(x));  // as kernels/cpu/cast.h (PyTorch)
   } else {
     return static_cast<D>(x);
   }

@@ -12,8 +12,9 @@ template <class T>
 void fill(T* out, T value, int64_t n, void* stream);
 
 // dst[i] = convert<To>(src[i]) for i < n: every pair of the seven storage types. Floating values
-// truncate toward zero into an integer type; one outside that type's range (or NaN) gives an
-// unspecified value, as in C++ and PyTorch. Integers narrow modulo 2^bits.
+// truncate toward zero into an integer type; into u8 they go through int64 and wrap, as in
+// PyTorch (-1.0 -> 255). A value outside int64 (or the signed target's range), or NaN, gives an
+// unspecified value. Integers narrow modulo 2^bits.
 template <class From, class To>
 void cast(const From* src, To* dst, int64_t n, void* stream);
 

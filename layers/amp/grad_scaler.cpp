@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <vector>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
@@ -20,25 +22,6 @@ namespace {
 
 bool is_valid_scale(double s) {
   return std::isfinite(s) && s > 0 && s <= std::numeric_limits<float>::max();
-}
-
-// Unscales g in place by inv_scale; true when g held an inf or NaN.
-bool unscale_gradient(const Tensor& g, float inv_scale) {
-  if (g.numel() == 0) return false;
-  bool found = false;
-  dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, bool kCuda>() {
-    if constexpr (kCuda) {
-      const Device d = g.device();
-      Tensor flag = zeros({1}, DType::f32, d);
-      Tensor inv = full({1}, inv_scale, DType::f32, d);
-      kernels::cuda::unscale_check_finite<T>(g.data<T>(), g.numel(), flag.data<float>(),
-                                             inv.data<float>(), cuda_stream(g));
-      found = flag.item<float>() != 0.0f;  // synchronizes with the stream
-    } else {
-      found = kernels::cpu::unscale_check_finite<T>(g.data<T>(), g.numel(), inv_scale);
-    }
-  });
-  return found;
 }
 
 }  // namespace
@@ -75,19 +58,43 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   RG_CHECK(st.stage != Stage::stepped,
            "GradScaler.unscale_: called after step(); call update() "
            "first");
+  // Every gradient is checked before any is touched, as PyTorch does.
+  std::vector<Tensor> grads;
+  const auto& params = optimizer.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    RG_CHECK(g.dtype() != DType::f16, "GradScaler.unscale_: the gradient of parameter ", i,
+             " is f16; keep f32 master weights (as PyTorch, which refuses to unscale f16 "
+             "gradients)");
+    grads.push_back(g);
+  }
   // 1/scale in f64, then rounded to f32, as PyTorch computes it.
   const auto inv_scale = static_cast<float>(1.0 / double(scale_));
   NoGradGuard no_grad;
   bool found = false;
-  const auto& params = optimizer.params();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor g = params[i].grad();
-    if (!g.defined()) continue;
-    RG_CHECK(g.dtype() != DType::f16, "GradScaler.unscale_: the gradient of parameter ", i,
-             " is f16; keep f32 master weights (as PyTorch, which refuses to unscale f16 "
-             "gradients)");
-    found |= unscale_gradient(g, inv_scale);
+  // On CUDA: one found-inf flag and one 1/scale per device, read back once at the end.
+  struct DeviceScalars {
+    Tensor found_inf, inv_scale;
+  };
+  std::map<int, DeviceScalars> on_device;
+  for (const Tensor& g : grads) {
+    dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, bool kCuda>() {
+      if constexpr (kCuda) {
+        DeviceScalars& d = on_device[g.device().index];
+        if (!d.found_inf.defined()) {
+          d.found_inf = zeros({1}, DType::f32, g.device());
+          d.inv_scale = full({1}, inv_scale, DType::f32, g.device());
+        }
+        kernels::cuda::unscale_check_finite<T>(g.data<T>(), g.numel(), d.found_inf.data<float>(),
+                                               d.inv_scale.data<float>(), cuda_stream(g));
+      } else {
+        found |= kernels::cpu::unscale_check_finite<T>(g.data<T>(), g.numel(), inv_scale);
+      }
+    });
+    g.bump_version();
   }
+  for (const auto& [index, d] : on_device) found |= d.found_inf.item<float>() != 0.0f;
   st.found_inf = found;
   st.stage = Stage::unscaled;
 }

@@ -3,6 +3,7 @@
 #include "layers/optim/optimizer.h"
 
 #include <cmath>
+#include <set>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
@@ -39,22 +40,45 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 void Optimizer::load_state(const NamedTensors& state) {
-  clear_state();
-  for (const auto& [name, value] : state) {
-    const size_t dot = name.find('.');
-    size_t index = 0;
-    bool numeric = dot != std::string::npos && dot > 0;
-    for (size_t k = 0; numeric && k < dot; ++k) {
-      numeric = name[k] >= '0' && name[k] <= '9';
-      if (numeric) index = index * 10 + size_t(name[k] - '0');
+  // Names first: "<index>.<key>", the index in decimal without leading zeros, each name once.
+  struct Entry {
+    size_t index;
+    std::string key;
+    Tensor value;
+  };
+  const auto parse = [&](const NamedTensors& named) {
+    std::vector<Entry> entries;
+    std::set<std::string> seen;
+    for (const auto& [name, value] : named) {
+      RG_CHECK(seen.insert(name).second, this->name(), ".load_state: '", name, "' appears twice");
+      const size_t dot = name.find('.');
+      const std::string digits = name.substr(0, dot);
+      const bool ok = dot != std::string::npos && !digits.empty() && digits.size() <= 9 &&
+                      digits.find_first_not_of("0123456789") == std::string::npos &&
+                      (digits == "0" || digits[0] != '0');
+      const size_t index = ok ? size_t(std::stoul(digits)) : params_.size();
+      RG_CHECK(index < params_.size(), this->name(), ".load_state: '", name,
+               "' does not name the state of one of the ", params_.size(), " parameters");
+      entries.push_back({index, name.substr(dot + 1), value});
     }
-    RG_CHECK(numeric && index < params_.size(), this->name(), ".load_state: '", name,
-             "' does not name the state of one of the ", params_.size(), " parameters");
-    const std::string key = name.substr(dot + 1);
-    RG_CHECK(restore_state(index, key, value), this->name(), ".load_state: unknown state '", key,
-             "' of parameter ", index);
+    return entries;
+  };
+  const auto restore = [&](const std::vector<Entry>& entries) {
+    clear_state();
+    for (const Entry& e : entries) {
+      RG_CHECK(restore_state(e.index, e.key, e.value), this->name(), ".load_state: unknown state '",
+               e.key, "' of parameter ", e.index);
+    }
+    check_state();
+  };
+  const std::vector<Entry> entries = parse(state);
+  const std::vector<Entry> previous = parse(this->state());
+  try {
+    restore(entries);
+  } catch (...) {
+    restore(previous);  // a failed load changes nothing
+    throw;
   }
-  check_state();
 }
 
 Tensor Optimizer::state_like(size_t index, const std::string& key, const Tensor& value) const {

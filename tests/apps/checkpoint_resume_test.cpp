@@ -84,31 +84,41 @@ TEST_F(CheckpointResume, ResumingAfterAnEpochReproducesTheUninterruptedRun) {
   }
 }
 
-TEST_F(CheckpointResume, ADifferentRunShapeOrNoEpochsLeftAreRefused) {
+TEST_F(CheckpointResume, ADifferentRunOrNothingLeftToDoIsRefused) {
   std::ostringstream log;
-  TrainConfig first = config("sgd", 1);
+  TrainConfig first = config("sgd", 2);
+  first.max_steps = 6;
   first.checkpoint_path = path("first.safetensors");
   train(first, log);
-
+  const auto refusal = [&](TrainConfig other) {
+    other.resume_path = first.checkpoint_path;
+    return testing::error_of([&] { train(other, log); });
+  };
   TrainConfig other = config("sgd", 2);
-  other.resume_path = first.checkpoint_path;
   other.batch_size = 16;
-  EXPECT_NE(testing::error_of([&] {
-              train(other, log);
-            }).find("the checkpoint's batch_size is 32, this run's is 16"),
+  EXPECT_NE(refusal(other).find("the checkpoint's batch_size is '32', this run's is '16'"),
             std::string::npos);
+  EXPECT_NE(refusal(config("adam", 2)).find("the checkpoint's optimizer is 'sgd lr=0.05"),
+            std::string::npos);
+  other = config("sgd", 2);
+  other.lr_schedule = "constant";
+  EXPECT_NE(refusal(other).find("the checkpoint's lr_schedule is 'cosine"), std::string::npos);
+  other = config("sgd", 2);
+  other.max_steps = 6;
+  EXPECT_NE(refusal(other).find("--max-steps 6 is not beyond the checkpoint's step 6"),
+            std::string::npos);
+  other = config("sgd", 2);
+  other.comm_hook = "powersgd";
+  EXPECT_NE(refusal(other).find("not supported"), std::string::npos);
+
+  TrainConfig done = config("sgd", 1);
+  done.checkpoint_path = path("done.safetensors");
+  train(done, log);
   other = config("sgd", 1);
-  other.resume_path = first.checkpoint_path;
-  EXPECT_NE(testing::error_of([&] {
-              train(other, log);
-            }).find("the checkpoint already has 1 epochs; raise --epochs"),
-            std::string::npos);
-  other = config("adam", 2);
-  other.resume_path = first.checkpoint_path;
-  EXPECT_NE(testing::error_of([&] {
-              train(other, log);
-            }).find("the checkpoint holds sgd state, the optimizer is adam"),
-            std::string::npos);
+  other.resume_path = done.checkpoint_path;
+  EXPECT_NE(
+      testing::error_of([&] { train(other, log); }).find("the run is complete (1 of 1 epochs)"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
 #include <string>
 #include <vector>
 
@@ -74,7 +73,8 @@ TEST(Autograd, HooksFireOncePerBackwardInReverseOrderOfUse) {
   std::vector<Tensor> params = {leaf({1.0}), leaf({2.0}), leaf({3.0})};
   std::vector<int> order;
   for (int i = 0; i < 3; ++i) {
-    params[size_t(i)].register_post_accumulate_grad_hook([&order, i](Tensor&) { order.push_back(i); });
+    params[size_t(i)].register_post_accumulate_grad_hook(
+        [&order, i](Tensor&) { order.push_back(i); });
   }
   for (int iter = 0; iter < 2; ++iter) {
     order.clear();
@@ -155,8 +155,9 @@ TEST(Autograd, SecondBackwardThroughFreedGraphIsAnError) {
 TEST(Autograd, WrongGradientShapeFromANodeIsAnError) {
   // A hand-written node that returns a gradient of the wrong shape.
   Tensor a = leaf({1.0, 2.0, 3.0});
-  Tensor out = autograd::record(zeros({2}, DType::f64), "BrokenBackward", {a},
-                                [](const Tensor&) { return std::vector<Tensor>{zeros({2}, DType::f64)}; });
+  Tensor out = autograd::record(zeros({2}, DType::f64), "BrokenBackward", {a}, [](const Tensor&) {
+    return std::vector<Tensor>{zeros({2}, DType::f64)};
+  });
   const std::string msg = error_of([&] { sum(out).backward(); });
   EXPECT_NE(msg.find("BrokenBackward"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2]"), std::string::npos) << msg;

@@ -42,7 +42,7 @@ TEST(Pool, MaxPoolBackwardRoutesToArgmax) {
 TEST(Pool, Errors) {
   Tensor x = zeros({1, 1, 3, 3});
   EXPECT_THROW(max_pool2d(zeros({3, 3}), {2, 2}), Error);
-  EXPECT_THROW(max_pool2d(x, {4, 4}), Error);              // larger than the input
+  EXPECT_THROW(max_pool2d(x, {4, 4}), Error);                  // larger than the input
   EXPECT_THROW(max_pool2d(x, {2, 2}, {1, 1}, {2, 2}), Error);  // padding > kernel / 2
   EXPECT_THROW(adaptive_avg_pool2d(x, {2, 2}), Error);
 }
@@ -51,8 +51,8 @@ TEST(BatchNorm, TrainingNormalizesAndUpdatesRunningStats) {
   // Channel 0: 1, 3, 5, 7 (mean 4, biased var 5, unbiased 20/3); channel 1: all 2.
   Tensor x = from_vector<float>({1, 3, 2, 2, 5, 7, 2, 2}, {2, 2, 2, 1});
   Tensor rm = zeros({2}), rv = ones({2});
-  Tensor y = batch_norm(x, rm, rv, ones({2}), from_vector<float>({0.5f, -1.f}, {2}), true, 0.1,
-                        1e-5);
+  Tensor y =
+      batch_norm(x, rm, rv, ones({2}), from_vector<float>({0.5f, -1.f}, {2}), true, 0.1, 1e-5);
   const auto v = y.to_vector<float>();
   EXPECT_NEAR(v[0], (1 - 4) / std::sqrt(5 + 1e-5) + 0.5, 1e-5);
   EXPECT_NEAR(v[5], (7 - 4) / std::sqrt(5 + 1e-5) + 0.5, 1e-5);

@@ -188,6 +188,13 @@ TEST_F(Safetensors, EveryKindOfDamageIsAClearError) {
                                 std::vector<uint8_t>(4)))
                 .find("non-integer or negative size"),
             std::string::npos);
+  // A shape whose byte count overflows 64 bits (it would wrap to 0 and pass as empty).
+  EXPECT_NE(
+      load_error(
+          raw_file(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+                   {}))
+          .find("is too large"),
+      std::string::npos);
   // Overlap, a hole, and bytes nobody owns.
   EXPECT_NE(load_error(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",

@@ -6,6 +6,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "kernels/error.h"
+#include "support/errors.h"
 
 namespace rg {
 namespace {
@@ -110,6 +111,11 @@ TEST(Tensor, ClearErrors) {
   EXPECT_THROW(add(t, zeros({4})), Error);
   EXPECT_THROW(add(t, zeros({2, 3}, DType::f64)), Error);
   EXPECT_THROW(Tensor().shape(), Error);
+  testing::expect_error(
+      [] {
+        Tensor::empty({int64_t{1} << 40, int64_t{1} << 40});
+      },
+      "more elements than fit in 64 bits");
   EXPECT_THROW(zeros({2}, DType::i64).set_requires_grad(true), Error);
   try {
     t.view({4, 2});

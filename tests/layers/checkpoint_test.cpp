@@ -7,6 +7,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/serialization.h"
+#include "kernels/error.h"
 #include "layers/amp/grad_scaler.h"
 #include "layers/models/mlp.h"
 #include "layers/optim/optimizer.h"
@@ -70,6 +71,16 @@ TEST_F(Checkpoint, OptimizerStateNamesFollowPyTorchAndBadStateIsRefused) {
   const NamedTensors s = sgd.state();
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].first, "0.momentum_buffer");
+  const std::vector<float> buffer = sgd.momentum_buffer(0).to_vector<float>();
+  EXPECT_NE(error_of([&] {
+              sgd.load_state({{"01.momentum_buffer", full({3}, 0.0)}});
+            }).find("does not name the state"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              sgd.load_state(
+                  {{"0.momentum_buffer", full({3}, 0.0)}, {"0.momentum_buffer", full({3}, 0.0)}});
+            }).find("appears twice"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               sgd.load_state({{"1.momentum_buffer", full({3}, 0.0)}});
             }).find("does not name the state of one of the 1 parameters"),
@@ -82,6 +93,8 @@ TEST_F(Checkpoint, OptimizerStateNamesFollowPyTorchAndBadStateIsRefused) {
               sgd.load_state({{"0.momentum_buffer", full({4}, 0.0)}});
             }).find("has shape [4], the parameter [3]"),
             std::string::npos);
+  // A failed load changes nothing.
+  EXPECT_EQ(sgd.momentum_buffer(0).to_vector<float>(), buffer);
   optim::Adam adam({p}, {});
   adam.step();
   NamedTensors names;
@@ -113,6 +126,20 @@ TEST_F(Checkpoint, ForeignFilesAndMismatchedModelsAreClearErrors) {
   EXPECT_NE(e.find("does not fit the model"), std::string::npos) << e;
   EXPECT_NE(e.find("mismatched: fc1.weight (checkpoint [16, 6], model [32, 6])"), std::string::npos)
       << e;
+  Tensor p = full({1}, 1.0);
+  p.set_requires_grad(true);
+  optim::Sgd sgd({p}, {.lr = 0.1});
+  optim::Adam adam(model.parameters(), {});
+  save_checkpoint(path, model, &sgd, nullptr, {});
+  EXPECT_NE(error_of([&] {
+              load_checkpoint(path, model, &adam, nullptr);
+            }).find("the checkpoint holds sgd state, the optimizer is adam"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_checkpoint(path, model, nullptr, nullptr,
+                              [](const Metadata& m) { RG_CHECK(m.count("epoch"), "no epoch"); });
+            }).find("no epoch"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               save_checkpoint(path, model, nullptr, nullptr, {{"rg.x", "1"}});
             }).find("is reserved"),

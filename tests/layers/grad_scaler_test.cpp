@@ -223,11 +223,14 @@ TEST(GradScaler, BadOptionsAndStatesAreClearErrors) {
                         "outside [0, growth_interval = 3)");
   testing::expect_error([&] { scaler.scale(from_vector<int64_t>({1}, {1})); },
                         "expected a floating-point loss");
+  // An f16 gradient is refused before any gradient is unscaled, so nothing changes.
+  Tensor f = param_with_grad({1.f}, {2.f});
   Tensor h = full({1}, 1.0, DType::f16);
   h.set_requires_grad(true);
   h.set_grad(full({1}, 1.0, DType::f16));
-  optim::Sgd opt({h}, {.lr = 1.0});
-  testing::expect_error([&] { scaler.unscale_(opt); }, "is f16; keep f32 master weights");
+  optim::Sgd opt({f, h}, {.lr = 1.0});
+  testing::expect_error([&] { scaler.unscale_(opt); }, "parameter 1 is f16; keep f32 master");
+  EXPECT_EQ(f.grad().item<float>(), 2.f) << "the f32 gradient was not unscaled";
 }
 
 }  // namespace

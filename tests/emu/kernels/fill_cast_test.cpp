@@ -94,6 +94,18 @@ TEST(EmuFillCast, CastsToIntegersTruncateTowardZeroLikeTheCpu) {
       check_cast<From, int32_t>(signed_range);
     });
   }
+  // Into u8 through int64, as PyTorch: negative and large values wrap (the same on the CPU).
+  for_each_float_type([]<class From>() {
+    // Values every floating type holds well enough: f16/bf16 round 300.75 and 200.5 to 300.75 or
+    // 300 and 200.5 or 200, which truncate alike.
+    const std::vector<float> v = {-1.f, -2.5f, 300.75f, 200.5f, -256.f, 1000.f};
+    std::vector<From> src(v.size());
+    for (size_t i = 0; i < v.size(); ++i) src[i] = cpu::convert<From>(v[i]);
+    check_cast<From, uint8_t>(src);
+    std::vector<uint8_t> got(v.size());
+    cuda::cast(src.data(), got.data(), int64_t(v.size()), nullptr);
+    EXPECT_EQ(got, (std::vector<uint8_t>{255, 254, 44, 200, 0, 232})) << type_name<From>();
+  });
   // Truncation, not rounding: -2.7 -> -2, 2.7 -> 2, 0.5 -> 0.
   const std::vector<float> x = {-2.7f, 2.7f, 0.5f, -0.5f, 1e9f};
   std::vector<int64_t> y(x.size());
