@@ -58,7 +58,7 @@ class CifarFiles : public rg::testing::ScratchDirTest {
 // The normalized value the loader must produce for byte v in channel c.
 float normalized(uint8_t v, int c, CifarKind kind) {
   const Normalize n = CifarDataset::default_normalize(kind);
-  return (float(v) / 255.0f - n.mean[size_t(c)]) / n.std[size_t(c)];
+  return (float(v) * (1.0f / 255.0f) - n.mean[size_t(c)]) * (1.0f / n.std[size_t(c)]);
 }
 
 TEST_F(CifarFiles, Cifar10ReadsTheFiveTrainingFilesInOrderAndTheTestFile) {

@@ -18,9 +18,11 @@ TEST(MnistE2E, ToyNetReaches97PercentInBoundedSteps) {
   c.epochs = 1;
   c.batch_size = 64;
   c.max_steps = 600;  // 38,400 images, about two thirds of an epoch
-  c.optimizer = "sgd";
-  c.lr = 0.05;
-  c.momentum = 0.9;
+  // Adam (the demo's recipe) rather than SGD: SGD's last iterate (lr 0.05, momentum 0.9) swung
+  // between 96.9% and 97.9% with ulp-level changes to the input normalization, while Adam gave
+  // 98.2% (seed 1) and 97.9% (seed 2).
+  c.optimizer = "adam";
+  c.lr = 1e-3;
   c.seed = 1;
   std::ostringstream log;
   const TrainResult r = train(c, log);
