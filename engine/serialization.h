@@ -1,7 +1,9 @@
 // Tensors to and from safetensors files (github.com/huggingface/safetensors): an 8-byte
 // little-endian header length, a JSON header {"<name>": {"dtype": "F32", "shape": [..],
 // "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value"}} and the raw little-endian
-// tensor bytes. The files load in Python with safetensors.torch.load_file, and ours read theirs.
+// tensor bytes: the layout Python's safetensors.torch.load_file reads (checked against the format's
+// rules in tests/engine/serialization_test.cpp; Python's reader itself is not run in CI), and
+// files written the way it writes them load here.
 #pragma once
 
 #include <map>

@@ -1,5 +1,5 @@
 // Training checkpoints in one safetensors file (engine/serialization.h), so a run can stop and
-// resume bit for bit, and the weights load in Python (safetensors.torch.load_file):
+// resume bit for bit, in the safetensors layout Python's safetensors.torch.load_file reads:
 //   model.<name>               the model's state_dict (torchvision-compatible names)
 //   optimizer.<index>.<key>    the optimizer's state (PyTorch's keys)
 //   rng.<module path>          (seed, offset) of each dropout layer's generator, as i64 [2]
