@@ -68,29 +68,26 @@ void expect_bits_equal(const std::vector<T>& got, const std::vector<T>& want,
   }
 }
 
-// Calls f.template operator()<T>() for T = f32, f64, f16, bf16, naming T in failure messages.
-template <class F>
-void for_each_float_type(F&& f) {
+// Calls f.template operator()<T>() for each T of Ts in order, naming T in failure messages.
+template <class... Ts, class F>
+void for_types(F&& f) {
   const auto one = [&]<class T>() {
     SCOPED_TRACE(type_name<T>());
     f.template operator()<T>();
   };
-  one.template operator()<float>();
-  one.template operator()<double>();
-  one.template operator()<Half>();
-  one.template operator()<BFloat16>();
+  (one.template operator()<Ts>(), ...);
 }
 
-// The same for T = i64, i32, u8.
+// For T = f32, f64, f16, bf16.
+template <class F>
+void for_each_float_type(F&& f) {
+  for_types<float, double, Half, BFloat16>(f);
+}
+
+// For T = i64, i32, u8.
 template <class F>
 void for_each_integer_type(F&& f) {
-  const auto one = [&]<class T>() {
-    SCOPED_TRACE(type_name<T>());
-    f.template operator()<T>();
-  };
-  one.template operator()<int64_t>();
-  one.template operator()<int32_t>();
-  one.template operator()<uint8_t>();
+  for_types<int64_t, int32_t, uint8_t>(f);
 }
 
 // "f16 n=33": for failure messages.
