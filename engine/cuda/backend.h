@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace rg::cuda {
 
@@ -50,6 +52,19 @@ class Backend {
   virtual bool query_event(int device, EventHandle event) = 0;  // true: reached
   virtual void synchronize_event(int device, EventHandle event) = 0;
   virtual float elapsed_ms(int device, EventHandle start, EventHandle end) = 0;
+
+  // What the caching allocators know about their blocks, for the emulator's stream-race detector
+  // (no-ops on a real GPU): a device block handed out for work on `stream` and taken back, with
+  // the other streams that record_stream named; the same for pinned host blocks.
+  virtual void annotate_block_allocated(int /*device*/, void* /*ptr*/, size_t /*bytes*/,
+                                        StreamHandle /*stream*/) {}
+  virtual void annotate_block_freed(int /*device*/, void* /*ptr*/, size_t /*bytes*/,
+                                    StreamHandle /*stream*/,
+                                    const std::vector<StreamHandle>& /*also_used_on*/) {}
+  virtual void annotate_host_block_allocated(void* /*ptr*/, size_t /*bytes*/) {}
+  virtual void annotate_host_block_freed(
+      void* /*ptr*/, size_t /*bytes*/,
+      const std::vector<std::pair<int, StreamHandle>>& /*also_used_on*/) {}
 };
 
 // The process's real backend: cudart in CUDA builds; in builds without CUDA one that reports 0

@@ -1,6 +1,10 @@
 // The real backend: the CUDA runtime's C API (cudart), every status through RG_CUDA_CHECK.
-// Compiled only in CUDA builds (engine/CMakeLists.txt).
+// Compiled in CUDA builds against cudart, and for rg_engine_emu against the emulated runtime
+// (kernels/emu/runtime_api.h), which also receives the allocators' annotations.
 #include <cuda_runtime_api.h>
+
+#include <utility>
+#include <vector>
 
 #include "engine/cuda/backend.h"
 #include "kernels/cuda/check.h"
@@ -171,6 +175,29 @@ class CudartBackend final : public Backend {
     RG_CUDA_CHECK(cudaEventElapsedTime(&ms, event_of(start), event_of(end)));
     return ms;
   }
+
+#if defined(RG_CUDA_EMU)
+  void annotate_block_allocated(int device, void* ptr, size_t bytes,
+                                StreamHandle stream) override {
+    ::rg::emu::annotate_block_allocated(device, ptr, bytes, stream_of(stream));
+  }
+  void annotate_block_freed(int device, void* ptr, size_t bytes, StreamHandle stream,
+                            const std::vector<StreamHandle>& also_used_on) override {
+    std::vector<cudaStream_t> others;
+    for (StreamHandle s : also_used_on) others.push_back(stream_of(s));
+    ::rg::emu::annotate_block_freed(device, ptr, bytes, stream_of(stream), others);
+  }
+  void annotate_host_block_allocated(void* ptr, size_t bytes) override {
+    ::rg::emu::annotate_host_block_allocated(ptr, bytes);
+  }
+  void annotate_host_block_freed(
+      void* ptr, size_t bytes,
+      const std::vector<std::pair<int, StreamHandle>>& also_used_on) override {
+    std::vector<std::pair<int, cudaStream_t>> others;
+    for (const auto& [d, s] : also_used_on) others.emplace_back(d, stream_of(s));
+    ::rg::emu::annotate_host_block_freed(ptr, bytes, others);
+  }
+#endif
 };
 
 }  // namespace

@@ -139,6 +139,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   }
   b->allocated = true;
   b->requested = nbytes;
+  backend_.annotate_block_allocated(device_, b->ptr, b->size, stream);
   live_.emplace(b->ptr, b);
   ++stats_.num_allocs;
   stats_.allocated_bytes += int64_t(b->size);
@@ -159,6 +160,7 @@ void CachingAllocator::deallocate(void* ptr) {
   stats_.allocated_bytes -= int64_t(b->size);
   stats_.requested_bytes -= int64_t(b->requested);
   b->requested = 0;
+  backend_.annotate_block_freed(device_, b->ptr, b->size, b->stream, b->stream_uses);
   if (b->stream_uses.empty()) {
     free_block(b);
     return;

@@ -55,6 +55,7 @@ void* PinnedAllocator::allocate(size_t nbytes) {
     b->size = cls;
   }
   b->allocated = true;
+  backend_.annotate_host_block_allocated(b->ptr, b->size);
   ++stats_.num_allocs;
   stats_.allocated_bytes += int64_t(cls);
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
@@ -70,6 +71,7 @@ void PinnedAllocator::deallocate(void* ptr) {
   Block* b = &it->second;
   b->allocated = false;
   stats_.allocated_bytes -= int64_t(b->size);
+  backend_.annotate_host_block_freed(b->ptr, b->size, b->stream_uses);
   if (b->stream_uses.empty()) {
     free_[b->size].push_back(b);
     return;

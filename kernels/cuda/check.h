@@ -9,6 +9,13 @@
 
 #define RG_CUDA_CHECK(call) ::rg::emu::check_status((call), #call, __FILE__, __LINE__)
 
+namespace rg::cuda::detail {
+template <class Status>
+inline void check(Status s, const char* call, const char* file, int line) {
+  ::rg::emu::check_status(s, call, file, line);
+}
+}  // namespace rg::cuda::detail
+
 #define RG_LAUNCH(kernel, grid, block, shmem, stream, ...)                                        \
   ::rg::emu::launch(::rg::emu::LaunchSite{#kernel, __FILE__, __LINE__}, (grid), (block), (shmem), \
                     (stream), kernel __VA_OPT__(, ) __VA_ARGS__)

@@ -1,10 +1,12 @@
-// The emulated cuBLAS subset of kernels/emu/shim/cublas_v2.h on kernels/cpu/gemm (OpenBLAS).
+// The emulated cuBLAS subset of kernels/emu/shim/cublas_v2.h on kernels/cpu/gemm (OpenBLAS),
+// queued on the handle's stream like any other work of the emulated device.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/emu/device_runtime.h"
 #include "kernels/emu/shim/cublas_v2.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -108,31 +110,50 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  if (computeType == CUBLAS_COMPUTE_64F) {
-    if (Ctype != CUDA_R_64F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    const double al = *static_cast<const double*>(alpha), be = *static_cast<const double*>(beta);
-    gemm_col_major<double>(ta, tb, m, n, k, al, static_cast<const double*>(A), lda,
-                           static_cast<const double*>(B), ldb, be, static_cast<double*>(C), ldc);
-    return CUBLAS_STATUS_SUCCESS;
-  }
-  if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
+  const bool f64 = computeType == CUBLAS_COMPUTE_64F;
+  if (f64 ? Ctype != CUDA_R_64F : computeType != CUBLAS_COMPUTE_32F &&
+                                      computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  switch (Ctype) {
-    case CUDA_R_32F:
-      gemm_col_major<float>(ta, tb, m, n, k, al, static_cast<const float*>(A), lda,
-                            static_cast<const float*>(B), ldb, be, static_cast<float*>(C), ldc);
-      return CUBLAS_STATUS_SUCCESS;
-    case CUDA_R_16F:
-      gemm_half<rg::Half>(ta, tb, m, n, k, al, A, lda, B, ldb, be, C, ldc);
-      return CUBLAS_STATUS_SUCCESS;
-    case CUDA_R_16BF:
-      gemm_half<rg::BFloat16>(ta, tb, m, n, k, al, A, lda, B, ldb, be, C, ldc);
-      return CUBLAS_STATUS_SUCCESS;
-    default:
-      return CUBLAS_STATUS_NOT_SUPPORTED;
+  if ((!f64 && Ctype == CUDA_R_64F) ||
+      (Ctype != CUDA_R_64F && Ctype != CUDA_R_32F && Ctype != CUDA_R_16F && Ctype != CUDA_R_16BF)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  // Host scalars are read at the call, as cuBLAS does in host pointer mode.
+  const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  const size_t elem = Ctype == CUDA_R_64F ? 8 : Ctype == CUDA_R_32F ? 4 : 2;
+  // The elements cuBLAS may touch: ld * (cols - 1) + rows.
+  auto extent = [elem](int ld, int rows, int cols) {
+    return cols == 0 || rows == 0 ? 0 : (size_t(ld) * size_t(cols - 1) + size_t(rows)) * elem;
+  };
+  std::vector<rg::emu::MemAccess> accesses = {
+      {A, extent(lda, ta ? k : m, ta ? m : k), false},
+      {B, extent(ldb, tb ? n : k, tb ? k : n), false},
+      {C, extent(ldc, m, n), true}};
+  rg::emu::enqueue(
+      handle->stream, rg::detail::cat("cublasGemmEx(m=", m, ", n=", n, ", k=", k, ")"),
+      std::move(accesses), [=] {
+        switch (Ctype) {
+          case CUDA_R_64F:
+            gemm_col_major<double>(ta, tb, m, n, k, al, static_cast<const double*>(A), lda,
+                                   static_cast<const double*>(B), ldb, be,
+                                   static_cast<double*>(C), ldc);
+            break;
+          case CUDA_R_32F:
+            gemm_col_major<float>(ta, tb, m, n, k, float(al), static_cast<const float*>(A), lda,
+                                  static_cast<const float*>(B), ldb, float(be),
+                                  static_cast<float*>(C), ldc);
+            break;
+          case CUDA_R_16F:
+            gemm_half<rg::Half>(ta, tb, m, n, k, float(al), A, lda, B, ldb, float(be), C, ldc);
+            break;
+          default:
+            gemm_half<rg::BFloat16>(ta, tb, m, n, k, float(al), A, lda, B, ldb, float(be), C, ldc);
+            break;
+        }
+      });
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 namespace rg::emu {

@@ -6,7 +6,8 @@
 // barrier that some threads cannot reach is reported as an rg::Error naming the block, the
 // threads and the source locations. Rules for .cu authors, so one source builds both ways:
 //  - dynamic shared memory: RG_DYNAMIC_SHARED(T, name) declares `T* name` (not extern __shared__);
-//  - launch through RG_LAUNCH (kernels/cuda/check.h); a launch is synchronous under emulation;
+//  - launch through RG_LAUNCH (kernels/cuda/check.h); a launch is queued on its stream and runs
+//    asynchronously, as on a GPU (kernels/emu/device_runtime.h);
 //  - every thread of a block reaches every __syncthreads() (no early return before one), and
 //    every lane in a warp collective's mask calls it: anything else is reported as an error;
 //  - no __CUDA_ARCH__-only code paths, no __activemask(), no cooperative groups; from cuBLAS and
@@ -23,6 +24,7 @@
 
 #include "kernels/emu/builtins.h"
 #include "kernels/emu/device_math.h"
+#include "kernels/emu/device_runtime.h"
 #include "kernels/emu/half_types.h"
 #include "kernels/emu/intrinsics.h"
 #include "kernels/emu/launch.h"

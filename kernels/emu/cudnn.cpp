@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -178,24 +179,41 @@ void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void*
   cpu::cast<C, T>(o.data(), static_cast<T*>(out), nout);
 }
 
-cudnnStatus_t dispatch(cudnnDataType_t type, Pass pass, const Conv2dGeometry& g, const void* a,
-                       const void* b, void* out) {
+// Queues the pass on the handle's stream (the geometry is copied: the caller may destroy its
+// descriptors as soon as the call returns, as cuDNN allows).
+cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, Pass pass,
+                       const Conv2dGeometry& g, const void* a, const void* b, void* out) {
+  void (*run_pass)(Pass, const Conv2dGeometry&, const void*, const void*, void*) = nullptr;
+  size_t elem = 0;
   switch (type) {
     case CUDNN_DATA_FLOAT:
-      run<float, float>(pass, g, a, b, out);
+      run_pass = run<float, float>;
+      elem = 4;
       break;
     case CUDNN_DATA_DOUBLE:
-      run<double, double>(pass, g, a, b, out);
+      run_pass = run<double, double>;
+      elem = 8;
       break;
     case CUDNN_DATA_HALF:
-      run<rg::Half, float>(pass, g, a, b, out);
+      run_pass = run<rg::Half, float>;
+      elem = 2;
       break;
     case CUDNN_DATA_BFLOAT16:
-      run<rg::BFloat16, float>(pass, g, a, b, out);
+      run_pass = run<rg::BFloat16, float>;
+      elem = 2;
       break;
     default:
       return CUDNN_STATUS_NOT_SUPPORTED;
   }
+  const size_t nx = size_t(g.n * g.c * g.h * g.w) * elem, nw = size_t(g.o * g.c * g.kh * g.kw) * elem,
+               ny = size_t(g.n * g.o * g.ho * g.wo) * elem;
+  const size_t na = pass == Pass::data ? nw : nx, nb = pass == Pass::forward ? nw : ny;
+  const size_t nout = pass == Pass::forward ? ny : pass == Pass::data ? nx : nw;
+  const char* name = pass == Pass::forward ? "cudnnConvolutionForward"
+                     : pass == Pass::data  ? "cudnnConvolutionBackwardData"
+                                           : "cudnnConvolutionBackwardFilter";
+  rg::emu::enqueue(handle->stream, name, {{a, na, false}, {b, nb, false}, {out, nout, true}},
+                   [=] { run_pass(pass, g, a, b, out); });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -239,7 +257,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x_desc, w_desc, conv, y_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(x_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
-  return dispatch(x_desc->type, Pass::forward, g, x, w, y);
+  return dispatch(handle, x_desc->type, Pass::forward, g, x, w, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
                                            cudnnFilterDescriptor_t w_desc, const void* w,
@@ -252,7 +270,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(dx_desc, w_desc, conv, dy_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(dx_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
-  return dispatch(dx_desc->type, Pass::data, g, w, dy, dx);
+  return dispatch(handle, dx_desc->type, Pass::data, g, w, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
                                              cudnnTensorDescriptor_t x_desc, const void* x,
@@ -265,7 +283,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x_desc, dw_desc, conv, dy_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(x_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
-  return dispatch(x_desc->type, Pass::weight, g, x, dy, dw);
+  return dispatch(handle, x_desc->type, Pass::weight, g, x, dy, dw);
 }
 
 namespace rg::emu {

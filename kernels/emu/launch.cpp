@@ -169,17 +169,22 @@ void set_fiber_stack_bytes(size_t bytes) {
 
 bool checked_build() { return kChecked; }
 
+static std::string launch_name(const LaunchSite& site, dim3 grid, dim3 block, size_t shmem) {
+  return cat(site.file, ":", site.line, ": kernel ", site.kernel, "<<<", dims(grid), ", ",
+             dims(block), ", ", shmem, ">>>");
+}
+
+void check_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
+  const std::string invalid = invalid_configuration(grid, block, dynamic_shared_bytes);
+  RG_CHECK(invalid.empty(), launch_name(site, grid, block, dynamic_shared_bytes),
+           ": invalid configuration argument: ", invalid);
+  RG_CHECK(detail::BlockRunner::current() == nullptr,
+           launch_name(site, grid, block, dynamic_shared_bytes),
+           ": launched from inside an emulated kernel (dynamic parallelism is not emulated)");
+}
+
 void launch_kernel(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                    KernelThunk thunk, const void* bound) {
-  const auto where = [&] {
-    return cat(site.file, ":", site.line, ": kernel ", site.kernel, "<<<", dims(grid), ", ",
-               dims(block), ", ", dynamic_shared_bytes, ">>>");
-  };
-  const std::string invalid = invalid_configuration(grid, block, dynamic_shared_bytes);
-  RG_CHECK(invalid.empty(), where(), ": invalid configuration argument: ", invalid);
-  RG_CHECK(detail::BlockRunner::current() == nullptr, where(),
-           ": launched from inside an emulated kernel (dynamic parallelism is not emulated)");
-
   Job job;
   job.launch = detail::Launch{
       site, grid, block, dynamic_shared_bytes, thunk, bound, block.x * block.y * block.z};
@@ -189,13 +194,8 @@ void launch_kernel(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic
   try {
     std::rethrow_exception(job.error);
   } catch (const rg::Error& e) {
-    throw rg::Error(cat(where(), ": ", e.what()));
+    throw rg::Error(cat(launch_name(site, grid, block, dynamic_shared_bytes), ": ", e.what()));
   }
-}
-
-void check_status(cudaError_t status, const char* call, const char* file, int line) {
-  RG_CHECK(status == cudaSuccess, file, ":", line, ": ", call,
-           " failed: ", cudaGetErrorString(status));
 }
 
 }  // namespace rg::emu

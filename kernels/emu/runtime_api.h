@@ -1,22 +1,29 @@
-// The few CUDA runtime declarations that kernel launchers need under emulation: stream and event
-// handles, cudaError_t, cudaGetLastError and synchronous host-memory versions of memset/memcpy.
+// The subset of the CUDA runtime API (cudart) that ringgrad uses, emulated on the CPU by
+// kernels/emu/device_runtime.cpp: the same names, types and error codes, so that kernel launchers
+// and engine/cuda/backend_cudart.cpp compile unchanged against it.
 #pragma once
 
-// Not a CUDA runtime: "device" memory is host memory, and every launch finishes before it returns.
+// Device memory is host memory. Streams run their work asynchronously on worker threads; events,
+// stream waits, the legacy default stream and pageable-vs-pinned copies behave as in CUDA.
 
 #include <cstddef>
-#include <cstring>
 
 // CUDA's own type names (struct CUstream_st*, enum cudaError), so declarations that mention
 // them mangle the same way as with the real headers.
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
 
+// CUDA's own enumerator values.
 enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorCudartUnloading = 4,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 };
 typedef enum cudaError cudaError_t;
@@ -29,49 +36,70 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 
-// Launch errors throw rg::Error at the launch (kernels/emu/launch.h), so nothing is ever pending.
-inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
-inline const char* cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorMemoryAllocation:
-      return "out of memory";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    case cudaErrorLaunchFailure:
-      return "unspecified launch failure";
-  }
-  return "unknown error";
-}
-
-inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t = nullptr) {
-  if (bytes != 0) std::memset(dst, value, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
-                                   cudaStream_t = nullptr) {
-  if (bytes != 0) std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
 enum cudaDeviceAttr {
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
 };
 
-// One emulated device, reporting compute capability 8.0 (the CI build's architecture).
-inline cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
-  return cudaSuccess;
-}
-inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0) return cudaErrorInvalidValue;
-  *value = attr == cudaDevAttrComputeCapabilityMajor ? 8 : 0;
-  return cudaSuccess;
-}
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
 
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+typedef void (*cudaHostFn_t)(void* user_data);
+
+// Errors: a failed call returns its status and remembers it (cudaGetLastError). An exception
+// thrown by queued work (a kernel's rg::Error, a failed emulated library call) is a sticky error
+// of its device, returned by every later call on that device as cudaErrorLaunchFailure;
+// rg::emu::check_status adds its message.
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorString(cudaError_t error);
+
+// Devices: RG_EMU_DEVICES (default 1, at most 16) emulated devices of compute capability 8.0. The
+// current device is per host thread, 0 at first.
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDeviceSynchronize();
+// Clears the current device's sticky error (and only that: memory and streams stay).
+cudaError_t cudaDeviceReset();
+
+// Memory. cudaFree and cudaFreeHost wait for the work of every stream first, as in CUDA.
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags);
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
+// A copy that involves pageable host memory (any host memory not from cudaHostAlloc) returns
+// when it is done; between device and pinned memory it is asynchronous.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* dst, int value, size_t bytes);
+
+// Streams: nullptr (and cudaStreamLegacy, cudaStreamPerThread) is the current device's legacy
+// default stream, which waits for and is waited on by the device's blocking streams.
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);  // cudaSuccess when idle, else NotReady
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data);
+
+// Events record a position in a stream; timing events also the time the stream reached it.
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);

@@ -20,6 +20,11 @@
 #include "kernels/cuda/check.h"
 #include "kernels/half.h"
 #include "support/errors.h"
+#include "kernels/emu/device_runtime.h"
+
+// The kernels here get plain host memory, read right after each launch: launches wait for their
+// work, as with CUDA_LAUNCH_BLOCKING=1.
+static const bool kLaunchBlocking = (rg::emu::set_launch_blocking(true), true);
 
 namespace rg::emu_test {
 namespace {

@@ -16,6 +16,11 @@
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/softmax_loss.h"
+#include "kernels/emu/device_runtime.h"
+
+// The kernels here get plain host memory, read right after each launch: launches wait for their
+// work, as with CUDA_LAUNCH_BLOCKING=1.
+static const bool kLaunchBlocking = (rg::emu::set_launch_blocking(true), true);
 
 namespace rg {
 namespace {

@@ -12,9 +12,15 @@
 #include <vector>
 
 #include "kernels/cpu/cast.h"
+#include "kernels/emu/device_runtime.h"
 #include "kernels/half.h"
 
 namespace rg::emu_kernel_test {
+
+// These tests hand the kernels plain host memory and read it right after each launch, so every
+// launch waits for its work, as with CUDA_LAUNCH_BLOCKING=1 (stream ordering is tested through
+// the engine, tests/device and tests/emu/stream_runtime_test.cpp).
+inline const bool kLaunchBlocking = (emu::set_launch_blocking(true), true);
 
 // Element counts: below, at and past warp and block boundaries.
 inline const std::vector<int64_t> kAwkwardSizes = {1, 31, 33, 1000, 4097};

@@ -1,0 +1,848 @@
+// The emulated CUDA runtime: devices, memory, asynchronous streams (one worker thread each, or one
+// for all in serialize mode), events with positions and times, the legacy default stream's
+// implicit ordering, sticky errors, and the vector clocks that the race detector checks against.
+#include "kernels/emu/device_runtime.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+
+#include "kernels/emu/racecheck.h"
+#include "kernels/error.h"
+
+using Clock = std::chrono::steady_clock;
+using rg::emu::detail::Actor;
+using rg::emu::detail::VectorClock;
+using Name = std::shared_ptr<const std::string>;
+
+struct CUstream_st;
+
+namespace {
+
+struct Op {
+  Name what;
+  std::function<void()> work;
+  std::vector<std::pair<CUstream_st*, uint64_t>> waits;  // (stream, position) to reach first
+};
+
+}  // namespace
+
+struct CUstream_st {
+  int device = 0;
+  size_t index = 0;  // its slot in the vector clocks
+  bool blocking = false;
+  bool legacy = false;
+  std::deque<Op> queue;  // the front is running or next
+  uint64_t enqueued = 0, completed = 0;
+  VectorClock clock;
+  std::condition_variable work_cv;
+  Name name;
+};
+
+struct CUevent_st {
+  int device = 0;
+  bool timing = true;
+  CUstream_st* stream = nullptr;  // of the last record; nullptr: never recorded
+  uint64_t position = 0;
+  VectorClock clock;
+  std::shared_ptr<std::optional<Clock::time_point>> reached_at;
+};
+
+namespace rg::emu {
+namespace {
+
+using ::rg::detail::cat;
+
+long env_long(const char* name, long fallback, long lo, long hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  RG_CHECK(end != v && *end == '\0' && x >= lo && x <= hi, name, "=", v,
+           " is not a number in [", lo, ", ", hi, "]");
+  return x;
+}
+
+enum class RaceMode { off, warn, error };
+
+RaceMode race_mode_from_env() {
+  const char* v = std::getenv("RG_EMU_RACECHECK");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "error") == 0) return RaceMode::error;
+  if (std::strcmp(v, "warn") == 0) return RaceMode::warn;
+  if (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0) return RaceMode::off;
+  RG_FAIL("RG_EMU_RACECHECK=", v, " is not one of off, warn, error");
+}
+
+struct Allocation {
+  size_t bytes;
+  int owner;  // device, or -1 for pinned host memory
+};
+
+thread_local int t_device = 0;
+thread_local cudaError_t t_last_error = cudaSuccess;
+
+class Runtime {
+ public:
+  static Runtime& get() {
+    // Never destroyed: stream workers may still run while the process exits.
+    static Runtime* r = new Runtime();
+    return *r;
+  }
+
+  const int devices = int(env_long("RG_EMU_DEVICES", 1, 0, 16));
+  const bool serialize = env_long("RG_EMU_SERIALIZE", 0, 0, 1) == 1;
+  const RaceMode race_mode = race_mode_from_env();
+  bool launch_blocking = env_long("CUDA_LAUNCH_BLOCKING", 0, 0, 1) == 1;
+
+  std::mutex mu;
+  std::condition_variable done_cv;  // some stream completed an op
+
+  bool valid_device(int d) const { return d >= 0 && d < devices; }
+
+  // Resolves a handle (nullptr and the legacy/per-thread constants: the current device's legacy
+  // stream); nullptr for an unknown handle. Under mu.
+  CUstream_st* resolve(cudaStream_t s) {
+    if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) {
+      if (!valid_device(t_device)) return nullptr;
+      return legacy_stream(t_device);
+    }
+    return live_streams_.count(s) != 0 ? s : nullptr;
+  }
+
+  CUstream_st* legacy_stream(int device) {
+    if (legacy_.empty()) legacy_.resize(size_t(devices), nullptr);
+    CUstream_st*& s = legacy_[size_t(device)];
+    if (s == nullptr) s = new_stream(device, /*blocking=*/true, /*legacy=*/true);
+    return s;
+  }
+
+  CUstream_st* new_stream(int device, bool blocking, bool legacy) {
+    auto* s = new CUstream_st;
+    s->device = device;
+    s->index = ++stream_count_;  // 0 is the host
+    s->blocking = blocking;
+    s->legacy = legacy;
+    s->name = std::make_shared<const std::string>(
+        legacy ? cat("cuda:", device, "/default") : cat("cuda:", device, "/stream ", s->index));
+    live_streams_.insert(s);
+    if (!legacy) device_streams_.emplace(device, s);
+    if (!serialize) std::thread([this, s] { run_stream(s); }).detach();
+    return s;
+  }
+
+  // The sticky error of a device, or "".
+  std::string& sticky(int device) { return sticky_[size_t(device)]; }
+
+  // Queues an op on s (under mu). `after` lists extra positions to wait for (stream waits).
+  // Returns its position; throws on a sticky error or, in error mode, a race.
+  uint64_t enqueue_locked(CUstream_st* s, Name what, const std::vector<MemAccess>& accesses,
+                          std::function<void()> work, const CUevent_st* after = nullptr) {
+    if (const std::string& e = sticky(s->device); !e.empty()) {
+      RG_FAIL("cuda:", s->device, ": ", *what, " was not run: an earlier operation failed: ", e);
+    }
+    throw_pending_reports();
+    Op op{std::move(what), std::move(work), {}};
+    if (after != nullptr && after->stream != nullptr) {
+      op.waits.emplace_back(after->stream, after->position);
+      s->clock.join(after->clock);
+    }
+    // The legacy default stream waits for every blocking stream of its device, and blocking
+    // streams wait for it.
+    if (s->legacy) {
+      auto [b, e] = device_streams_.equal_range(s->device);
+      for (auto it = b; it != e; ++it) {
+        CUstream_st* o = it->second;
+        if (!o->blocking) continue;
+        if (o->enqueued > o->completed) op.waits.emplace_back(o, o->enqueued);
+        s->clock.join(o->clock);
+      }
+    } else if (s->blocking) {
+      CUstream_st* l = legacy_stream(s->device);
+      if (l->enqueued > l->completed) op.waits.emplace_back(l, l->enqueued);
+      s->clock.join(l->clock);
+    }
+    s->clock.join(host_clock_);
+    const uint64_t epoch = s->clock.tick(s->index);
+    if (race_mode != RaceMode::off && !accesses.empty()) {
+      const Actor who{s->index, epoch, op.what, s->name};
+      std::vector<std::string> reports;
+      for (const MemAccess& a : accesses) {
+        auto r = race_.access(a.ptr, a.bytes, a.write, who, s->clock);
+        reports.insert(reports.end(), r.begin(), r.end());
+      }
+      if (!reports.empty()) report(std::move(reports), /*throw_now=*/true);
+    }
+    s->queue.push_back(std::move(op));
+    const uint64_t position = ++s->enqueued;
+    if (serialize) {
+      serial_queue_.push_back(s);
+      ensure_serial_worker();
+      serial_cv_.notify_one();
+    } else {
+      s->work_cv.notify_one();
+    }
+    return position;
+  }
+
+  // Blocks the host until s has completed `position`; the host is then ordered after it.
+  void wait_locked(std::unique_lock<std::mutex>& lock, CUstream_st* s, uint64_t position,
+                   const VectorClock& clock) {
+    done_cv.wait(lock, [&] { return s->completed >= position; });
+    host_clock_.join(clock);
+  }
+
+  void synchronize_stream_locked(std::unique_lock<std::mutex>& lock, CUstream_st* s) {
+    const VectorClock clock = s->clock;
+    wait_locked(lock, s, s->enqueued, clock);
+  }
+
+  void synchronize_device_locked(std::unique_lock<std::mutex>& lock, int device) {
+    synchronize_stream_locked(lock, legacy_stream(device));
+    std::vector<CUstream_st*> streams;
+    auto [b, e] = device_streams_.equal_range(device);
+    for (auto it = b; it != e; ++it) streams.push_back(it->second);
+    for (CUstream_st* s : streams) synchronize_stream_locked(lock, s);
+  }
+
+  void synchronize_all_locked(std::unique_lock<std::mutex>& lock) {
+    for (int d = 0; d < devices; ++d) synchronize_device_locked(lock, d);
+  }
+
+  // Race reports: printed, kept for race_reports(), and in error mode thrown (now, or by the next
+  // runtime call when they come from a context that cannot throw).
+  void report(std::vector<std::string> reports, bool throw_now) {
+    for (const std::string& r : reports) {
+      std::fprintf(stderr, "ringgrad emulator: %s\n", r.c_str());
+      all_reports_.push_back(r);
+    }
+    if (race_mode != RaceMode::error) return;
+    std::string msg = reports.front();
+    if (reports.size() > 1) msg += cat(" (and ", reports.size() - 1, " more)");
+    if (throw_now) throw ::rg::Error(msg);
+    pending_reports_.push_back(msg);
+  }
+  void throw_pending_reports() {
+    if (pending_reports_.empty()) return;
+    std::string msg = pending_reports_.front();
+    pending_reports_.clear();
+    throw ::rg::Error(msg);
+  }
+
+  VectorClock& host_clock() { return host_clock_; }
+  detail::RaceChecker& race() { return race_; }
+  std::vector<std::string>& all_reports() { return all_reports_; }
+
+  // Memory registry.
+  void add_memory(void* p, size_t bytes, int owner) {
+    memory_[reinterpret_cast<uintptr_t>(p)] = Allocation{bytes, owner};
+    race_.add_allocation(p, bytes,
+                         owner >= 0 ? cat("cuda:", owner, " memory") : "pinned host memory");
+  }
+  std::optional<Allocation> remove_memory(void* p) {
+    auto it = memory_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == memory_.end()) return std::nullopt;
+    Allocation a = it->second;
+    memory_.erase(it);
+    race_.remove_allocation(p);
+    return a;
+  }
+  int owner(const void* p) {
+    const auto x = reinterpret_cast<uintptr_t>(p);
+    auto it = memory_.upper_bound(x);
+    if (it == memory_.begin()) return -2;
+    --it;
+    return x < it->first + std::max<size_t>(it->second.bytes, 1) ? it->second.owner : -2;
+  }
+
+  bool live_event(cudaEvent_t e) const { return live_events_.count(e) != 0; }
+  void add_event(cudaEvent_t e) { live_events_.insert(e); }
+  void remove_event(cudaEvent_t e) { live_events_.erase(e); }
+  void remove_stream(CUstream_st* s) {
+    live_streams_.erase(s);
+    auto [b, e] = device_streams_.equal_range(s->device);
+    for (auto it = b; it != e; ++it) {
+      if (it->second == s) {
+        device_streams_.erase(it);
+        break;
+      }
+    }
+  }
+
+ private:
+  Runtime() { sticky_.resize(size_t(devices)); }
+
+  void run_op_unlocked(CUstream_st* s, Op& op, std::unique_lock<std::mutex>& lock) {
+    done_cv.wait(lock, [&] {
+      for (const auto& [o, p] : op.waits) {
+        if (o->completed < p) return false;
+      }
+      return true;
+    });
+    std::function<void()> work = std::move(op.work);
+    const Name what = op.what;
+    lock.unlock();
+    std::string error;
+    std::exception_ptr exception;
+    try {
+      if (work) work();
+    } catch (const std::exception& e) {
+      error = e.what();
+      exception = std::current_exception();
+    } catch (...) {
+      error = "unknown exception";
+      exception = std::current_exception();
+    }
+    work = nullptr;  // releases what the work captured before the op counts as done
+    lock.lock();
+    if (!error.empty()) {
+      last_failure_ = cat(*what, " on ", *s->name, ": ", error);
+      last_exception_ = exception;
+      if (!launch_blocking) {
+        std::string& e = sticky_[size_t(s->device)];
+        if (e.empty()) e = last_failure_;
+      }
+    }
+    s->queue.pop_front();
+    ++s->completed;
+    done_cv.notify_all();
+  }
+
+  void run_stream(CUstream_st* s) {
+    std::unique_lock lock(mu);
+    for (;;) {
+      s->work_cv.wait(lock, [&] { return !s->queue.empty(); });
+      run_op_unlocked(s, s->queue.front(), lock);
+    }
+  }
+
+  void ensure_serial_worker() {
+    if (serial_started_) return;
+    serial_started_ = true;
+    std::thread([this] {
+      std::unique_lock lock(mu);
+      for (;;) {
+        serial_cv_.wait(lock, [&] { return !serial_queue_.empty(); });
+        CUstream_st* s = serial_queue_.front();
+        serial_queue_.pop_front();
+        run_op_unlocked(s, s->queue.front(), lock);
+      }
+    }).detach();
+  }
+
+ public:
+  // The last failed op, for launch blocking's rethrow (of the original exception).
+  std::string last_failure_;
+  std::exception_ptr last_exception_;
+
+ private:
+  std::vector<CUstream_st*> legacy_;
+  std::unordered_set<cudaStream_t> live_streams_;
+  std::multimap<int, CUstream_st*> device_streams_;  // non-legacy streams by device
+  std::unordered_set<cudaEvent_t> live_events_;
+  size_t stream_count_ = 0;
+  std::vector<std::string> sticky_;
+  VectorClock host_clock_;
+  detail::RaceChecker race_;
+  std::vector<std::string> all_reports_, pending_reports_;
+  std::map<uintptr_t, Allocation> memory_;
+  std::deque<CUstream_st*> serial_queue_;
+  std::condition_variable serial_cv_;
+  bool serial_started_ = false;
+};
+
+cudaError_t fail(cudaError_t e) {
+  t_last_error = e;
+  return e;
+}
+
+// The status of a call on `device`: its sticky error first.
+cudaError_t device_status(Runtime& r, int device) {
+  if (!r.valid_device(device)) return fail(r.devices == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice);
+  if (!r.sticky(device).empty()) return fail(cudaErrorLaunchFailure);
+  return cudaSuccess;
+}
+
+void enqueue_and_maybe_wait(Runtime& r, std::unique_lock<std::mutex>& lock, CUstream_st* s,
+                            Name what, const std::vector<MemAccess>& accesses,
+                            std::function<void()> work, bool host_waits) {
+  const uint64_t position = r.enqueue_locked(s, std::move(what), accesses, std::move(work));
+  if (host_waits || r.launch_blocking) {
+    const VectorClock clock = s->clock;
+    r.last_exception_ = nullptr;
+    r.wait_locked(lock, s, position, clock);
+    if (r.launch_blocking && r.last_exception_) {
+      std::rethrow_exception(std::exchange(r.last_exception_, nullptr));
+    }
+  }
+}
+
+bool is_pageable(Runtime& r, const void* p) { return r.owner(p) == -2; }
+
+}  // namespace
+
+void enqueue(cudaStream_t stream, std::string what, std::vector<MemAccess> accesses,
+             std::function<void()> work) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  RG_CHECK(s != nullptr, what, ": invalid stream ", static_cast<void*>(stream),
+           r.devices == 0 ? " (no emulated device: RG_EMU_DEVICES=0)" : "");
+  enqueue_and_maybe_wait(r, lock, s, std::make_shared<const std::string>(std::move(what)),
+                         accesses, std::move(work), false);
+}
+
+int stream_device(cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  return s == nullptr ? t_device : s->device;
+}
+
+std::string stream_name(cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  return s == nullptr ? "an invalid stream" : *s->name;
+}
+
+void set_launch_blocking(bool on) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  r.launch_blocking = on;
+}
+bool launch_blocking() { return Runtime::get().launch_blocking; }
+bool serialize_mode() { return Runtime::get().serialize; }
+
+int memory_owner(const void* ptr) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  return r.owner(ptr);
+}
+
+void annotate_block_allocated(int device, void* ptr, size_t bytes, cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.race_mode == RaceMode::off || !r.valid_device(device)) return;
+  const int saved = t_device;
+  t_device = device;
+  CUstream_st* s = r.resolve(stream);
+  t_device = saved;
+  if (s == nullptr) return;
+  VectorClock at = r.host_clock();
+  at.join(s->clock);
+  const uint64_t epoch = s->clock.tick(s->index);
+  at.join(s->clock);
+  static const Name what = std::make_shared<const std::string>("the caching allocator");
+  auto reports = r.race().block_handed_out(ptr, bytes, Actor{s->index, epoch, what, s->name}, at);
+  if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
+}
+
+void annotate_block_freed(int device, void* ptr, size_t bytes, cudaStream_t stream,
+                          const std::vector<cudaStream_t>& also_used_on) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.race_mode == RaceMode::off || !r.valid_device(device)) return;
+  const int saved = t_device;
+  t_device = device;
+  CUstream_st* s = r.resolve(stream);
+  std::vector<size_t> others;
+  for (cudaStream_t o : also_used_on) {
+    if (CUstream_st* os = r.resolve(o)) others.push_back(os->index);
+  }
+  t_device = saved;
+  if (s == nullptr) return;
+  VectorClock at = r.host_clock();
+  at.join(s->clock);
+  static const Name what = std::make_shared<const std::string>("free");
+  auto reports =
+      r.race().block_freed(ptr, bytes, Actor{s->index, s->clock.get(s->index), what, s->name}, at,
+                           others);
+  if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
+}
+
+void annotate_host_block_allocated(void* ptr, size_t bytes) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.race_mode == RaceMode::off) return;
+  static const Name what = std::make_shared<const std::string>("the pinned allocator");
+  static const Name host = std::make_shared<const std::string>("the host");
+  const uint64_t epoch = r.host_clock().tick(0);
+  auto reports = r.race().block_handed_out(ptr, bytes, Actor{0, epoch, what, host}, r.host_clock());
+  if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
+}
+
+void annotate_host_block_freed(void* ptr, size_t bytes,
+                               const std::vector<std::pair<int, cudaStream_t>>& also_used_on) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.race_mode == RaceMode::off) return;
+  std::vector<size_t> others;
+  const int saved = t_device;
+  for (const auto& [device, stream] : also_used_on) {
+    if (!r.valid_device(device)) continue;
+    t_device = device;
+    if (CUstream_st* os = r.resolve(stream)) others.push_back(os->index);
+  }
+  t_device = saved;
+  static const Name what = std::make_shared<const std::string>("free");
+  static const Name host = std::make_shared<const std::string>("the host");
+  auto reports = r.race().block_freed(
+      ptr, bytes, Actor{0, r.host_clock().get(0), what, host}, r.host_clock(), others);
+  if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
+}
+
+std::vector<std::string> race_reports() {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  return r.all_reports();
+}
+
+void clear_race_reports() {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  r.all_reports().clear();
+  try {
+    r.throw_pending_reports();
+  } catch (const ::rg::Error&) {  // dropped with the rest
+  }
+}
+
+bool racecheck_enabled() { return Runtime::get().race_mode != RaceMode::off; }
+
+void check_status(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  std::string detail;
+  if (status == cudaErrorLaunchFailure) {
+    Runtime& r = Runtime::get();
+    std::lock_guard lock(r.mu);
+    for (int d = 0; d < r.devices; ++d) {
+      if (!r.sticky(d).empty()) detail = cat(" (cuda:", d, ": ", r.sticky(d), ")");
+    }
+  }
+  RG_FAIL(file, ":", line, ": ", call, " failed: ", cudaGetErrorString(status), detail);
+}
+
+}  // namespace rg::emu
+
+// ---- The CUDA runtime API (kernels/emu/runtime_api.h) ----
+
+using rg::emu::Runtime;
+using rg::emu::t_device;
+using rg::emu::t_last_error;
+using rg::emu::fail;
+
+cudaError_t cudaGetLastError() { return std::exchange(t_last_error, cudaSuccess); }
+cudaError_t cudaPeekAtLastError() { return t_last_error; }
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorCudartUnloading:
+      return "driver shutting down";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  Runtime& r = Runtime::get();
+  *count = r.devices;
+  return r.devices == 0 ? fail(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  Runtime& r = Runtime::get();
+  if (!r.valid_device(device)) {
+    return fail(r.devices == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice);
+  }
+  t_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!Runtime::get().valid_device(device)) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 8;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      return cudaSuccess;
+  }
+  return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  if (!r.valid_device(t_device)) return fail(cudaErrorNoDevice);
+  r.synchronize_device_locked(lock, t_device);
+  return rg::emu::device_status(r, t_device);
+}
+
+cudaError_t cudaDeviceReset() {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  if (!r.valid_device(t_device)) return fail(cudaErrorNoDevice);
+  r.synchronize_device_locked(lock, t_device);
+  r.sticky(t_device).clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  Runtime& r = Runtime::get();
+  if (cudaError_t e = rg::emu::device_status(r, t_device); e != cudaSuccess) return e;
+  // 256-byte alignment, as cudaMalloc's.
+  void* p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(256), std::nothrow);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation);
+  std::lock_guard lock(r.mu);
+  r.add_memory(p, bytes, t_device);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  // As in CUDA, freeing waits for the device's work: nothing queued may still use the memory.
+  r.synchronize_all_locked(lock);
+  if (!r.remove_memory(ptr)) return fail(cudaErrorInvalidValue);
+  ::operator delete(ptr, std::align_val_t(256));
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
+  Runtime& r = Runtime::get();
+  if (r.devices == 0) return fail(cudaErrorNoDevice);
+  void* p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(4096), std::nothrow);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation);
+  std::lock_guard lock(r.mu);
+  r.add_memory(p, bytes, -1);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, 0); }
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  r.synchronize_all_locked(lock);
+  if (!r.remove_memory(ptr)) return fail(cudaErrorInvalidValue);
+  ::operator delete(ptr, std::align_val_t(4096));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                            cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (bytes == 0) return cudaSuccess;
+  const bool pageable = rg::emu::is_pageable(r, dst) || rg::emu::is_pageable(r, src);
+  auto what = std::make_shared<const std::string>(::rg::detail::cat(
+      "cudaMemcpyAsync of ", bytes, " bytes", pageable ? " (pageable host memory)" : ""));
+  rg::emu::enqueue_and_maybe_wait(
+      r, lock, s, std::move(what), {{src, bytes, false}, {dst, bytes, true}},
+      [=] { std::memmove(dst, src, bytes); }, pageable);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr); e != cudaSuccess) return e;
+  return cudaStreamSynchronize(nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (bytes == 0) return cudaSuccess;
+  auto what = std::make_shared<const std::string>(
+      ::rg::detail::cat("cudaMemsetAsync of ", bytes, " bytes"));
+  rg::emu::enqueue_and_maybe_wait(r, lock, s, std::move(what), {{dst, bytes, true}},
+                                  [=] { std::memset(dst, value, bytes); }, false);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (cudaError_t e = cudaMemsetAsync(dst, value, bytes, nullptr); e != cudaSuccess) return e;
+  return cudaStreamSynchronize(nullptr);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (!r.valid_device(t_device)) return fail(cudaErrorNoDevice);
+  *stream = r.new_stream(t_device, (flags & cudaStreamNonBlocking) == 0, /*legacy=*/false);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr || s->legacy) return fail(cudaErrorInvalidResourceHandle);
+  // CUDA lets the queued work finish; the worker then idles forever (streams are never freed, so
+  // events recorded on it stay valid).
+  r.remove_stream(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->completed < s->enqueued) return cudaErrorNotReady;
+  r.host_clock().join(s->clock);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  r.synchronize_stream_locked(lock, s);
+  return rg::emu::device_status(r, s->device);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (event->stream == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
+  static const Name what = std::make_shared<const std::string>("cudaStreamWaitEvent");
+  r.enqueue_locked(s, what, {}, nullptr, event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  static const Name what = std::make_shared<const std::string>("cudaLaunchHostFunc");
+  rg::emu::enqueue_and_maybe_wait(r, lock, s, what, {}, [fn, user_data] { fn(user_data); }, false);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (!r.valid_device(t_device)) return fail(cudaErrorNoDevice);
+  auto* e = new CUevent_st;
+  e->device = t_device;
+  e->timing = (flags & cudaEventDisableTiming) == 0;
+  r.add_event(e);
+  *event = e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  r.remove_event(event);
+  delete event;  // a queued record keeps its own time slot
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (s->device != event->device) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  auto reached = std::make_shared<std::optional<Clock::time_point>>();
+  static const Name what = std::make_shared<const std::string>("cudaEventRecord");
+  event->position = r.enqueue_locked(s, what, {}, [reached] { *reached = Clock::now(); });
+  event->stream = s;
+  event->clock = s->clock;
+  event->reached_at = std::move(reached);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->stream == nullptr) return cudaSuccess;
+  if (event->stream->completed < event->position) return cudaErrorNotReady;
+  r.host_clock().join(event->clock);
+  return rg::emu::device_status(r, event->device);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->stream == nullptr) return cudaSuccess;
+  const VectorClock clock = event->clock;
+  r.wait_locked(lock, event->stream, event->position, clock);
+  return rg::emu::device_status(r, event->device);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (!r.live_event(start) || !r.live_event(end)) return fail(cudaErrorInvalidResourceHandle);
+  if (!start->timing || !end->timing || start->stream == nullptr || end->stream == nullptr) {
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  if (!start->reached_at->has_value() || !end->reached_at->has_value()) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(**end->reached_at - **start->reached_at).count();
+  return cudaSuccess;
+}

@@ -1,0 +1,72 @@
+// The emulated CUDA runtime behind kernels/emu/runtime_api.h: devices whose memory is host
+// memory, streams that run their work in order on their own worker threads (concurrently with the
+// host and with each other), events, and the stream-race detector (kernels/emu/racecheck.h).
+// Emulated libraries (cuBLAS, cuDNN, NCCL) queue their calls here with the memory they touch.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/emu/runtime_api.h"
+
+namespace rg::emu {
+
+// A range of emulated memory that an operation reads or writes. bytes == kToBlockEnd: from ptr to
+// the end of the allocation (or caching-allocator block) that holds ptr, for kernel pointer
+// arguments whose extent the launch does not say. Pointers outside emulated device and pinned
+// memory (plain host memory, as the kernel tests use) are not tracked.
+inline constexpr size_t kToBlockEnd = ~size_t(0);
+struct MemAccess {
+  const void* ptr;
+  size_t bytes;
+  bool write;
+};
+
+// Queues `work` on `stream` (nullptr: the legacy default stream of the current device), after
+// everything queued there before and after the events it was told to wait for. `what` names the
+// operation in race reports and errors ("kernel reduce_sum_kernel", "ncclAllReduce(...)").
+// An exception thrown by `work` becomes the device's sticky error: the next runtime call on that
+// device reports it (as a CUDA kernel fault would). With launch blocking (CUDA_LAUNCH_BLOCKING=1
+// or set_launch_blocking) the host waits here until `work` has run and rethrows its exception.
+void enqueue(cudaStream_t stream, std::string what, std::vector<MemAccess> accesses,
+             std::function<void()> work);
+
+// The device a stream belongs to (the current device for nullptr).
+int stream_device(cudaStream_t stream);
+// A readable name: "cuda:0/default", "cuda:1/stream 3".
+std::string stream_name(cudaStream_t stream);
+
+// Launch blocking: every enqueue waits for its work (CUDA_LAUNCH_BLOCKING=1 in the environment
+// turns it on at start). For tests that hand kernels plain host memory and read it right after.
+void set_launch_blocking(bool on);
+bool launch_blocking();
+// Serialize mode (RG_EMU_SERIALIZE=1): one worker runs the work of every stream in the order it was
+// queued, for debugging. Collectives between devices of one process cannot run in this mode.
+bool serialize_mode();
+
+// Emulated device memory and pinned host memory, as cudaMalloc/cudaHostAlloc hand them out;
+// the registry tells which device (or pinned host, -1) a pointer belongs to.
+// Returns -2 for memory the emulator did not allocate.
+int memory_owner(const void* ptr);
+
+// The stream-race detector (kernels/emu/racecheck.h), RG_EMU_RACECHECK=off|warn|error (default
+// error: a race found when work is queued throws rg::Error from that call; one found when memory
+// is freed is thrown by the next call that queues work). Every report is printed to stderr and
+// kept for race_reports().
+bool racecheck_enabled();
+std::vector<std::string> race_reports();
+void clear_race_reports();
+// What the caching allocators tell the detector (through cuda::Backend in the engine): a block of
+// `device` handed out for work on `stream`, and given back with the other streams that
+// record_stream named; the same for pinned host blocks, which the host hands out.
+void annotate_block_allocated(int device, void* ptr, size_t bytes, cudaStream_t stream);
+void annotate_block_freed(int device, void* ptr, size_t bytes, cudaStream_t stream,
+                          const std::vector<cudaStream_t>& also_used_on);
+void annotate_host_block_allocated(void* ptr, size_t bytes);
+void annotate_host_block_freed(void* ptr, size_t bytes,
+                               const std::vector<std::pair<int, cudaStream_t>>& also_used_on);
+
+}  // namespace rg::emu
