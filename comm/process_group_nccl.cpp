@@ -1,5 +1,5 @@
-// ProcessGroupNCCL over NCCL (CUDA builds only; comm/process_group_nccl_stub.cpp otherwise).
-// Compiled in CI, run only where a GPU exists (tests labelled gpu). all_reduce with
+// ProcessGroupNCCL over NCCL: the real library in CUDA builds, and in rg_comm_emu the emulated one
+// (kernels/emu/shim/nccl.h) on emulated devices, which is how CI runs it. all_reduce with
 // Algorithm::ring runs our ring (comm/ring_allreduce.h) over grouped ncclSend/ncclRecv and the
 // CUDA reduction kernel; the other collectives always use NCCL's own.
 #include "comm/process_group_nccl.h"
@@ -19,11 +19,11 @@
 #include "engine/cuda/device_guard.h"
 #include "engine/cuda/event.h"
 #include "engine/cuda/memory.h"
+#include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
 #include "engine/dispatch.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/collective_reduce.h"
-#include "kernels/cuda/device.h"
 #include "kernels/error.h"
 
 namespace rg::dist {
@@ -49,6 +49,17 @@ ncclDataType_t nccl_type(DType t) {
       return ncclUint8;
   }
   RG_FAIL("nccl: unsupported dtype");
+}
+
+kernels::cpu::CollectiveOp ring_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max:
+      return kernels::cpu::CollectiveOp::max;
+    case ReduceOp::min:
+      return kernels::cpu::CollectiveOp::min;
+    default:
+      return kernels::cpu::CollectiveOp::sum;  // avg = sum, then divide
+  }
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -125,7 +136,7 @@ class NcclP2P : public PointToPoint {
 
 }  // namespace
 
-bool nccl_available() { return cuda::device_count() > 0; }
+bool nccl_available() { return cuda::runtime().device_count() > 0; }
 
 struct ProcessGroupNCCL::Impl {
   ProcessGroupNCCL& pg;
@@ -226,7 +237,7 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
                                    ProcessGroupOptions options, int device)
     : ProcessGroup(rank, size, std::move(options)), impl_(std::make_unique<Impl>(*this)) {
   RG_CHECK(store != nullptr, "ProcessGroupNCCL needs a store");
-  const int devices = cuda::device_count();
+  const int devices = cuda::runtime().device_count();
   RG_CHECK(devices > 0,
            "the nccl backend needs a CUDA device and none is visible; use "
            "--backend gloo");
@@ -269,14 +280,47 @@ int ProcessGroupNCCL::device() const { return impl_->device; }
 
 WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->check_tensor(t, "all_reduce", "input");
-  RG_CHECK(algorithm() == Algorithm::native,
-           "all_reduce: our ring over NCCL send/recv is not "
-           "implemented yet; use the native algorithm with the nccl backend");
-  const std::string d =
-      detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], ", reduce_op_name(op), ", native");
-  return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s) {
-    RG_CUDA_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()),
-                                nccl_op(op), impl_->comm, s));
+  const bool ring = algorithm() == Algorithm::ring;
+  const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], ",
+                                    reduce_op_name(op), ring ? ", ring" : ", native");
+  if (!ring) {
+    return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s) {
+      RG_CUDA_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                  nccl_type(t.dtype()), nccl_op(op), impl_->comm, s));
+    });
+  }
+  // Our ring: every exchange, reduction and the average's division queued on the communication
+  // stream, with the receive buffer allocated for that stream.
+  Tensor scratch;
+  {
+    cuda::StreamGuard on_comm(*impl_->stream);
+    const size_t bytes = ring_scratch_bytes(size_t(t.numel()), size(), element_size(t.dtype()));
+    scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(impl_->device));
+  }
+  const uint64_t seq = impl_->next_seq;
+  return impl_->enqueue("all_reduce", d, {t, scratch}, [&](cudaStream_t s) {
+    NcclP2P p2p(impl_->comm, s, rank(), size());
+    dispatch_all(t.dtype(), [&]<class T>() {
+      RingArgs a;
+      a.data = t.raw_data();
+      a.count = size_t(t.numel());
+      a.element_size = sizeof(T);
+      const auto cop = ring_op(op);
+      a.reduce = [cop, s](void* dst, const void* src, size_t k) {
+        kernels::cuda::collective_reduce(cop, static_cast<T*>(dst), static_cast<const T*>(dst),
+                                         static_cast<const T*>(src), int64_t(k), s);
+      };
+      if (op == ReduceOp::avg) {
+        const int64_t world = size();
+        a.finalize = [world, s](void* x, size_t k) {
+          kernels::cuda::divide_by(static_cast<T*>(x), int64_t(k), world, s);
+        };
+      }
+      a.scratch = scratch.raw_data();
+      a.chunk_bytes = options().ring_chunk_bytes;
+      a.slot_base = ring_slot_base(seq);
+      ring_all_reduce(p2p, a);
+    });
   });
 }
 

@@ -1,25 +1,29 @@
 // DDP with the module on a CUDA device, across real processes (label dist, started by
-// ringgrad-run), on the emulated device of rg_engine_emu: buckets on the device, gradients copied
-// and scaled into them by the device kernels, the fp16 hook's casts, the final write-back, and
-// the host bookkeeping of a group whose tensors live on the device. NCCL cannot run without a GPU,
-// so the group here is gloo behind DeviceStagingGroup, which declares the device as its tensors'
-// home and stages every collective through host copies (on the emulated device, device memory is
-// host memory, but the copies still go through the engine's CUDA paths). N ranks with batch B
-// must match one CPU process with batch N*B.
+// ringgrad-run), on the emulated devices of rg_engine_emu: buckets on the device, gradients copied
+// and scaled into them by the device kernels, the comm hooks' casts, the final write-back, and
+// the host bookkeeping of a group whose tensors live on the device. RG_TEST_BACKEND picks the
+// group: "nccl" is ProcessGroupNCCL over the emulated NCCL (its own communication stream,
+// overlapping backward, ordered by events); "gloo" (default) is gloo behind DeviceStagingGroup,
+// which stages every collective through host copies. N ranks with batch B must match one CPU
+// process with batch N*B.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "comm/ddp.h"
 #include "comm/init.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "layers/models/mlp.h"
 #include "layers/optim/optimizer.h"
+#include "kernels/error.h"
 #include "support/parameter_difference.h"
 
 namespace rg::dist {
@@ -27,11 +31,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
+bool nccl_group() {
+  const char* b = std::getenv("RG_TEST_BACKEND");
+  return b != nullptr && std::strcmp(b, "nccl") == 0;
+}
+
 class DistEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     InitOptions o;
-    o.backend = "gloo";
+    o.backend = nccl_group() ? "nccl" : "gloo";
     o.group.timeout = 60s;
     init_process_group(o);
   }
@@ -118,18 +127,26 @@ constexpr double kExactTolerance = 1e-12;
 constexpr double kF32Tolerance = 1e-4;
 double tolerance(DType dtype) { return dtype == DType::f64 ? kExactTolerance : kF32Tolerance; }
 
+// The group DDP runs on: the NCCL default group itself, or gloo staged through the host.
+std::shared_ptr<ProcessGroup> device_group() {
+  if (nccl_group()) return default_group();
+  return std::make_shared<DeviceStagingGroup>(default_group(), Device::cuda(0));
+}
+
 double ddp_on_device_vs_single_cpu_process(const DdpOptions& options, int steps,
-                                           DType dtype = DType::f32) {
+                                           DType dtype = DType::f32, int accumulation = 1) {
   auto pg = default_group();
   const int n = pg->size(), r = pg->rank();
-  auto staged = std::make_shared<DeviceStagingGroup>(pg, Device::cuda(0));
+  auto group = device_group();
+  const Device device = group->tensor_device();
+  RG_CHECK(device.is_cuda(), "the device group must keep its tensors on a CUDA device");
   Generator g1(3), g2(3), data(5);
   auto ref = std::make_shared<nn::MLP>(kIn, std::vector<int64_t>{32, 16}, kClasses, g1);
   auto model = std::make_shared<nn::MLP>(kIn, std::vector<int64_t>{32, 16}, kClasses, g2);
   ref->to(dtype);
   model->to(dtype);
-  model->to(Device::cuda(0));
-  DistributedDataParallel ddp(model, staged, options);
+  model->to(device);
+  DistributedDataParallel ddp(model, group, options);
   optim::Sgd ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::Sgd opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   const int64_t global = n * kB;
@@ -143,13 +160,30 @@ double ddp_on_device_vs_single_cpu_process(const DdpOptions& options, int steps,
     ref_opt.step();
 
     opt.zero_grad(/*set_to_none=*/!options.gradient_as_bucket_view);
-    const Tensor mine_x = x.narrow(0, r * kB, kB).to(Device::cuda(0));
-    const Tensor mine_y = y.narrow(0, r * kB, kB).to(Device::cuda(0));
-    cross_entropy(ddp(mine_x), mine_y).backward();
+    // The rank's kB rows in `accumulation` micro-batches, all but the last under no_sync; the
+    // loss of each is scaled so that the sum is the mean over the rank's rows.
+    const int64_t micro = kB / accumulation;
+    for (int m = 0; m < accumulation; ++m) {
+      const Tensor mine_x = x.narrow(0, r * kB + m * micro, micro).to(device);
+      const Tensor mine_y = y.narrow(0, r * kB + m * micro, micro).to(device);
+      auto run = [&] {
+        Tensor loss = cross_entropy(ddp(mine_x), mine_y);
+        if (accumulation > 1) loss = loss * (1.0 / accumulation);
+        loss.backward();
+      };
+      if (m + 1 < accumulation) {
+        auto guard = ddp.no_sync();
+        run();
+      } else {
+        run();
+      }
+    }
     opt.step();
   }
   for (const Tensor& p : model->parameters()) EXPECT_TRUE(p.device().is_cuda());
-  EXPECT_GT(staged->staged_ops(), 0);
+  if (auto* staged = dynamic_cast<DeviceStagingGroup*>(group.get())) {
+    EXPECT_GT(staged->staged_ops(), 0);
+  }
   return testing::relative_parameter_difference(*model, *ref);
 }
 
@@ -171,6 +205,30 @@ TEST(DdpOnDevice, Fp16HookStaysWithinItsTolerance) {
   o.comm_hook = "fp16";
   o.bucket_cap_mb = 0.002;
   EXPECT_LE(ddp_on_device_vs_single_cpu_process(o, 4), 1e-3);
+}
+
+TEST(DdpOnDevice, Bf16HookStaysWithinItsTolerance) {
+  DdpOptions o;
+  o.comm_hook = "bf16";
+  o.bucket_cap_mb = 0.002;
+  EXPECT_LE(ddp_on_device_vs_single_cpu_process(o, 4), 2e-2);
+}
+
+TEST(DdpOnDevice, NoSyncAccumulationMatchesTheWholeBatch) {
+  DdpOptions o;
+  o.bucket_cap_mb = 0.002;
+  EXPECT_LE(ddp_on_device_vs_single_cpu_process(o, 3, DType::f64, /*accumulation=*/2),
+            kExactTolerance);
+}
+
+TEST(DdpOnDevice, OurRingAllReduceMatchesTheWholeBatch) {
+  auto pg = default_group();
+  pg->set_algorithm(Algorithm::ring);
+  DdpOptions o;
+  o.bucket_cap_mb = 0.002;
+  const double d = ddp_on_device_vs_single_cpu_process(o, 3, DType::f64);
+  pg->set_algorithm(Algorithm::native);
+  EXPECT_LE(d, kExactTolerance);
 }
 
 TEST(DdpOnDevice, FindUnusedParametersWorksOnTheDevice) {
