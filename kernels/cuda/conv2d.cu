@@ -20,7 +20,10 @@
 namespace rg::kernels::cuda {
 namespace {
 
-std::mutex conv_mu;  // guards the handle and algorithm caches and each call's handle
+// Guards the handle table and the algorithm cache only: calls on different handles (devices,
+// streams) run concurrently, each under its own handle's mutex (a cuDNN handle must not be used
+// by two host threads at once).
+std::mutex cache_mu;
 
 template <class T>
 constexpr cudnnDataType_t data_type() {
@@ -92,21 +95,34 @@ struct Descriptors {
                                          : CUDNN_TENSOR_OP_MATH) {}
 };
 
-// Called with conv_mu held. Handles live as long as the process, like cuBLAS's.
-cudnnHandle_t handle_for(void* stream) {
-  static std::map<std::pair<int, void*>, cudnnHandle_t> handles;
+struct Handle {
+  cudnnHandle_t h = nullptr;
+  std::mutex mu;
+};
+
+// The handle of (current device, stream), created on first use; it lives as long as the process,
+// like cuBLAS's. A handle whose stream cannot be set is destroyed again, not kept half made.
+Handle& handle_for(void* stream) {
+  static std::map<std::pair<int, void*>, Handle> handles;
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
-  auto [it, inserted] = handles.try_emplace({device, stream}, nullptr);
-  if (inserted) {
+  std::lock_guard<std::mutex> lock(cache_mu);
+  Handle& handle = handles[{device, stream}];
+  if (handle.h == nullptr) {
     cudnnHandle_t h = nullptr;
-    const cudnnStatus_t status = cudnnCreate(&h);
-    if (status != CUDNN_STATUS_SUCCESS) handles.erase(it);
+    RG_CUDA_CHECK(cudnnCreate(&h));
+    const cudnnStatus_t status = cudnnSetStream(h, static_cast<cudaStream_t>(stream));
+    if (status != CUDNN_STATUS_SUCCESS) (void)cudnnDestroy(h);
     RG_CUDA_CHECK(status);
-    RG_CUDA_CHECK(cudnnSetStream(h, static_cast<cudaStream_t>(stream)));
-    it->second = h;
+    handle.h = h;
   }
-  return it->second;
+  return handle;
+}
+
+// No convolution to run: an empty batch, image or filter (cuDNN refuses zero-sized descriptors).
+bool empty(const Conv2dGeometry& g) {
+  return g.n == 0 || g.c == 0 || g.h == 0 || g.w == 0 || g.o == 0 || g.ho == 0 || g.wo == 0 ||
+         g.kh == 0 || g.kw == 0;
 }
 
 struct Choice {
@@ -133,7 +149,7 @@ Choice pick(const Perf* perf, int count, const char* pass) {
 using CacheKey = std::tuple<int, int, std::array<int64_t, 15>, int, bool>;
 
 // The cached algorithm of (current device, geometry, dtype, pass, math), chosen on first use.
-// Called with conv_mu held.
+// Called with h's mutex held.
 template <class T>
 Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g, ConvPass pass,
               bool allow_tf32) {
@@ -146,7 +162,10 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
       {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.ho, g.wo},
       int(data_type<T>()),
       allow_tf32};
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
   constexpr int kMax = 16;
   int count = 0;
   Choice c{};
@@ -166,6 +185,7 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
                                                                 kMax, &count, perf));
     c = pick(perf, count, "backward-weight");
   }
+  std::lock_guard<std::mutex> lock(cache_mu);
   cache.emplace(key, c);
   return c;
 }
@@ -186,18 +206,26 @@ void check_workspace(Choice c, void* workspace, int64_t bytes) {
 template <class T>
 int64_t conv2d_workspace_bytes(const Conv2dGeometry& g, ConvPass pass, bool allow_tf32,
                                void* stream) {
-  std::lock_guard<std::mutex> lock(conv_mu);
+  if (empty(g)) return 0;
+  Handle& h = handle_for(stream);
+  std::lock_guard<std::mutex> lock(h.mu);
   const Descriptors<T> d(g, allow_tf32);
-  return int64_t(choose<T>(handle_for(stream), d, g, pass, allow_tf32).workspace);
+  return int64_t(choose<T>(h.h, d, g, pass, allow_tf32).workspace);
 }
 
 template <class T>
 void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool allow_tf32,
                     void* workspace, int64_t workspace_bytes, void* stream) {
-  if (g.n == 0 || g.o == 0 || g.ho == 0 || g.wo == 0) return;
-  std::lock_guard<std::mutex> lock(conv_mu);
+  if (empty(g)) {
+    // y is empty unless the sum over c * kh * kw is: then the convolution is zero.
+    const size_t bytes = size_t(g.n * g.o * g.ho * g.wo) * sizeof(T);
+    if (bytes != 0) RG_CUDA_CHECK(cudaMemsetAsync(y, 0, bytes, static_cast<cudaStream_t>(stream)));
+    return;
+  }
+  Handle& handle = handle_for(stream);
+  std::lock_guard<std::mutex> lock(handle.mu);
   const Descriptors<T> d(g, allow_tf32);
-  cudnnHandle_t h = handle_for(stream);
+  cudnnHandle_t h = handle.h;
   const Choice c = choose<T>(h, d, g, ConvPass::forward, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
@@ -209,10 +237,17 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
 template <class T>
 void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* gx, bool allow_tf32,
                           void* workspace, int64_t workspace_bytes, void* stream) {
-  if (g.n == 0 || g.c == 0 || g.h == 0 || g.w == 0) return;
-  std::lock_guard<std::mutex> lock(conv_mu);
+  if (empty(g)) {
+    const size_t bytes = size_t(g.n * g.c * g.h * g.w) * sizeof(T);
+    if (bytes != 0) {
+      RG_CUDA_CHECK(cudaMemsetAsync(gx, 0, bytes, static_cast<cudaStream_t>(stream)));
+    }
+    return;
+  }
+  Handle& handle = handle_for(stream);
+  std::lock_guard<std::mutex> lock(handle.mu);
   const Descriptors<T> d(g, allow_tf32);
-  cudnnHandle_t h = handle_for(stream);
+  cudnnHandle_t h = handle.h;
   const Choice c = choose<T>(h, d, g, ConvPass::backward_data, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
@@ -225,9 +260,18 @@ template <class T>
 void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T* gw,
                             bool allow_tf32, void* workspace, int64_t workspace_bytes,
                             void* stream) {
-  std::lock_guard<std::mutex> lock(conv_mu);
+  if (empty(g)) {
+    // A sum over no samples (or no output pixels): zero.
+    const size_t bytes = size_t(g.o * g.c * g.kh * g.kw) * sizeof(T);
+    if (bytes != 0) {
+      RG_CUDA_CHECK(cudaMemsetAsync(gw, 0, bytes, static_cast<cudaStream_t>(stream)));
+    }
+    return;
+  }
+  Handle& handle = handle_for(stream);
+  std::lock_guard<std::mutex> lock(handle.mu);
   const Descriptors<T> d(g, allow_tf32);
-  cudnnHandle_t h = handle_for(stream);
+  cudnnHandle_t h = handle.h;
   const Choice c = choose<T>(h, d, g, ConvPass::backward_weight, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;

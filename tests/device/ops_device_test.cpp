@@ -240,6 +240,9 @@ TEST_P(DeviceOps, Conv2dThroughCudnn) {
       {{2, 3, 9, 11}, {4, 3, 3, 2}, {2, 1}, {0, 1}, {1, 1}, false},
       {{1, 2, 10, 10}, {3, 2, 3, 3}, {1, 2}, {2, 2}, {2, 2}, true},
       {{3, 4, 5, 5}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, true},
+      // An empty batch: cuDNN refuses zero-sized descriptors, so the kernels answer themselves
+      // (no output, zero weight and bias gradients), as the CPU does.
+      {{0, 3, 9, 11}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true},
   };
   for (const Case& c : cases) {
     const std::string what = "conv2d x" + shape_str(c.x) + " w" + shape_str(c.w);
