@@ -181,7 +181,16 @@ struct ProcessGroupNCCL::Impl {
     cuda::Event inputs_ready;
     inputs_ready.record(cuda::current_stream(device));
     inputs_ready.wait(*stream);
-    launch(as_cuda(*stream));
+    try {
+      launch(as_cuda(*stream));
+    } catch (const std::exception& e) {
+      // NCCL refused the call (the communicator failed meanwhile): the group is unusable, and the
+      // work fails with the reason instead of the caller's thread throwing mid-collective.
+      broken = pg.describe(op, seq, detail) + " could not be queued: " + e.what();
+      lock.unlock();
+      work->finish(std::make_exception_ptr(Error(broken)));
+      return work;
+    }
     for (const Tensor& t : keep) cuda::record_stream(t, *stream);
     work->end.record(*stream);
     work->mark_started();
@@ -197,18 +206,25 @@ struct ProcessGroupNCCL::Impl {
     std::unique_lock lock(mu);
     while (!stop) {
       cv.wait_for(lock, std::chrono::milliseconds(20));
-      // Completed works, in issue order.
-      while (!pending.empty() && pending.front()->end.query()) {
-        auto w = pending.front();
-        pending.pop_front();
-        details.erase(w->seq());
-        lock.unlock();
-        w->finish();
-        lock.lock();
-      }
       if (pending.empty()) continue;
+      // Works whose end event is reached, in issue order. An aborted or failed NCCL call also
+      // reaches its end event, so the communicator's error is read after the events: an error
+      // set by any of them is seen here, and they fail with it instead of completing.
+      size_t reached = 0;
+      while (reached < pending.size() && pending[reached]->end.query()) ++reached;
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm, &async);
+      if (async == ncclSuccess) {
+        for (; reached > 0; --reached) {
+          auto w = pending.front();
+          pending.pop_front();
+          details.erase(w->seq());
+          lock.unlock();
+          w->finish();
+          lock.lock();
+        }
+        if (pending.empty()) continue;
+      }
       const auto& oldest = pending.front();
       const bool timed_out = Clock::now() - oldest->issued > pg.options().timeout;
       if (async == ncclSuccess && !timed_out) continue;
@@ -217,7 +233,7 @@ struct ProcessGroupNCCL::Impl {
       if (timed_out)
         msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
       else
-        msg += std::string(" failed: ") + ncclGetErrorString(async);
+        msg += std::string(" failed: ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
       if (auto behind = board->ranks_behind(oldest->seq()))
         msg += behind->empty() ? "; every rank had started it"
                                : "; ranks that have not joined it: " + format_ranks(*behind);

@@ -268,16 +268,7 @@ class Runtime {
   bool live_event(cudaEvent_t e) const { return live_events_.count(e) != 0; }
   void add_event(cudaEvent_t e) { live_events_.insert(e); }
   void remove_event(cudaEvent_t e) { live_events_.erase(e); }
-  void remove_stream(CUstream_st* s) {
-    live_streams_.erase(s);
-    auto [b, e] = device_streams_.equal_range(s->device);
-    for (auto it = b; it != e; ++it) {
-      if (it->second == s) {
-        device_streams_.erase(it);
-        break;
-      }
-    }
-  }
+  void remove_stream(CUstream_st* s) { live_streams_.erase(s); }
 
  private:
   Runtime() { sticky_.resize(size_t(devices)); }
@@ -725,8 +716,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || s->legacy) return fail(cudaErrorInvalidResourceHandle);
-  // CUDA lets the queued work finish; the worker then idles forever (streams are never freed, so
-  // events recorded on it stay valid).
+  // CUDA lets the queued work finish; the worker then idles forever. The stream stays in its
+  // device's list (device synchronization, cudaFree and the legacy stream still wait for its
+  // queued work) and is never freed, so events recorded on it stay valid.
   r.remove_stream(s);
   return cudaSuccess;
 }
@@ -842,7 +834,10 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!start->timing || !end->timing || start->stream == nullptr || end->stream == nullptr) {
     return fail(cudaErrorInvalidResourceHandle);
   }
-  if (!start->reached_at->has_value() || !end->reached_at->has_value()) return cudaErrorNotReady;
+  // Reached by position under the lock: the worker writes the time before it counts the op done.
+  if (start->stream->completed < start->position || end->stream->completed < end->position) {
+    return cudaErrorNotReady;
+  }
   *ms = std::chrono::duration<float, std::milli>(**end->reached_at - **start->reached_at).count();
   return cudaSuccess;
 }

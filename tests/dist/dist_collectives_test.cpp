@@ -1,11 +1,17 @@
 // Multi-process tests (label dist), started by ctest through ringgrad-run exactly as users start
 // jobs: every rank runs this binary, joins the default group from the launch environment and
 // checks every collective; the DistFaults tests make one rank exit or stay away and check that
-// the others fail promptly with an error naming it.
+// the others fail promptly with an error naming it. RG_TEST_BACKEND=nccl runs the same checks on
+// ProcessGroupNCCL (in rg_emu_dist_collectives_tests: the emulated NCCL on emulated devices), and
+// DistNcclFaults its watchdog and the emulated NCCL's named mismatches.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "comm/init.h"
 #include "comm/process_group_gloo.h"
@@ -18,11 +24,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
+std::string test_backend() {
+  const char* b = std::getenv("RG_TEST_BACKEND");
+  return b != nullptr && *b != '\0' ? b : "gloo";
+}
+
 class DistEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     InitOptions o;
-    o.backend = "gloo";
+    o.backend = test_backend();
     o.group.timeout = 60s;
     o.group.ring_chunk_bytes = 4096;
     init_process_group(o);
@@ -96,6 +107,80 @@ TEST(DistFaults, RankThatNeverCalls) {
   // otherwise a rank that finished first would close its sockets under a slower one.
   if (store->add("never/errors", 1) == last) store->set("never/checked", "1");
   store->wait({"never/checked"}, 60s);
+}
+
+// NCCL works complete from the group's watchdog (wait() only orders the caller's stream), so a
+// failure is awaited on the host.
+std::string nccl_error_of(Work& w) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!w.is_completed() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  if (!w.is_completed()) return "(the work never completed)";
+  std::exception_ptr e = w.exception();
+  if (!e) return "(no error)";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+std::shared_ptr<ProcessGroup> nccl_fault_group(const char* name, Millis timeout) {
+  ProcessGroupOptions o;
+  o.name = name;
+  o.timeout = timeout;
+  return make_process_group("nccl", default_store(), default_group()->rank(),
+                            default_group()->size(), o);
+}
+
+Tensor device_ones(const ProcessGroup& pg, int64_t n) {
+  Tensor t = Tensor::empty({n}, DType::f32, pg.tensor_device());
+  t.fill_(1.0);
+  return t;
+}
+
+TEST(DistNcclFaults, RankThatNeverCallsEndsInANamedTimeoutAndAbort) {
+  auto pg = nccl_fault_group("nccl-never", 2s);
+  const int last = pg->size() - 1;
+  auto store = default_store();
+  if (pg->rank() != last) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto w = pg->all_reduce(device_ones(*pg, 1000));
+    const std::string e = nccl_error_of(*w);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(waited, 1500ms);
+    EXPECT_LT(waited, 30s);
+    EXPECT_NE(e.find("all_reduce #1"), std::string::npos) << e;
+    // The first rank to time out aborts the communicator, so a neighbour may see that first.
+    const bool timed_out = e.find("timed out after 2000 ms") != std::string::npos;
+    EXPECT_TRUE(timed_out || e.find("aborted the communicator") != std::string::npos) << e;
+    if (timed_out) {
+      EXPECT_NE(e.find("ranks that have not joined it: " + std::to_string(last)),
+                std::string::npos)
+          << e;
+    }
+    // The group is aborted: later work fails at once, naming the first error.
+    const std::string later = nccl_error_of(*pg->all_reduce(device_ones(*pg, 10)));
+    EXPECT_TRUE(later.find("unusable after an earlier failure") != std::string::npos ||
+                later.find("could not be queued") != std::string::npos)
+        << later;
+    std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
+    store->add("nccl-never/checked", 1);
+  }
+  // Everyone (the absent rank too) keeps its communicator until the callers have checked.
+  while (store->add("nccl-never/checked", 0) < last) std::this_thread::sleep_for(10ms);
+}
+
+TEST(DistNcclFaults, MismatchedCollectivesAreNamedInsteadOfHanging) {
+  auto pg = nccl_fault_group("nccl-mismatch", 60s);
+  Tensor t = device_ones(*pg, 64);
+  auto w = pg->rank() == 0 ? pg->all_reduce(t) : pg->broadcast(t, 0);
+  const std::string e = nccl_error_of(*w);
+  EXPECT_NE(e.find("ncclAllReduce"), std::string::npos) << e;
+  EXPECT_NE(e.find("ncclBroadcast"), std::string::npos) << e;
+  std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
+  default_group()->barrier()->wait();
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
-// The collective checks: inputs in = value(rank, i), expected results computed in double.
+// The collective checks: inputs in = value(rank, i), expected results computed in double. Tensors
+// live where the group wants them (the CPU for gloo, the rank's GPU for NCCL); values are made and
+// read on the host.
 #include "support/collective_checks.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "engine/dispatch.h"
@@ -19,16 +22,21 @@ namespace kcpu = rg::kernels::cpu;
 // Small integers: every partial sum over <= 8 ranks stays exact in f16 and bf16 (<= 256).
 double value(int rank, size_t i) { return double((rank + 1) * int((i % 7) + 1)); }
 
-Tensor filled(DType dtype, size_t count, int rank, size_t index_offset = 0) {
+Tensor filled(const dist::ProcessGroup& pg, DType dtype, size_t count, int rank) {
   Tensor t = Tensor::empty({int64_t(count)}, dtype);
   dispatch_all(dtype, [&]<class T>() {
     T* p = t.data<T>();
-    for (size_t i = 0; i < count; ++i) p[i] = kcpu::convert<T>(value(rank, i + index_offset));
+    for (size_t i = 0; i < count; ++i) p[i] = kcpu::convert<T>(value(rank, i));
   });
-  return t;
+  return t.to(pg.tensor_device());
 }
 
-std::vector<double> as_doubles(const Tensor& t) {
+Tensor empty(const dist::ProcessGroup& pg, int64_t count, DType dtype) {
+  return Tensor::empty({count}, dtype, pg.tensor_device());
+}
+
+std::vector<double> as_doubles(const Tensor& device_tensor) {
+  const Tensor t = device_tensor.to(Device::cpu());
   std::vector<double> v(static_cast<size_t>(t.numel()));
   dispatch_all(t.dtype(), [&]<class T>() {
     const T* p = t.data<T>();
@@ -72,7 +80,7 @@ void expect_values(const std::vector<double>& got, const std::vector<double>& wa
 }  // namespace
 
 void check_all_reduce(dist::ProcessGroup& pg, DType dtype, size_t count, ReduceOp op) {
-  Tensor t = filled(dtype, count, pg.rank());
+  Tensor t = filled(pg, dtype, count, pg.rank());
   pg.all_reduce(t, op)->wait();
   std::vector<double> want(count);
   for (size_t i = 0; i < count; ++i) want[i] = reduce_expected(op, pg.size(), i, dtype);
@@ -81,7 +89,7 @@ void check_all_reduce(dist::ProcessGroup& pg, DType dtype, size_t count, ReduceO
 }
 
 void check_broadcast(dist::ProcessGroup& pg, DType dtype, size_t count, int root) {
-  Tensor t = filled(dtype, count, pg.rank());
+  Tensor t = filled(pg, dtype, count, pg.rank());
   pg.broadcast(t, root)->wait();
   std::vector<double> want(count);
   for (size_t i = 0; i < count; ++i) want[i] = value(root, i);
@@ -90,38 +98,48 @@ void check_broadcast(dist::ProcessGroup& pg, DType dtype, size_t count, int root
 }
 
 void check_all_gather(dist::ProcessGroup& pg, DType dtype, size_t count) {
-  Tensor in = filled(dtype, count, pg.rank());
-  Tensor out = Tensor::empty({int64_t(count) * pg.size()}, dtype);
+  Tensor in = filled(pg, dtype, count, pg.rank());
+  Tensor out = empty(pg, int64_t(count) * pg.size(), dtype);
   pg.all_gather(out, in)->wait();
   std::vector<double> want;
   for (int r = 0; r < pg.size(); ++r)
     for (size_t i = 0; i < count; ++i) want.push_back(value(r, i));
   expect_values(as_doubles(out), want, where(pg, "all_gather", dtype, count));
-  expect_values(as_doubles(in), as_doubles(filled(dtype, count, pg.rank())),
+  expect_values(as_doubles(in), as_doubles(filled(pg, dtype, count, pg.rank())),
                 where(pg, "all_gather (input unchanged)", dtype, count));
 }
 
 void check_reduce_scatter(dist::ProcessGroup& pg, DType dtype, size_t block, ReduceOp op) {
   const size_t n = block * size_t(pg.size());
-  Tensor in = filled(dtype, n, pg.rank());
-  Tensor out = Tensor::empty({int64_t(block)}, dtype);
+  Tensor in = filled(pg, dtype, n, pg.rank());
+  Tensor out = empty(pg, int64_t(block), dtype);
   pg.reduce_scatter(out, in, op)->wait();
   std::vector<double> want(block);
   for (size_t i = 0; i < block; ++i)
     want[i] = reduce_expected(op, pg.size(), block * size_t(pg.rank()) + i, dtype);
   expect_values(as_doubles(out), want,
                 where(pg, "reduce_scatter", dtype, block) + " " + dist::reduce_op_name(op));
-  expect_values(as_doubles(in), as_doubles(filled(dtype, n, pg.rank())),
+  expect_values(as_doubles(in), as_doubles(filled(pg, dtype, n, pg.rank())),
                 where(pg, "reduce_scatter (input unchanged)", dtype, block));
 }
 
 void check_send_recv(dist::ProcessGroup& pg, DType dtype, size_t count) {
   if (pg.size() == 1) return;
   const int right = (pg.rank() + 1) % pg.size(), left = (pg.rank() + pg.size() - 1) % pg.size();
-  Tensor out = filled(dtype, count, pg.rank());
-  Tensor in = Tensor::empty({int64_t(count)}, dtype);
-  auto s = pg.send(out, right, 7);
-  auto r = pg.recv(in, left, 7);
+  Tensor out = filled(pg, dtype, count, pg.rank());
+  Tensor in = empty(pg, int64_t(count), dtype);
+  // NCCL matches sends and receives by order and takes no tag.
+  const uint32_t tag = std::string(pg.backend()) == "nccl" ? 0 : 7;
+  // Even ranks send first, odd ranks receive first: NCCL's ungrouped send blocks its stream until
+  // the peer receives, so "everyone sends first" could deadlock around the ring.
+  dist::WorkPtr s, r;
+  if (pg.rank() % 2 == 0) {
+    s = pg.send(out, right, tag);
+    r = pg.recv(in, left, tag);
+  } else {
+    r = pg.recv(in, left, tag);
+    s = pg.send(out, right, tag);
+  }
   r->wait();
   s->wait();
   std::vector<double> want(count);
