@@ -27,7 +27,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                                  DdpOptions options)
     : module_(std::move(module)), pg_(pg ? std::move(pg) : default_group()), options_(options) {
   RG_CHECK(module_ != nullptr, "DistributedDataParallel: module is null");
-  check_module_device(module_->named_parameters(), *pg_, options_);
+  check_module_device(module_->named_parameters(), *pg_);
   verify_parameter_shapes();
   broadcast_state(/*params=*/true, /*buffers=*/true);
   reducer_ = std::make_unique<Reducer>(module_->named_parameters(), pg_, options_);

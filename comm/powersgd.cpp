@@ -1,47 +1,30 @@
-// PowerSGD's three phases on the CPU: OpenBLAS GEMMs for the factors, Gram-Schmidt in f64 for
-// the orthonormalization (P has few columns, and f32 Gram-Schmidt loses orthogonality when they
-// are nearly dependent).
+// PowerSGD's three phases in tensor ops, so the same code runs on the CPU and on a CUDA device
+// (each on the caller's current stream there): GEMMs into windows of the flat buffers
+// (matmul_out) and Gram-Schmidt in f64 for the orthonormalization (orthonormalize_columns_; P
+// has few columns, and f32 Gram-Schmidt loses orthogonality when they are nearly dependent).
 #include "comm/powersgd.h"
-
-#include <cmath>
-#include <cstring>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/generator.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
-#include "kernels/cpu/gemm.h"
+#include "engine/ops/matmul.h"
+#include "engine/ops/orthonormalize.h"
 #include "kernels/error.h"
 
 namespace rg::dist {
 namespace {
 
-namespace kcpu = rg::kernels::cpu;
+// The same Q on every rank: drawn from (seed, bucket) on the host, then moved to the bucket's
+// device.
+Tensor initial_q(uint64_t seed, size_t id, int64_t q_total, Device device) {
+  Generator gen(seed + id);
+  return randn({std::max<int64_t>(q_total, 1)}, gen).to(device);
+}
 
-// Columns of the row-major n x r matrix `p` made orthonormal in place: modified Gram-Schmidt in
-// f64, twice ("twice is enough" for orthogonality to working precision). A column that is
-// (numerically) a combination of the previous ones becomes zero rather than normalized noise,
-// which would overlap the others and double-count their directions.
-void orthonormalize(float* p, int64_t n, int64_t r) {
-  std::vector<double> q(static_cast<size_t>(n * r));
-  for (int64_t k = 0; k < n * r; ++k) q[size_t(k)] = p[k];
-  auto at = [&](int64_t row, int64_t col) -> double& { return q[size_t(row * r + col)]; };
-  for (int64_t i = 0; i < r; ++i) {
-    double before = 0;
-    for (int64_t k = 0; k < n; ++k) before += at(k, i) * at(k, i);
-    for (int pass = 0; pass < 2; ++pass)
-      for (int64_t j = 0; j < i; ++j) {
-        double dot = 0;
-        for (int64_t k = 0; k < n; ++k) dot += at(k, j) * at(k, i);
-        for (int64_t k = 0; k < n; ++k) at(k, i) -= dot * at(k, j);
-      }
-    double norm = 0;
-    for (int64_t k = 0; k < n; ++k) norm += at(k, i) * at(k, i);
-    norm = std::sqrt(norm);
-    const double scale = norm > 1e-6 * std::sqrt(before) && norm > 0 ? 1.0 / norm : 0.0;
-    for (int64_t k = 0; k < n; ++k) at(k, i) *= scale;
-  }
-  for (int64_t k = 0; k < n * r; ++k) p[k] = float(q[size_t(k)]);
+// Row-major [rows, cols] window of a flat tensor.
+Tensor matrix(const Tensor& flat, int64_t offset, int64_t rows, int64_t cols) {
+  return flat.flat_narrow(offset, rows * cols).view({rows, cols});
 }
 
 }  // namespace
@@ -49,6 +32,7 @@ void orthonormalize(float* p, int64_t n, int64_t r) {
 Tensor PowerSgd::begin(size_t id, const Tensor& flat, const std::vector<Shape>& shapes) {
   NoGradGuard no_grad;
   RG_CHECK(flat.dtype() == DType::f32, "PowerSGD compresses f32 buckets only");
+  const Device device = flat.device();
   Bucket& b = buckets_[id];
   if (b.entries.empty()) {  // first time: layout, zero error, random Q (same seed everywhere)
     int64_t offset = 0;
@@ -72,31 +56,26 @@ Tensor PowerSgd::begin(size_t id, const Tensor& flat, const std::vector<Shape>& 
       b.entries.push_back(e);
     }
     RG_CHECK(offset == flat.numel(), "PowerSGD: shapes do not cover the bucket");
-    b.error = zeros({flat.numel()});
-    Generator gen(opt_.seed + id);
-    b.q = randn({std::max<int64_t>(b.q_total, 1)}, gen);
+    b.error = zeros({flat.numel()}, DType::f32, device);
+    b.q = initial_q(opt_.seed, id, b.q_total, device);
   } else if (!opt_.warm_start) {
-    Generator gen(opt_.seed + id);
-    b.q = randn({std::max<int64_t>(b.q_total, 1)}, gen);
+    b.q = initial_q(opt_.seed, id, b.q_total, device);
   }
   // Back to this rank's own gradient (the bucket holds gradient / world_size), plus the error.
   Tensor m = flat;
   mul_(m, double(world_));
   if (opt_.error_feedback) add_(m, b.error);
-  Tensor out = Tensor::empty({b.uncompressed + b.p_total});
-  float* o = out.data<float>();
-  const float* src = flat.data<float>();
-  const float* q = b.q.data<float>();
+  Tensor out = Tensor::empty({b.uncompressed + b.p_total}, DType::f32, device);
   int64_t u = 0, p = b.uncompressed, qo = 0;
   for (const Entry& e : b.entries) {
     if (!e.r) {
-      std::memcpy(o + u, src + e.offset, size_t(e.numel) * sizeof(float));
+      out.flat_narrow(u, e.numel).copy_(flat.flat_narrow(e.offset, e.numel));
       u += e.numel;
       continue;
     }
     // P (n x r) = M (n x m) Q (m x r)
-    kcpu::gemm<float>(false, false, e.n, e.r, e.m, 1.f, src + e.offset, e.m, q + qo, e.r, 0.f,
-                      o + p, e.r);
+    matmul_out(matrix(flat, e.offset, e.n, e.m), false, matrix(b.q, qo, e.m, e.r), false,
+               matrix(out, p, e.n, e.r));
     p += e.n * e.r;
     qo += e.m * e.r;
   }
@@ -104,17 +83,17 @@ Tensor PowerSgd::begin(size_t id, const Tensor& flat, const std::vector<Shape>& 
 }
 
 Tensor PowerSgd::middle(size_t id, const Tensor& flat, const Tensor& reduced_p) {
+  NoGradGuard no_grad;
   Bucket& b = buckets_.at(id);
   b.reduced_p = reduced_p;
-  float* p = reduced_p.data<float>() + b.uncompressed;
-  const float* m = flat.data<float>();
-  Tensor q = Tensor::empty({std::max<int64_t>(b.q_total, 1)});
-  float* qo = q.data<float>();
+  Tensor q = Tensor::empty({std::max<int64_t>(b.q_total, 1)}, DType::f32, flat.device());
+  int64_t p = b.uncompressed, qo = 0;
   for (const Entry& e : b.entries) {
     if (!e.r) continue;
-    orthonormalize(p, e.n, e.r);
+    const Tensor pm = matrix(reduced_p, p, e.n, e.r);
+    orthonormalize_columns_(pm);
     // Q (m x r) = M^T (m x n) P (n x r)
-    kcpu::gemm<float>(true, false, e.m, e.r, e.n, 1.f, m + e.offset, e.m, p, e.r, 0.f, qo, e.r);
+    matmul_out(matrix(flat, e.offset, e.n, e.m), true, pm, false, matrix(q, qo, e.m, e.r));
     p += e.n * e.r;
     qo += e.m * e.r;
   }
@@ -127,35 +106,30 @@ void PowerSgd::finish(size_t id, const Tensor& flat, const Tensor& reduced_q) {
   // The all-reduces summed local gradients; the averages are what DDP writes back.
   Tensor q_avg = reduced_q;
   mul_(q_avg, 1.0 / world_);
-  Tensor p_all = b.reduced_p;
   if (b.uncompressed > 0) {
-    Tensor u_avg = p_all.flat_narrow(0, b.uncompressed);
+    Tensor u_avg = b.reduced_p.flat_narrow(0, b.uncompressed);
     mul_(u_avg, 1.0 / world_);
   }
   b.q = reduced_q;  // warm start: next iteration begins from this Q
-  float* mflat = flat.data<float>();
-  float* err = b.error.data<float>();
-  const float* u = b.reduced_p.data<float>();
-  const float* p = u + b.uncompressed;
-  const float* q = reduced_q.data<float>();
-  std::vector<float> approx;
+  int64_t u = 0, p = b.uncompressed, qo = 0;
   for (const Entry& e : b.entries) {
-    float* mine = mflat + e.offset;
+    Tensor mine = flat.flat_narrow(e.offset, e.numel);
+    Tensor err = b.error.flat_narrow(e.offset, e.numel);
     if (!e.r) {
-      std::memcpy(mine, u, size_t(e.numel) * sizeof(float));
-      std::fill(err + e.offset, err + e.offset + e.numel, 0.f);
+      mine.copy_(b.reduced_p.flat_narrow(u, e.numel));
+      err.zero_();
       u += e.numel;
       continue;
     }
-    approx.resize(size_t(e.numel));
     // approx (n x m) = P (n x r) Q^T (r x m)
-    kcpu::gemm<float>(false, true, e.n, e.m, e.r, 1.f, p, e.r, q, e.r, 0.f, approx.data(), e.m);
-    for (int64_t k = 0; k < e.numel; ++k) {
-      if (opt_.error_feedback) err[e.offset + k] = mine[k] - approx[size_t(k)];
-      mine[k] = approx[size_t(k)];
-    }
+    const Tensor approx = Tensor::empty({e.n, e.m}, DType::f32, flat.device());
+    matmul_out(matrix(b.reduced_p, p, e.n, e.r), false, matrix(reduced_q, qo, e.m, e.r), true,
+               approx);
+    const Tensor approx_flat = approx.view({e.numel});
+    if (opt_.error_feedback) err.copy_(sub(mine, approx_flat));
+    mine.copy_(approx_flat);
     p += e.n * e.r;
-    q += e.m * e.r;
+    qo += e.m * e.r;
   }
   b.reduced_p = Tensor();
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm/prefix_store.h"
@@ -21,7 +22,9 @@
 #include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
+#include "engine/cuda/stream_trace.h"
 #include "engine/dispatch.h"
+#include "engine/trace.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/error.h"
@@ -182,6 +185,12 @@ struct ProcessGroupNCCL::Impl {
     inputs_ready.record(cuda::current_stream(device));
     inputs_ready.wait(*stream);
     try {
+      // On the trace, the collective's time on the communication stream (its own lane).
+      std::optional<cuda::StreamSpan> span;
+      if (trace::enabled())
+        span.emplace(rg::detail::cat(op, " ", detail), "nccl", *stream,
+                     rg::detail::cat("cuda:", device, " NCCL stream"),
+                     rg::detail::cat("{\"seq\":", seq, "}"));
       launch(as_cuda(*stream));
     } catch (const std::exception& e) {
       // NCCL refused the call (the communicator failed meanwhile): the group is unusable, and the

@@ -290,7 +290,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
 };
 
 void check_module_device(const std::vector<std::pair<std::string, Tensor>>& params,
-                         const ProcessGroup& pg, const DdpOptions& options) {
+                         const ProcessGroup& pg) {
   if (params.empty()) return;
   const Device device = params.front().second.device();
   for (const auto& [name, t] : params) {
@@ -300,8 +300,6 @@ void check_module_device(const std::vector<std::pair<std::string, Tensor>>& para
   RG_CHECK(device == pg.tensor_device(), "DDP: the module is on ", device.str(), " but the ",
            pg.backend(), " process group works on ", pg.tensor_device().str(),
            device.is_cuda() ? " (use the nccl backend for CUDA modules)" : "");
-  RG_CHECK(!(device.is_cuda() && options.comm_hook == "powersgd"),
-           "DDP: the PowerSGD hook is not implemented on CUDA yet (use allreduce, fp16 or bf16)");
 }
 
 Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOptions options)
@@ -332,7 +330,7 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   for (const auto& [name, t] : s.params)
     RG_CHECK(is_floating(t.dtype()), "DDP: parameter '", name, "' is ", dtype_name(t.dtype()),
              "; only floating-point parameters can be reduced");
-  check_module_device(s.params, *s.pg, options);
+  check_module_device(s.params, *s.pg);
   // Until the first iteration shows the real order, assume gradients arrive in reverse
   // registration order (the last layer's first), as PyTorch does.
   std::vector<size_t> order;

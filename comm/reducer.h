@@ -45,10 +45,10 @@ struct IterationTimeline {
   std::vector<int> launch_order;  // bucket indices in the order they were issued
 };
 
-// The parameters are on one device, the one `pg` reduces (tensor_device()), and the options
-// work there; a clear rg::Error otherwise.
+// The parameters are on one device, the one `pg` reduces (tensor_device()); a clear rg::Error
+// otherwise.
 void check_module_device(const std::vector<std::pair<std::string, Tensor>>& params,
-                         const ProcessGroup& pg, const DdpOptions& options);
+                         const ProcessGroup& pg);
 
 class Reducer {
  public:

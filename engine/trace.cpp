@@ -1,6 +1,7 @@
 // The in-memory trace buffer and its Chrome JSON writer (nlohmann-json does the escaping).
 #include "engine/trace.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -63,13 +64,36 @@ void span(std::string name, std::string category, Clock::time_point start, Clock
        std::max<int64_t>(0, to_us(end) - to_us(start)), lane, std::move(args_json)});
 }
 
+void deferred_span(std::string name, std::string category, Clock::time_point start,
+                   Clock::time_point end, int lane, std::string args_json) {
+  add({std::move(name), std::move(category), 'X', to_us(start),
+       std::max<int64_t>(0, to_us(end) - to_us(start)), lane, std::move(args_json)});
+}
+
 void instant(std::string name, std::string category, Clock::time_point at, int lane,
              std::string args_json) {
   if (!enabled()) return;
   add({std::move(name), std::move(category), 'i', to_us(at), 0, lane, std::move(args_json)});
 }
 
+namespace {
+std::atomic<void (*)()> g_resolve_hook{nullptr};
+}
+
+void set_resolve_hook(void (*hook)()) { g_resolve_hook.store(hook); }
+
+int lane_named(const std::string& name) {
+  Buffer& b = buffer();
+  std::lock_guard lock(b.mu);
+  for (const auto& [lane, n] : b.lanes)
+    if (n == name) return lane;
+  const int lane = std::max(16, b.lanes.rbegin()->first + 1);
+  b.lanes[lane] = name;
+  return lane;
+}
+
 std::vector<Event> take_events() {
+  if (auto hook = g_resolve_hook.load()) hook();
   Buffer& b = buffer();
   std::lock_guard lock(b.mu);
   std::vector<Event> out;

@@ -33,6 +33,10 @@ void set_enabled(bool on);
 void name_lane(int lane, const std::string& name);
 void span(std::string name, std::string category, Clock::time_point start, Clock::time_point end,
           int lane = 0, std::string args_json = "");
+// A span measured while tracing was on and resolved later (stream work): kept even if tracing
+// has been turned off since.
+void deferred_span(std::string name, std::string category, Clock::time_point start,
+                   Clock::time_point end, int lane, std::string args_json = "");
 void instant(std::string name, std::string category, Clock::time_point at, int lane = 0,
              std::string args_json = "");
 
@@ -69,8 +73,13 @@ class NameScope {
 };
 const std::string& current_scope();
 
-// Takes the events recorded so far (and the lane names) out of the buffer.
+// Takes the events recorded so far (and the lane names) out of the buffer. Spans whose times are
+// known only later (work on CUDA streams, engine/cuda/stream_trace.h) are resolved first, by the
+// hook that their recorder installs.
 std::vector<Event> take_events();
+void set_resolve_hook(void (*hook)());
+// The lane called `name`, numbered on first use from 16 up (lanes of streams: "cuda:0 NCCL").
+int lane_named(const std::string& name);
 std::vector<std::pair<int, std::string>> lane_names();
 
 // The events of several processes as one Chrome trace: process p is named `process_names[p]`.

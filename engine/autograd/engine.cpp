@@ -2,11 +2,13 @@
 // per-node gradient buffers, shape checks on every produced gradient, then final callbacks.
 #include "engine/autograd/engine.h"
 
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
+#include "engine/cuda/stream_trace.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/trace.h"
@@ -114,11 +116,19 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     if (grad.defined()) {
       const bool traced = trace::enabled();
       const auto t0 = traced ? trace::Clock::now() : trace::Clock::time_point{};
+      std::string span_name;
+      std::optional<cuda::StreamSpan> on_stream;  // when the kernels really ran
+      if (traced) {
+        span_name = node->scope().empty() ? node->name() : node->scope() + ": " + node->name();
+        if (grad.device().is_cuda()) {
+          const cuda::Stream stream = cuda::current_stream(grad.device().index);
+          on_stream.emplace(span_name, "backward kernels", stream, stream.str() + " stream");
+        }
+      }
       input_grads = node->apply(grad);
+      on_stream.reset();
       if (!retain_graph) node->release_saved();
-      if (traced)
-        trace::span(node->scope().empty() ? node->name() : node->scope() + ": " + node->name(),
-                    "backward", t0, trace::Clock::now());
+      if (traced) trace::span(std::move(span_name), "backward", t0, trace::Clock::now());
     }
     const auto& edges = node->next_edges();
     RG_CHECK(input_grads.empty() || input_grads.size() == edges.size(), node->name(), " returned ",

@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "engine/autograd/function.h"
+#include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/gemm.h"
@@ -152,6 +153,26 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     return out.view({a.size(0), a.size(1), b.size(1)});
   }
   return batched_matmul(a, b);
+}
+
+void matmul_out(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out) {
+  check_inputs("matmul_out", {a, b, out});
+  check_dim("matmul_out", a, 2, "[m, k] (or [k, m] transposed)");
+  check_dim("matmul_out", b, 2, "[k, n] (or [n, k] transposed)");
+  check_dim("matmul_out", out, 2, "[m, n]");
+  const int64_t m = a.size(trans_a ? 1 : 0), k = a.size(trans_a ? 0 : 1);
+  const int64_t kb = b.size(trans_b ? 1 : 0), n = b.size(trans_b ? 0 : 1);
+  RG_CHECK(k == kb && out.size(0) == m && out.size(1) == n, "matmul_out: shapes ",
+           shape_str(a.shape()), trans_a ? "^T" : "", " x ", shape_str(b.shape()),
+           trans_b ? "^T" : "", " -> ", shape_str(out.shape()), " do not fit");
+  RG_CHECK(!(GradMode::is_enabled() && out.requires_grad()),
+           "matmul_out: writes into a tensor that requires grad");
+  const GemmDevice dev(a);
+  dispatch_on(a.device(), a.dtype(), "matmul_out", [&]<class T, bool kCuda>() {
+    gemm_dense<T, kCuda>(dev, trans_a, trans_b, m, n, k, a.data<T>(), b.data<T>(), out.data<T>(),
+                         false);
+  });
+  out.bump_version();
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -14,6 +14,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // y has x's shape with the last dimension replaced by out.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// out = op(a) op(b) with op a transpose where the flag says so: a is [m, k] ([k, m] with trans_a),
+// b is [k, n] ([n, k] with trans_b), out a defined [m, n] tensor of the same dtype and device,
+// overwritten. No autograd. For code that multiplies windows of flat buffers where they lie, such
+// as PowerSGD's factors of a gradient bucket.
+void matmul_out(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out);
+
 // Whether CUDA f32 matmul/linear may use TF32 tensor cores (10-bit mantissa inputs, f32
 // accumulation), like torch.backends.cuda.matmul.allow_tf32; off by default, as in PyTorch.
 void set_matmul_allow_tf32(bool allow);

@@ -1,0 +1,108 @@
+// StreamSpan's queue and the per-device clock anchors.
+#include "engine/cuda/stream_trace.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "engine/cuda/event.h"
+#include "engine/cuda/runtime.h"
+#include "engine/trace.h"
+
+namespace rg::cuda {
+
+struct StreamSpan::Pending {
+  std::string name, category, args;
+  int lane = 0;
+  int device = 0;
+  Event start{true}, end{true};
+};
+
+namespace {
+
+struct Anchor {
+  Event event{true};
+  trace::Clock::time_point host;
+};
+
+struct Queue {
+  std::mutex mu;
+  std::vector<std::unique_ptr<StreamSpan::Pending>> spans;
+  std::map<int, std::unique_ptr<Anchor>> anchors;  // by device
+};
+
+Queue& queue() {
+  static Queue* q = new Queue;  // never destroyed: spans may be queued from exiting threads
+  return *q;
+}
+
+// The device's anchor: an event on a stream that has no other work, so synchronizing it costs
+// nothing, with the host time at which it was reached.
+Anchor& anchor_of(Queue& q, int device) {
+  auto& a = q.anchors[device];
+  if (!a) {
+    a = std::make_unique<Anchor>();
+    const Stream own(device, runtime().backend().create_stream(device));
+    a->event.record(own);
+    a->event.synchronize();
+    a->host = trace::Clock::now();
+  }
+  return *a;
+}
+
+trace::Clock::time_point host_time(const Anchor& a, const Event& e) {
+  const double ms = a.event.elapsed_ms(e);
+  return a.host + std::chrono::duration_cast<trace::Clock::duration>(
+                      std::chrono::duration<double, std::milli>(ms));
+}
+
+}  // namespace
+
+StreamSpan::StreamSpan(std::string name, std::string category, const Stream& stream,
+                       std::string lane, std::string args_json)
+    : stream_(stream) {
+  if (!trace::enabled()) return;
+  {
+    Queue& q = queue();
+    std::lock_guard lock(q.mu);
+    anchor_of(q, stream.device_index());
+  }
+  pending_ = std::make_unique<Pending>();
+  pending_->name = std::move(name);
+  pending_->category = std::move(category);
+  pending_->args = std::move(args_json);
+  pending_->lane = trace::lane_named(lane);
+  pending_->device = stream.device_index();
+  pending_->start.record(stream);
+}
+
+StreamSpan::~StreamSpan() {
+  if (!pending_) return;
+  try {
+    pending_->end.record(stream_);
+    trace::set_resolve_hook(&resolve_stream_spans);
+    Queue& q = queue();
+    std::lock_guard lock(q.mu);
+    q.spans.push_back(std::move(pending_));
+  } catch (...) {
+    // Tracing must never fail the traced work: the span is dropped.
+  }
+}
+
+void resolve_stream_spans() {
+  Queue& q = queue();
+  std::vector<std::unique_ptr<StreamSpan::Pending>> spans;
+  {
+    std::lock_guard lock(q.mu);
+    spans.swap(q.spans);
+  }
+  for (auto& s : spans) {
+    s->end.synchronize();
+    std::lock_guard lock(q.mu);
+    const Anchor& a = anchor_of(q, s->device);
+    trace::deferred_span(std::move(s->name), std::move(s->category), host_time(a, s->start),
+                host_time(a, s->end), s->lane, std::move(s->args));
+  }
+}
+
+}  // namespace rg::cuda
