@@ -152,7 +152,10 @@ void check_everything(dist::ProcessGroup& pg, bool heavy) {
   // Chunks of 256 B make the 1000-element case cross several chunks per block.
   std::vector<size_t> counts = {0, 1, n > 1 ? n - 1 : 2, n + 1, 1000, 4099};
   if (heavy) counts.push_back((size_t(1) << 18) + 3);
-  const DType dtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64};
+  // Every dtype a group takes; u8 sums stay below 256 for up to 4 ranks (at most 10 * 7).
+  std::vector<DType> dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64,
+                               DType::i32};
+  if (n <= 4) dtypes.push_back(DType::u8);
   for (DType dt : dtypes) {
     for (size_t c : counts) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min})
@@ -162,6 +165,11 @@ void check_everything(dist::ProcessGroup& pg, bool heavy) {
       check_reduce_scatter(pg, dt, c / n + (c % 2), c % 2 ? ReduceOp::max : ReduceOp::sum);
       check_send_recv(pg, dt, c);
     }
+  }
+  // 64 MiB: many chunks of NCCL's and our ring's pipelines, and the sizes DDP buckets reach.
+  if (heavy) {
+    check_all_reduce(pg, DType::f32, (size_t(1) << 24) + 1, ReduceOp::sum);
+    check_broadcast(pg, DType::f32, size_t(1) << 24, 1 % int(n));
   }
   pg.barrier()->wait();
 }
