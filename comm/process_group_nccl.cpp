@@ -401,6 +401,9 @@ WorkPtr ProcessGroupNCCL::barrier() {
 WorkPtr ProcessGroupNCCL::send(const Tensor& t, int dst, uint32_t tag) {
   impl_->check_tensor(t, "send", "input");
   check_rank(dst, "send", "destination");
+  // As Gloo does: NCCL takes a send to self only grouped with its receive; alone it would be
+  // refused at enqueue and leave the whole group unusable.
+  RG_CHECK(dst != rank(), "send: rank ", rank(), " cannot send to itself");
   RG_CHECK(tag == 0, "send: NCCL matches sends and receives by order, not by tag (tag ", tag, ")");
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "] to ", dst);
   return impl_->enqueue("send", d, {t}, [&](cudaStream_t s) {
@@ -412,6 +415,7 @@ WorkPtr ProcessGroupNCCL::send(const Tensor& t, int dst, uint32_t tag) {
 WorkPtr ProcessGroupNCCL::recv(const Tensor& t, int src, uint32_t tag) {
   impl_->check_tensor(t, "recv", "output");
   check_rank(src, "recv", "source");
+  RG_CHECK(src != rank(), "recv: rank ", rank(), " cannot receive from itself");
   RG_CHECK(tag == 0, "recv: NCCL matches sends and receives by order, not by tag (tag ", tag, ")");
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "] from ", src);
   return impl_->enqueue("recv", d, {t}, [&](cudaStream_t s) {

@@ -13,6 +13,7 @@
 #include "engine/cuda/memory.h"
 #include "engine/cuda/stream.h"
 #include "engine/dispatch.h"
+#include "engine/ops/check.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cuda/fill_cast.h"
@@ -217,7 +218,7 @@ void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
     cuda::copy_bytes(*dst.storage(), byte_offset(dst), *converted.storage(), 0, dst.nbytes(),
                      non_blocking);
   } else {
-    void* stream = cuda::current_stream(dst.device().index).handle();
+    void* stream = cuda_stream(dst);  // dst's device current: a null stream means its own
     dispatch_all(src.dtype(), [&]<class S>() {
       dispatch_all(dst.dtype(), [&]<class D>() {
         kernels::cuda::cast<S, D>(src.data<S>(), dst.data<D>(), dst.numel(), stream);
@@ -257,7 +258,7 @@ Tensor& Tensor::fill_(double value) {
     if (value == 0.0 && !std::signbit(value)) {  // zero is all-zero bytes in every dtype
       cuda::zero_bytes(*storage(), byte_offset(*this), nbytes());
     } else {
-      void* stream = cuda::current_stream(device().index).handle();
+      void* stream = cuda_stream(*this);  // as the ops: the kernel runs on this tensor's device
       dispatch_all(dtype(), [&]<class T>() {
         kernels::cuda::fill<T>(data<T>(), kernels::cpu::convert<T>(value), numel(), stream);
       });

@@ -14,19 +14,14 @@
 #include "engine/ops/factory.h"
 #include "support/collective_checks.h"
 #include "support/errors.h"
+#include "support/run_ranks.h"
 
 namespace rg::dist {
 namespace {
 
 using namespace std::chrono_literals;
 using rg::testing::error_of;
-
-// Runs body(rank) on `n` threads; rethrows nothing (gtest records failures from any thread).
-void run_ranks(int n, const std::function<void(int rank)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r); });
-  for (auto& t : threads) t.join();
-}
+using rg::testing::run_ranks;
 
 ProcessGroupOptions small_chunks(Algorithm algo, Millis timeout = 30s) {
   ProcessGroupOptions o;

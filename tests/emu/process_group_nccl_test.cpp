@@ -1,0 +1,87 @@
+// ProcessGroupNCCL with threads as ranks, each on its own emulated device (RG_EMU_DEVICES=3, one
+// process, one HashStore): argument errors refused before anything is queued.
+#include "comm/process_group_nccl.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "comm/hash_store.h"
+#include "engine/cuda/runtime.h"
+#include "engine/tensor.h"
+#include "support/collective_checks.h"
+#include "support/errors.h"
+#include "support/run_ranks.h"
+
+namespace rg::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using rg::testing::expect_error;
+using rg::testing::run_ranks;
+
+constexpr int kWorld = 3;
+
+ProcessGroupOptions small_chunks() {
+  ProcessGroupOptions o;
+  o.timeout = 60s;
+  return o;
+}
+
+class ProcessGroupNcclThreads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(nccl_available());
+    ASSERT_GE(cuda::runtime().device_count(), kWorld)
+        << "run with RG_EMU_DEVICES=" << kWorld << " (ctest sets it)";
+  }
+};
+
+TEST_F(ProcessGroupNcclThreads, BadArgumentsAreRefusedAndLeaveTheGroupUsable) {
+  constexpr int kPair = 2;
+  auto store = std::make_shared<HashStore>();
+  run_ranks(kPair, [&](int rank) {
+    ProcessGroupNCCL pg(store, rank, kPair, small_chunks());
+    const int peer = 1 - rank;
+    const Device mine = Device::cuda(rank);
+    const Tensor t = Tensor::empty({8}, DType::f32, mine);
+    const std::string on = "; this NCCL group uses cuda:" + std::to_string(rank);
+    expect_error([&] { pg.all_reduce(Tensor::empty({8})); },
+                 "all_reduce: the input tensor is on cpu" + on);
+    expect_error([&] { pg.broadcast(Tensor::empty({8}, DType::f32, Device::cuda(peer)), 0); },
+                 "broadcast: the input tensor is on cuda:" + std::to_string(peer) + on);
+    expect_error([&] { pg.all_reduce(Tensor()); }, "all_reduce: the input tensor is undefined");
+    expect_error([&] { pg.broadcast(t, 2); },
+                 "broadcast: root rank 2 is outside the group of size 2");
+    expect_error([&] { pg.all_gather(Tensor::empty({8}, DType::f32, mine), t); },
+                 "all_gather: output must hold group size 2 x input 8 elements");
+    expect_error([&] { pg.all_gather(Tensor::empty({16}, DType::f64, mine), t); },
+                 "of the input's dtype");
+    expect_error([&] { pg.reduce_scatter(t, Tensor::empty({8}, DType::f32, mine)); },
+                 "reduce_scatter: input must hold group size 2 x output 8 elements");
+    expect_error([&] { pg.send(t, peer, 3); },
+                 "send: NCCL matches sends and receives by order, not by tag (tag 3)");
+    expect_error([&] { pg.recv(t, peer, 3); },
+                 "recv: NCCL matches sends and receives by order, not by tag (tag 3)");
+    expect_error([&] { pg.send(t, 5); }, "send: destination rank 5 is outside the group");
+    expect_error([&] { pg.recv(t, -1); }, "recv: source rank -1 is outside the group");
+    expect_error([&] { pg.send(t, rank); },
+                 "send: rank " + std::to_string(rank) + " cannot send to itself");
+    expect_error([&] { pg.recv(t, rank); },
+                 "recv: rank " + std::to_string(rank) + " cannot receive from itself");
+    // Nothing was queued: the next collective is #1 on both ranks, and the group works.
+    Tensor one = Tensor::empty({1}, DType::f32, mine);
+    one.fill_(1.0);
+    WorkPtr w = pg.all_reduce(one);
+    EXPECT_EQ(w->seq(), 1u);
+    w->wait();
+    EXPECT_EQ(one.to(Device::cpu()).item<float>(), 2.0f);
+    rg::testing::check_all_reduce(pg, DType::f32, 100, ReduceOp::sum);
+    rg::testing::check_send_recv(pg, DType::f32, 100);
+  });
+}
+
+}  // namespace
+}  // namespace rg::dist

@@ -1,0 +1,530 @@
+// The engine's CUDA runtime (engine/cuda) over the cudart backend on emulated devices: devices,
+// streams, events, copies between devices, the caching and pinned allocators (stats, caches,
+// deferred reuse, out of memory), a runtime's teardown, and a process without devices.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/hash_store.h"
+#include "comm/process_group_nccl.h"
+#include "emu/runtime/runtime_test_util.h"
+#include "engine/cuda/device_guard.h"
+#include "engine/cuda/event.h"
+#include "engine/cuda/memory.h"
+#include "engine/cuda/runtime.h"
+#include "engine/cuda/stream.h"
+#include "engine/ops/factory.h"
+#include "engine/tensor.h"
+#include "kernels/emu/device_runtime.h"
+#include "kernels/emu/runtime_api.h"
+#include "kernels/error.h"
+#include "support/errors.h"
+
+namespace rg {
+namespace {
+
+using ::rg::emu_runtime_test::AsyncRuntimeTest;
+using ::rg::emu_runtime_test::StreamGate;
+using ::rg::testing::error_of;
+using ::rg::testing::expect_error;
+using namespace std::chrono_literals;
+
+constexpr int64_t kN = 1000;  // 4000 bytes of f32: one 4 KiB block of the small pool
+constexpr size_t kMiB = size_t(1) << 20;
+
+int emulated_device() {
+  int d = -1;
+  EXPECT_EQ(cudaGetDevice(&d), cudaSuccess);
+  return d;
+}
+
+Tensor filled(int64_t n, double value, int device) {
+  Tensor t = Tensor::empty({n}, DType::f32, Device::cuda(device));
+  t.fill_(value);
+  return t;
+}
+
+bool all_equal(const Tensor& t, float value) {
+  for (float x : t.to(Device::cpu()).to_vector<float>()) {
+    if (x != value) return false;
+  }
+  return true;
+}
+
+// Waits for every device, so that the caches hold no block that queued work still uses.
+void synchronize_all() {
+  for (int d = 0; d < cuda::runtime().device_count(); ++d) cuda::synchronize(d);
+}
+
+class EngineCudaRuntime : public AsyncRuntimeTest {
+ protected:
+  static constexpr int kDevices = 3;
+  void SetUp() override {
+    ASSERT_GE(cuda::runtime().device_count(), kDevices)
+        << "run with RG_EMU_DEVICES=" << kDevices << " (ctest sets it)";
+    synchronize_all();
+  }
+  void TearDown() override { synchronize_all(); }
+};
+
+// ---- Devices ----
+
+TEST_F(EngineCudaRuntime, BackendCallsRunOnTheirDeviceAndKeepTheCallersDevice) {
+  cuda::DeviceGuard on0(0);
+  const std::vector<float> values(size_t(kN), 2.5f);
+  Tensor t = from_vector(values, {kN}).to(Device::cuda(1));
+  EXPECT_EQ(emu::memory_owner(t.raw_data()), 1) << "allocated on the caller's device, not cuda:1";
+  EXPECT_EQ(emulated_device(), 0) << "a call for cuda:1 left cuda:1 current";
+  EXPECT_EQ(t.to(Device::cpu()).to_vector<float>(), values);
+  t.zero_();  // a memset, queued on cuda:1 by the backend
+  EXPECT_TRUE(all_equal(t, 0.0f));
+  EXPECT_EQ(emulated_device(), 0);
+  EXPECT_EQ(cuda::current_device(), 0);
+  EXPECT_EQ(cuda::runtime().backend().unavailable_reason(), "") << "devices are visible";
+}
+
+// fill_ and same-device casts launch kernels: on the tensor's device (whose legacy stream the
+// null stream then is), not on the caller's current device, where they would race with the
+// tensor's own stream (the race detector reports it) and, on a GPU, touch another device's memory.
+TEST_F(EngineCudaRuntime, FillAndCastOfATensorOnAnotherDeviceRunOnThatDevice) {
+  cuda::DeviceGuard on0(0);
+  Tensor t = Tensor::empty({kN}, DType::f32, Device::cuda(2));
+  t.fill_(2.5);
+  cuda::set_device(0);  // fill_ made cuda:2 current, as ops do; the cast must not depend on that
+  const Tensor d = t.to(DType::f64);
+  EXPECT_EQ(d.device(), Device::cuda(2));
+  EXPECT_EQ(d.to(Device::cpu()).to_vector<double>(), std::vector<double>(size_t(kN), 2.5));
+  EXPECT_TRUE(all_equal(t, 2.5f));
+}
+
+TEST_F(EngineCudaRuntime, SetDeviceAndGuardsMoveTheEmulatedCurrentDevice) {
+  cuda::DeviceGuard on0(0);
+  cuda::set_device(2);
+  EXPECT_EQ(emulated_device(), 2);
+  EXPECT_EQ(cuda::current_device(), 2);
+  {
+    cuda::DeviceGuard guard(Device::cuda(1));
+    EXPECT_EQ(guard.original_device(), 2);
+    EXPECT_EQ(emulated_device(), 1);
+  }
+  EXPECT_EQ(emulated_device(), 2) << "DeviceGuard did not restore the device";
+  {
+    cuda::DeviceGuard cpu(Device::cpu());
+    EXPECT_EQ(cpu.original_device(), -1) << "a CPU guard has nothing to restore";
+    EXPECT_EQ(emulated_device(), 2);
+  }
+  expect_error([] { cuda::set_device(3); },
+               "cannot set the current device on cuda:3: that device does not exist (3 CUDA "
+               "devices visible)");
+  EXPECT_EQ(emulated_device(), 2);
+}
+
+// ---- Streams ----
+
+TEST_F(EngineCudaRuntime, StreamsNameThemselvesAndQueryTheirWork) {
+  const cuda::Stream def = cuda::default_stream(1);
+  EXPECT_TRUE(def.is_default());
+  EXPECT_EQ(def.str(), "cuda:1/default");
+  const cuda::Stream pooled = cuda::pooled_stream(1);
+  EXPECT_FALSE(pooled.is_default());
+  EXPECT_EQ(pooled.str().rfind("cuda:1/0x", 0), 0u) << pooled.str();
+  expect_error([] { cuda::default_stream(5); }, "cannot use a stream on cuda:5");
+
+  cuda::set_current_stream(pooled);
+  EXPECT_EQ(cuda::current_stream(1), pooled);
+  cuda::set_current_stream(def);
+  EXPECT_EQ(cuda::current_stream(1), def);
+
+  StreamGate gate;
+  ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(pooled.handle())), cudaSuccess);
+  EXPECT_FALSE(pooled.query()) << "the stream's gate is still held";
+  gate.release();
+  pooled.synchronize();
+  EXPECT_TRUE(pooled.query());
+  EXPECT_FALSE(gate.timed_out());
+}
+
+// Tensor::to between devices: the copy runs on the destination's current stream after the
+// source's stream (Stream::wait), and the source's stream waits for the copy before it may
+// overwrite the source. The source's stream is held while everything is queued, so without either
+// wait the race detector reports the copy and the fills (and the values come out wrong).
+TEST_F(EngineCudaRuntime, CopyBetweenDevicesIsOrderedWithBothDevicesStreams) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  const cuda::Stream s0 = cuda::pooled_stream(0);
+  cuda::StreamGuard on_s0(s0);
+  StreamGate gate;
+  Tensor a = Tensor::empty({kN}, DType::f32, Device::cuda(0));
+  ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(s0.handle())), cudaSuccess);
+  a.fill_(3.0);
+  Tensor b = a.to(Device::cuda(1));
+  a.fill_(7.0);  // on s0 again: after the copy has read a
+  EXPECT_FALSE(cuda::current_stream(1).query()) << "the copy ran before the source was written";
+  gate.release();
+  cuda::current_stream(1).synchronize();
+  s0.synchronize();
+  EXPECT_EQ(b.device(), Device::cuda(1));
+  EXPECT_TRUE(all_equal(b, 3.0f));
+  EXPECT_TRUE(all_equal(a, 7.0f));
+  EXPECT_FALSE(gate.timed_out());
+}
+
+// ---- Events ----
+
+TEST_F(EngineCudaRuntime, EventsSynchronizeTimeAndMove) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  const cuda::Stream s = cuda::pooled_stream(0);
+  cuda::StreamGuard on_s(s);
+  cuda::Event start(/*enable_timing=*/true), end(/*enable_timing=*/true);
+  start.record();  // the current stream: s
+  StreamGate gate;
+  ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(s.handle())), cudaSuccess);
+  end.record();
+  EXPECT_FALSE(end.query());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread opener([&] {
+    std::this_thread::sleep_for(100ms);
+    gate.release();
+  });
+  end.synchronize();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  opener.join();
+  EXPECT_TRUE(end.query());
+  EXPECT_GE(waited, 80ms) << "synchronize returned before the event was reached";
+  const float ms = start.elapsed_ms(end);
+  EXPECT_GE(ms, 80.0f) << "the held gate lies between the two events";
+  EXPECT_LT(ms, 10000.0f);
+
+  // A moved event keeps its CUDA event; the one moved from is empty (never recorded).
+  cuda::Event moved(std::move(end));
+  EXPECT_TRUE(moved.recorded());
+  EXPECT_FALSE(end.recorded());  // NOLINT(bugprone-use-after-move): that is what is checked
+  EXPECT_TRUE(end.query());
+  EXPECT_GE(start.elapsed_ms(moved), ms);
+  cuda::Event assigned(/*enable_timing=*/true);
+  assigned.record(s);
+  assigned = std::move(moved);
+  EXPECT_TRUE(assigned.recorded());
+  EXPECT_FALSE(moved.recorded());  // NOLINT(bugprone-use-after-move)
+  EXPECT_GE(start.elapsed_ms(assigned), ms) << "the assigned event is end's";
+  cuda::Event& same = assigned;
+  assigned = std::move(same);  // a self-move leaves it alone
+  EXPECT_TRUE(assigned.recorded());
+}
+
+TEST_F(EngineCudaRuntime, ElapsedTimeNeedsTwoRecordedTimingEventsOfOneDevice) {
+  cuda::Event plain, timed0(true), timed1(true), never(true);
+  plain.record(cuda::current_stream(0));
+  timed0.record(cuda::current_stream(0));
+  timed1.record(cuda::current_stream(1));
+  expect_error([&] { plain.elapsed_ms(timed0); }, "created with enable_timing=true");
+  expect_error([&] { timed0.elapsed_ms(never); }, "both events must have been recorded");
+  expect_error([&] { timed0.elapsed_ms(timed1); }, "recorded on cuda:0 and cuda:1");
+}
+
+// ---- The caching allocator ----
+
+TEST_F(EngineCudaRuntime, CachingAllocatorStatsBlockSizesAndEmptyCache) {
+  constexpr int kDev = 2;
+  cuda::empty_cache();
+  const cuda::DeviceMemoryStats before = cuda::memory_stats(kDev);
+  cuda::CachingAllocator& alloc = cuda::runtime().device_allocator(kDev);
+  void* small_ptr = nullptr;
+  void* large_ptr = nullptr;
+  {
+    Tensor small = Tensor::empty({kN}, DType::f32, Device::cuda(kDev));
+    small_ptr = small.raw_data();
+    EXPECT_EQ(alloc.block_size(small_ptr), 4096u) << "4000 bytes round up to 512-byte units";
+    // 11.5 MiB: a segment of its own, rounded up to 2 MiB.
+    Tensor large = Tensor::empty({int64_t(23 * kMiB / 2)}, DType::u8, Device::cuda(kDev));
+    large_ptr = large.raw_data();
+    EXPECT_EQ(alloc.block_size(large_ptr), 12 * kMiB);
+    const cuda::DeviceMemoryStats s = cuda::memory_stats(kDev);
+    EXPECT_EQ(s.allocated_bytes - before.allocated_bytes, int64_t(4096 + 12 * kMiB));
+    EXPECT_EQ(s.requested_bytes - before.requested_bytes, int64_t(4000 + 23 * kMiB / 2));
+    EXPECT_EQ(s.reserved_bytes - before.reserved_bytes, int64_t(2 * kMiB + 12 * kMiB));
+    EXPECT_EQ(s.num_allocs - before.num_allocs, 2);
+    EXPECT_EQ(s.num_device_allocs - before.num_device_allocs, 2);
+    EXPECT_GE(s.peak_allocated_bytes, s.allocated_bytes);
+    EXPECT_EQ(emu::memory_owner(large_ptr), kDev);
+  }
+  cuda::reset_peak_memory_stats(kDev);
+  const cuda::DeviceMemoryStats freed = cuda::memory_stats(kDev);
+  EXPECT_EQ(freed.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(freed.peak_allocated_bytes, freed.allocated_bytes) << "reset_peak_memory_stats";
+  EXPECT_EQ(freed.peak_reserved_bytes, freed.reserved_bytes);
+  EXPECT_EQ(freed.reserved_bytes, before.reserved_bytes + int64_t(14 * kMiB)) << "kept cached";
+  expect_error([&] { alloc.block_size(small_ptr); }, "is not the start of a live block");
+
+  cuda::empty_cache();
+  const cuda::DeviceMemoryStats emptied = cuda::memory_stats(kDev);
+  EXPECT_EQ(emptied.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(emptied.num_device_frees - before.num_device_frees, 2);
+  EXPECT_EQ(emu::memory_owner(large_ptr), -2) << "the segment was not given back to the device";
+  EXPECT_EQ(emu::memory_owner(small_ptr), -2);
+  expect_error([] { cuda::memory_stats(7); },
+               "cannot use the caching allocator on cuda:7: that device does not exist");
+}
+
+// An allocation the device cannot hold: the cache is released and the allocation retried once,
+// then the error says what was asked for and what is held. The device works on afterwards.
+TEST_F(EngineCudaRuntime, OutOfMemoryReleasesTheCacheRetriesAndNamesTheSizes) {
+  constexpr int kDev = 2;
+  cuda::empty_cache();
+  Tensor live = filled(kN, 4.0, kDev);  // in a 2 MiB segment that cannot be released
+  const cuda::DeviceMemoryStats before = cuda::memory_stats(kDev);
+  // 2^56 bytes, the most the allocator accepts: more than any address space.
+  const int64_t huge = int64_t(1) << 56;
+  const std::string e = error_of([&] { Tensor::empty({huge}, DType::u8, Device::cuda(kDev)); });
+  EXPECT_NE(e.find("CUDA out of memory on cuda:2: tried to allocate 65536.00 TiB with 4.00 KiB "
+                   "allocated to tensors and 2.00 MiB reserved by the caching allocator (the "
+                   "cache was already released)"),
+            std::string::npos)
+      << e;
+  const cuda::DeviceMemoryStats after = cuda::memory_stats(kDev);
+  EXPECT_EQ(after.num_cache_flushes - before.num_cache_flushes, 1);
+  EXPECT_EQ(after.num_device_allocs, before.num_device_allocs);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes) << "a segment in use was released";
+  EXPECT_EQ(emu::memory_owner(live.raw_data()), kDev);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the failed cudaMalloc's error was left pending";
+  EXPECT_TRUE(all_equal(live, 4.0f));
+  EXPECT_TRUE(all_equal(filled(kN, 5.0, kDev), 5.0f)) << "the device is unusable after the OOM";
+}
+
+TEST_F(EngineCudaRuntime, OutOfMemoryReturnsWholeCachedSegmentsBeforeFailing) {
+  constexpr int kDev = 1;
+  cuda::empty_cache();
+  void* cached_ptr = nullptr;
+  { cached_ptr = filled(int64_t(kMiB), 1.0, kDev).raw_data(); }  // 4 MiB: a 20 MiB segment
+  const cuda::DeviceMemoryStats before = cuda::memory_stats(kDev);
+  ASSERT_EQ(emu::memory_owner(cached_ptr), kDev);
+  const std::string e =
+      error_of([&] { Tensor::empty({int64_t(1) << 56}, DType::u8, Device::cuda(kDev)); });
+  EXPECT_NE(e.find("CUDA out of memory on cuda:1"), std::string::npos) << e;
+  const cuda::DeviceMemoryStats after = cuda::memory_stats(kDev);
+  EXPECT_EQ(after.num_device_frees - before.num_device_frees, 1);
+  EXPECT_EQ(before.reserved_bytes - after.reserved_bytes, int64_t(20 * kMiB));
+  EXPECT_EQ(emu::memory_owner(cached_ptr), -2) << "the cached segment was not released";
+}
+
+// A block that another stream used (record_stream) goes back to its pool only once that stream's
+// work is done; empty_cache waits for it.
+TEST_F(EngineCudaRuntime, RecordStreamDefersReuseUntilTheOtherStreamIsDone) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  constexpr int kDev = 1;
+  cuda::empty_cache();
+  const cuda::Stream other = cuda::pooled_stream(kDev);
+  StreamGate gate;
+  void* first = nullptr;
+  {
+    Tensor t = filled(kN, 1.0, kDev);  // on cuda:1's current (default) stream
+    first = t.raw_data();
+    ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(other.handle())), cudaSuccess);
+    other.wait(cuda::current_stream(kDev));
+    cuda::record_stream(t, other);
+  }
+  EXPECT_EQ(cuda::memory_stats(kDev).pending_free_blocks, 1);
+  Tensor second = Tensor::empty({kN}, DType::f32, Device::cuda(kDev));
+  EXPECT_NE(second.raw_data(), first) << "reused while the other stream may still use it";
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.release();
+  });
+  cuda::empty_cache();  // waits for the event behind the gate
+  opener.join();
+  EXPECT_EQ(cuda::memory_stats(kDev).pending_free_blocks, 0);
+  Tensor third = Tensor::empty({kN}, DType::f32, Device::cuda(kDev));
+  EXPECT_EQ(third.raw_data(), first) << "the block did not go back to its pool";
+  EXPECT_FALSE(gate.timed_out());
+}
+
+// ---- The pinned allocator ----
+
+TEST_F(EngineCudaRuntime, PinnedBlocksAreCachedBySizeClassAndReusedAfterTheirCopies) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  cuda::empty_cache();
+  const cuda::HostMemoryStats before = cuda::pinned_memory_stats();
+  // 100000 bytes: 25 pages, then the size class of 1/8 of 64 KiB steps.
+  EXPECT_EQ(cuda::PinnedAllocator::size_class(100000), 106496u);
+  void* first = nullptr;
+  {
+    Tensor h = Tensor::empty_pinned({25000}, DType::f32);
+    first = h.raw_data();
+    EXPECT_TRUE(h.is_pinned());
+    EXPECT_EQ(emu::memory_owner(first), -1);
+  }
+  const cuda::HostMemoryStats cached = cuda::pinned_memory_stats();
+  EXPECT_EQ(cached.num_host_allocs - before.num_host_allocs, 1);
+  EXPECT_EQ(cached.reserved_bytes - before.reserved_bytes, 106496);
+  EXPECT_EQ(cached.allocated_bytes, before.allocated_bytes);
+  EXPECT_GE(cached.peak_allocated_bytes, before.allocated_bytes + 106496);
+
+  // The same class again: the cached block, no cudaHostAlloc.
+  const cuda::Stream s = cuda::pooled_stream(0);
+  cuda::StreamGuard on_s(s);
+  StreamGate gate;
+  Tensor device;
+  {
+    Tensor h = Tensor::empty_pinned({26000}, DType::f32);
+    EXPECT_EQ(h.raw_data(), first);
+    EXPECT_EQ(cuda::pinned_memory_stats().num_host_allocs, cached.num_host_allocs);
+    h.fill_(6.0);
+    ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(s.handle())), cudaSuccess);
+    device = h.to(Device::cuda(0), /*non_blocking=*/true);  // queued behind the gate
+  }
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 1);
+  {
+    Tensor h = Tensor::empty_pinned({26000}, DType::f32);
+    EXPECT_NE(h.raw_data(), first) << "a pinned block was reused before its copy ran";
+  }
+  gate.release();
+  s.synchronize();
+  {
+    Tensor h = Tensor::empty_pinned({26000}, DType::f32);
+    EXPECT_EQ(h.raw_data(), first) << "the block was not reused once its copy was done";
+    EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+  }
+  EXPECT_TRUE(all_equal(device, 6.0f));
+  EXPECT_FALSE(gate.timed_out());
+
+  cuda::empty_cache();
+  const cuda::HostMemoryStats emptied = cuda::pinned_memory_stats();
+  EXPECT_EQ(emptied.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(emptied.num_host_frees - before.num_host_frees, 2);
+  EXPECT_EQ(emu::memory_owner(first), -2) << "empty_cache did not unpin the cached block";
+  cuda::runtime().pinned_allocator().reset_peak_stats();
+  EXPECT_EQ(cuda::pinned_memory_stats().peak_allocated_bytes, emptied.allocated_bytes);
+}
+
+TEST_F(EngineCudaRuntime, EmptyCacheWaitsForACopyThatStillUsesAPinnedBlock) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  cuda::empty_cache();
+  const cuda::HostMemoryStats before = cuda::pinned_memory_stats();
+  const cuda::Stream s = cuda::pooled_stream(0);
+  cuda::StreamGuard on_s(s);
+  StreamGate gate;
+  Tensor device = Tensor::empty({kN}, DType::f32, Device::cuda(0));
+  void* pinned = nullptr;
+  {
+    Tensor h = Tensor::empty_pinned({kN}, DType::f32);
+    pinned = h.raw_data();
+    h.fill_(8.0);
+    ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(s.handle())), cudaSuccess);
+    device.copy_(h, /*non_blocking=*/true);
+  }
+  ASSERT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 1);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.release();
+  });
+  cuda::empty_cache();
+  opener.join();
+  const cuda::HostMemoryStats after = cuda::pinned_memory_stats();
+  EXPECT_EQ(after.pending_free_blocks, 0);
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(emu::memory_owner(pinned), -2);
+  EXPECT_TRUE(all_equal(device, 8.0f));
+  EXPECT_FALSE(gate.timed_out());
+}
+
+TEST_F(EngineCudaRuntime, PinnedOutOfMemoryUnpinsTheCacheAndSaysHowMuchIsPinned) {
+  cuda::empty_cache();
+  void* cached = nullptr;
+  { cached = Tensor::empty_pinned({kN}, DType::f32).raw_data(); }
+  const cuda::HostMemoryStats before = cuda::pinned_memory_stats();
+  const std::string e = error_of([] { Tensor::empty_pinned({int64_t(1) << 56}, DType::u8); });
+  EXPECT_NE(e.find("out of pinned host memory allocating 72057594037927936 bytes"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(cuda::pinned_memory_stats().num_host_frees - before.num_host_frees, 1);
+  EXPECT_EQ(emu::memory_owner(cached), -2) << "the cached pinned block was not released first";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_TRUE(Tensor::empty_pinned({kN}, DType::f32).is_pinned());
+}
+
+TEST_F(EngineCudaRuntime, RecordStreamTakesCudaAndPinnedTensorsOnly) {
+  const cuda::Stream s = cuda::pooled_stream(0);
+  expect_error([&] { cuda::record_stream(Tensor::empty({4}), s); },
+               "the tensor is in pageable CPU memory");
+  expect_error([&] { cuda::record_stream(Tensor::empty({4}, DType::f32, Device::cuda(1)), s); },
+               "a tensor on cuda:1 cannot be used by stream cuda:0/");
+  // A pinned block named for a stream waits for that stream when freed, even without a copy.
+  Tensor h = Tensor::empty_pinned({kN}, DType::f32);
+  cuda::record_stream(h, s);
+  const int64_t pending = cuda::pinned_memory_stats().pending_free_blocks;
+  h = Tensor();
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, pending + 1);
+  s.synchronize();
+  cuda::empty_cache();
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+}
+
+// ---- A runtime's teardown ----
+
+// The process's runtime is never destroyed, but a runtime's allocators give everything back when
+// it is: cached segments, blocks still handed out, and cached pinned blocks.
+TEST_F(EngineCudaRuntime, DestroyingARuntimeReturnsAllItsMemoryToTheDevices) {
+  cuda::Runtime* const process_runtime = &cuda::runtime();
+  void* live = nullptr;
+  void* cached = nullptr;
+  void* reused = nullptr;
+  void* pinned = nullptr;
+  {
+    cuda::Runtime local(cuda::system_backend());
+    {
+      cuda::ScopedRuntime use(local);
+      ASSERT_EQ(&cuda::runtime(), &local);
+      live = local.device_allocator(1).allocate(4096, nullptr);
+      { cached = filled(int64_t(kMiB), 1.0, 1).raw_data(); }
+      {
+        // A block used on another stream: freed through an event, which is then recycled.
+        Tensor t = filled(kN, 2.0, 1);
+        const cuda::Stream other = cuda::pooled_stream(1);
+        other.wait(cuda::current_stream(1));
+        cuda::record_stream(t, other);
+      }
+      cuda::synchronize(1);
+      { reused = Tensor::empty({kN}, DType::f32, Device::cuda(1)).raw_data(); }
+      { pinned = Tensor::empty_pinned({kN}, DType::f32).raw_data(); }
+      EXPECT_EQ(local.device_allocator(1).stats().pending_free_blocks, 0);
+    }
+    EXPECT_EQ(&cuda::runtime(), process_runtime) << "ScopedRuntime did not restore the runtime";
+    EXPECT_EQ(emu::memory_owner(live), 1);
+    EXPECT_EQ(emu::memory_owner(cached), 1);
+    EXPECT_EQ(emu::memory_owner(reused), 1);
+    EXPECT_EQ(emu::memory_owner(pinned), -1);
+  }
+  EXPECT_EQ(emu::memory_owner(live), -2) << "a block still handed out was not freed";
+  EXPECT_EQ(emu::memory_owner(cached), -2);
+  EXPECT_EQ(emu::memory_owner(reused), -2);
+  EXPECT_EQ(emu::memory_owner(pinned), -2);
+}
+
+// ---- No device (ctest runs this with RG_EMU_DEVICES=0) ----
+
+TEST(EngineCudaWithoutDevices, EveryEntryPointNamesTheMissingDevice) {
+  if (cuda::runtime().device_count() > 0) {
+    GTEST_SKIP() << "devices are visible; emu.EngineCudaWithoutDevices runs this with "
+                    "RG_EMU_DEVICES=0";
+  }
+  const std::string why =
+      "no CUDA driver or GPU is usable (cudaGetDeviceCount: no CUDA-capable device is detected)";
+  EXPECT_EQ(cuda::runtime().backend().unavailable_reason(), why);
+  expect_error([] { Tensor::empty({4}, DType::f32, Device::cuda(0)); },
+               "no CUDA device: cannot allocate memory on cuda:0: " + why);
+  expect_error([] { Tensor::empty_pinned({4}); }, "no CUDA device: cannot pin host memory: " + why);
+  expect_error([] { cuda::current_stream(); }, "no CUDA device: cannot use a stream on cuda:0");
+  expect_error([] { cuda::set_device(1); }, "cannot set the current device on cuda:1");
+  EXPECT_NO_THROW(cuda::empty_cache()) << "nothing can be cached without a device";
+  EXPECT_FALSE(dist::nccl_available());
+  expect_error([] { dist::ProcessGroupNCCL pg(std::make_shared<dist::HashStore>(), 0, 1); },
+               "the nccl backend needs a CUDA device and none is visible");
+}
+
+}  // namespace
+}  // namespace rg
