@@ -48,12 +48,14 @@ TEST(DistCollectives, Native) {
   ASSERT_GE(pg.size(), 2) << "run through ringgrad-run --nproc-per-node N (N >= 2)";
   pg.set_algorithm(Algorithm::native);
   rg::testing::check_everything(pg, /*heavy=*/true);
+  rg::testing::check_64_mib(pg);
 }
 
 TEST(DistCollectives, Ring) {
   auto& pg = *default_group();
   pg.set_algorithm(Algorithm::ring);
   rg::testing::check_everything(pg, /*heavy=*/true);
+  rg::testing::check_64_mib(pg);
 }
 
 // A group of its own with a short timeout, so the default group stays healthy.

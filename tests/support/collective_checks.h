@@ -20,5 +20,8 @@ void check_send_recv(dist::ProcessGroup& pg, DType dtype, size_t count);
 // Every collective, every dtype that collectives take, sizes 0, 1, size-1, size+1, 1000 and one
 // that spans several ring chunks. `heavy` adds a 1 MiB-ish case.
 void check_everything(dist::ProcessGroup& pg, bool heavy);
+// A 64 MiB all-reduce (one element more) and broadcast in f32: many chunks of NCCL's and our
+// ring's pipelines, the sizes DDP buckets reach. For process groups with their default chunking.
+void check_64_mib(dist::ProcessGroup& pg);
 
 }  // namespace rg::testing
