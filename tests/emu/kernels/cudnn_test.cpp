@@ -1,12 +1,15 @@
-// The cuDNN wrappers of kernels/cuda under the emulated cuDNN: descriptors are destroyed on every
-// path, errors included. Their results are checked through the engine (tests/device).
+// The cuDNN wrappers of kernels/cuda (conv2d.cu, batch_norm_cudnn.cu) under the emulated cuDNN:
+// descriptors are destroyed on every path, errors included, and the limits of what they hand to
+// cuDNN. Their results are checked through the engine (tests/device).
 #include "kernels/emu/shim/cudnn.h"
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "emu/kernels/kernel_test_util.h"
+#include "kernels/cuda/batch_norm_stats.h"
 #include "kernels/cuda/conv2d.h"
 #include "kernels/error.h"
 
@@ -32,6 +35,23 @@ TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
   g.ho = 9;
   EXPECT_EQ(cu::conv2d_workspace_bytes<float>(g, cu::ConvPass::forward, true, nullptr), 0);
   EXPECT_EQ(emu::cudnn_live_descriptors(), before);
+}
+
+TEST(CudnnWrappers, BatchNormLimits) {
+  EXPECT_TRUE(cu::cudnn_batch_norm_supported(880801, 3, 1, 1e-5, true));
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(880802, 3, 1, 1e-5, true));
+  EXPECT_TRUE(cu::cudnn_batch_norm_supported(65535, 3, 1, 1e-5, false));
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(65536, 3, 1, 1e-5, false));
+  EXPECT_TRUE(cu::cudnn_batch_norm_supported(2, 3, 4, 0.0, true));  // CUDNN_BN_MIN_EPSILON is 0
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(2, 3, 4, -1e-5, true));
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(0, 3, 4, 1e-5, false));  // empty: ours
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(2, 0, 4, 1e-5, true));
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(2, 1 << 15, 1 << 15, 1e-5, true));  // 2^31 values
+  EXPECT_FALSE(cu::cudnn_batch_norm_supported(1, int64_t(INT_MAX) + 1, 1, 1e-5, true));
+  // Asking anyway is an error, not a cuDNN call.
+  EXPECT_THROW(cu::cudnn_batch_norm_forward_inference<float>(
+                   nullptr, 0, 3, 4, nullptr, nullptr, nullptr, nullptr, 1e-5, nullptr, nullptr),
+               rg::Error);
 }
 
 }  // namespace
