@@ -1,6 +1,6 @@
-// The cuDNN wrappers of kernels/cuda (conv2d.cu, batch_norm_cudnn.cu) under the emulated cuDNN:
-// descriptors are destroyed on every path, errors included, and the limits of what they hand to
-// cuDNN. Their results are checked through the engine (tests/device).
+// The cuDNN wrappers of kernels/cuda (conv2d.cu, batch_norm_cudnn.cu, pool_cudnn.cu) under the
+// emulated cuDNN: descriptors are destroyed on every path, errors included, and the limits of what
+// they hand to cuDNN. Their results are checked through the engine (tests/device).
 #include "kernels/emu/shim/cudnn.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include "emu/kernels/kernel_test_util.h"
 #include "kernels/cuda/batch_norm_stats.h"
 #include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
@@ -51,6 +52,22 @@ TEST(CudnnWrappers, BatchNormLimits) {
   // Asking anyway is an error, not a cuDNN call.
   EXPECT_THROW(cu::cudnn_batch_norm_forward_inference<float>(
                    nullptr, 0, 3, 4, nullptr, nullptr, nullptr, nullptr, 1e-5, nullptr, nullptr),
+               rg::Error);
+}
+
+TEST(CudnnWrappers, PoolLimits) {
+  const cu::Pool2dGeometry g{6, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
+  EXPECT_TRUE(cu::cudnn_pool2d_supported(g));
+  cu::Pool2dGeometry empty = g;
+  empty.planes = 0;
+  EXPECT_FALSE(cu::cudnn_pool2d_supported(empty));
+  cu::Pool2dGeometry wide = g;
+  wide.ph = 2;  // more than half the kernel
+  EXPECT_FALSE(cu::cudnn_pool2d_supported(wide));
+  cu::Pool2dGeometry huge = g;
+  huge.planes = int64_t(1) << 30;
+  EXPECT_FALSE(cu::cudnn_pool2d_supported(huge));
+  EXPECT_THROW(cu::cudnn_avg_pool2d_forward<float>(empty, nullptr, nullptr, true, nullptr),
                rg::Error);
 }
 
