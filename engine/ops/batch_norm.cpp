@@ -1,11 +1,12 @@
-// batch_norm forward and backward through kernels::cpu::batch_norm or kernels::cuda (f32 stats).
-// The per-channel mean and 1/sqrt(var + eps) used by the forward are kept (in double) for the
-// backward.
+// batch_norm forward and backward through kernels::cpu::batch_norm or, on CUDA, cuDNN or our
+// kernels::cuda ones (f32 stats; engine/ops/cudnn.h switches). The per-channel mean and
+// 1/sqrt(var + eps) used by the forward are kept (in double on the CPU) for the backward.
 #include "engine/ops/batch_norm.h"
 
 #include <array>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "engine/autograd/function.h"
@@ -13,6 +14,8 @@
 #include "engine/dispatch.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
+#include "engine/ops/cudnn.h"
+#include "engine/ops/factory.h"
 #include "engine/ops/unary.h"
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cuda/batch_norm_stats.h"
@@ -56,16 +59,86 @@ void dispatch_batch_norm_cuda(DType t, F&& f) {
   }
 }
 
-// The CUDA path (kernels/cuda/batch_norm_stats.h): f32 per-channel statistics on the device, kept
-// for the backward; f32, f16 and bf16 inputs (the kernels have no f64 instantiation).
+// The storage types cuDNN's batch norm is asked for: f32, and f16 with f32 parameters. bf16 stays
+// on our kernels, as in PyTorch: we could not find the legacy calls' bf16 support documented.
+template <class T>
+constexpr bool kCudnnType = std::is_same_v<T, float> || std::is_same_v<T, Half>;
+
+// Whether this batch norm goes through cuDNN: the switch is on, the dtype is one of kCudnnType's,
+// and cuDNN takes the size and eps (kernels::cuda::cudnn_batch_norm_supported: non-empty, eps at
+// least CUDNN_BN_MIN_EPSILON, cuDNN's batch limits). Everything else runs our kernels.
+bool use_cudnn(DType t, int64_t n, int64_t c, int64_t hw, double eps, bool training) {
+  return cudnn_enabled() && (t == DType::f32 || t == DType::f16) &&
+         kernels::cuda::cudnn_batch_norm_supported(n, c, hw, eps, training);
+}
+
+// A [c] channel tensor as cuDNN's f32 parameter (itself when f32), or `fill` where undefined.
+Tensor f32_param(const Tensor& t, int64_t c, double fill, Device device) {
+  return t.defined() ? t.detach().to(DType::f32) : full({c}, fill, DType::f32, device);
+}
+
+// The forward through cuDNN (training: batch statistics, the running ones updated, mean and
+// invstd saved; inference: running statistics). cuDNN keeps f32 statistics and parameters: f16
+// ones go through f32 copies.
+template <class T>
+void forward_cudnn(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                   double eps, int64_t n, int64_t c, int64_t hw, Tensor& out, Tensor& mean,
+                   Tensor& invstd) {
+  NoGradGuard no_grad;
+  void* stream = cuda_stream(x);
+  const Tensor w32 = f32_param(weight, c, 1.0, x.device());
+  const Tensor b32 = f32_param(bias, c, 0.0, x.device());
+  const bool running = running_mean.defined();
+  const Tensor rm32 = running ? running_mean.to(DType::f32) : Tensor();
+  const Tensor rv32 = running ? running_var.to(DType::f32) : Tensor();
+  if (!training) {
+    kernels::cuda::cudnn_batch_norm_forward_inference<T>(
+        x.data<T>(), n, c, hw, w32.data<float>(), b32.data<float>(), rm32.data<float>(),
+        rv32.data<float>(), eps, out.data<T>(), stream);
+    return;
+  }
+  kernels::cuda::cudnn_batch_norm_forward_training<T>(
+      x.data<T>(), n, c, hw, w32.data<float>(), b32.data<float>(), momentum,
+      running ? rm32.data<float>() : nullptr, running ? rv32.data<float>() : nullptr, eps,
+      out.data<T>(), mean.data<float>(), invstd.data<float>(), stream);
+  if (!running) return;
+  if (running_mean.dtype() != DType::f32) {  // Tensor is a handle: these write the caller's
+    Tensor(running_mean).copy_(rm32);
+    Tensor(running_var).copy_(rv32);
+  }
+  running_mean.bump_version();
+  running_var.bump_version();
+}
+
+// The CUDA path: cuDNN (forward_cudnn) or our kernels (kernels/cuda/batch_norm_stats.h), with f32
+// per-channel mean and invstd on the device kept for the backward; f32, f16 and bf16 inputs (the
+// kernels have no f64 instantiation). The backward runs cuDNN's after a cuDNN forward in training
+// mode (its saved mean and invstd are the ones our kernels compute); eval mode's backward is
+// always ours, as cuDNN has none (PyTorch does the same).
 Tensor batch_norm_cuda(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
                        double eps, int64_t n, int64_t c, int64_t hw) {
   void* stream = cuda_stream(x);
+  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
+  const bool gb = autograd::needs_grad({bias});
+  const bool cudnn = use_cudnn(x.dtype(), n, c, hw, eps, training);
   Tensor mean = Tensor::empty({c}, DType::f32, x.device());
   Tensor invstd = Tensor::empty({c}, DType::f32, x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (!training && (!cudnn || gx || gw || gb)) {  // invstd = 1 / sqrt(running_var + eps), in f32
+    NoGradGuard no_grad;
+    mean.copy_(running_mean);
+    invstd.copy_(rdiv(sqrt(add(running_var.to(DType::f32), eps)), 1.0));
+  }
   dispatch_batch_norm_cuda(x.dtype(), [&]<class T>() {
+    if constexpr (kCudnnType<T>) {
+      if (cudnn) {
+        forward_cudnn<T>(x, running_mean, running_var, weight, bias, training, momentum, eps, n, c,
+                         hw, out, mean, invstd);
+        return;
+      }
+    }
     if (training) {
       Tensor var = Tensor::empty({c}, DType::f32, x.device());
       kernels::cuda::batch_norm_stats<T>(x.data<T>(), n, c, hw, mean.data<float>(),
@@ -77,25 +150,35 @@ Tensor batch_norm_cuda(const Tensor& x, const Tensor& running_mean, const Tensor
         running_mean.bump_version();
         running_var.bump_version();
       }
-    } else {  // invstd = 1 / sqrt(running_var + eps), in f32
-      NoGradGuard no_grad;
-      mean.copy_(running_mean);
-      invstd.copy_(rdiv(sqrt(add(running_var.to(DType::f32), eps)), 1.0));
     }
     kernels::cuda::batch_norm_apply<T>(
         x.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
         weight.defined() ? weight.data<T>() : nullptr, bias.defined() ? bias.data<T>() : nullptr,
         out.data<T>(), stream);
   });
-  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
-  const bool gb = autograd::needs_grad({bias});
   return autograd::record(
       out, "BatchNormBackward", {x, weight, bias},
-      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
-       hw](const Tensor& grad) -> std::vector<Tensor> {
+      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, cudnn, eps, gx, gw,
+       gb, n, c, hw](const Tensor& grad) -> std::vector<Tensor> {
         const Tensor xv = sx.get(), wv = sw.get();
         auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
         dispatch_batch_norm_cuda(grad.dtype(), [&]<class T>() {
+          if constexpr (kCudnnType<T>) {
+            // cuDNN always writes gx: without an input gradient our kernel does less.
+            if (cudnn && training && gx) {
+              NoGradGuard no_grad;
+              const Tensor w32 = f32_param(wv, c, 1.0, grad.device());
+              Tensor gw32 = Tensor::empty({c}, DType::f32, grad.device());
+              Tensor gb32 = Tensor::empty({c}, DType::f32, grad.device());
+              kernels::cuda::cudnn_batch_norm_backward<T>(
+                  xv.data<T>(), grad.data<T>(), n, c, hw, w32.data<float>(), mean.data<float>(),
+                  invstd.data<float>(), eps, dx.data<T>(), gw32.data<float>(), gb32.data<float>(),
+                  cuda_stream(grad));
+              if (gw) dw = gw32.to(grad.dtype());
+              if (gb) db = gb32.to(grad.dtype());
+              return;
+            }
+          }
           kernels::cuda::batch_norm_backward<T>(
               grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
               wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,

@@ -1,10 +1,16 @@
-// max_pool2d / avg_pool2d / adaptive_avg_pool2d through kernels::cpu::pool; max pooling keeps
-// the argmax of every window (i64) for its backward.
+// max_pool2d / avg_pool2d / adaptive_avg_pool2d through kernels::cpu::pool or, on CUDA, our
+// kernels::cuda ones; average pooling through cuDNN where engine/ops/cudnn.h allows. Max pooling
+// keeps the argmax of every window (i64) for its backward and never uses cuDNN, whose backward does
+// not promise the first of equal maxima (kernels/cuda/pool.h). adaptive_avg_pool2d to 1x1 keeps
+// its reduction kernel (one block per plane), as PyTorch reduces with its own kernel there too.
 #include "engine/ops/pool.h"
+
+#include <type_traits>
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
+#include "engine/ops/cudnn.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/error.h"
@@ -46,21 +52,52 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, std::array<int64_t
                         (padded_w - kernel[1]) / stride[1] + 1};
 }
 
+// Whether average pooling of x goes through cuDNN: the switch is on, x is on CUDA in f32, f64 or
+// f16 (bf16 stays on our kernels, as for batch norm) and cuDNN takes the geometry.
+bool use_cudnn(const Tensor& x, const Pool2dGeometry& g) {
+  return x.device().is_cuda() && cudnn_enabled() && x.dtype() != DType::bf16 &&
+         kernels::cuda::cudnn_pool2d_supported(g);
+}
+
+template <class T>
+constexpr bool kCudnnType = !std::is_same_v<T, BFloat16>;
+
 Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool count_include_pad) {
   Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
+  const bool cudnn = use_cudnn(x, g);
   dispatch_on(x.device(), x.dtype(), op, [&]<class T, bool kCuda>() {
     if constexpr (kCuda) {
+      if constexpr (kCudnnType<T>) {
+        if (cudnn) {
+          kernels::cuda::cudnn_avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(),
+                                                     count_include_pad, cuda_stream(x));
+          return;
+        }
+      }
       kernels::cuda::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad,
                                            cuda_stream(x));
     } else {
       kernels::cpu::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad);
     }
   });
+  // cuDNN's backward also takes x and y, kept only for it: detached (y's history would hold this
+  // node) and without SavedTensor's in-place checks, since an average's gradient does not read
+  // their values (the CPU path keeps neither and must not fail where this one passes).
   return autograd::record(
-      out, "AvgPool2dBackward", {x}, [g, count_include_pad, shape = x.shape()](const Tensor& grad) {
+      out, "AvgPool2dBackward", {x},
+      [g, count_include_pad, cudnn, shape = x.shape(), xs = cudnn ? x.detach() : Tensor(),
+       ys = cudnn ? out.detach() : Tensor()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
         dispatch_on(grad.device(), grad.dtype(), "avg_pool2d backward", [&]<class T, bool kCuda>() {
           if constexpr (kCuda) {
+            if constexpr (kCudnnType<T>) {
+              if (cudnn) {
+                kernels::cuda::cudnn_avg_pool2d_backward<T>(g, xs.data<T>(), ys.data<T>(),
+                                                            grad.data<T>(), dx.data<T>(),
+                                                            count_include_pad, cuda_stream(grad));
+                return;
+              }
+            }
             kernels::cuda::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(),
                                                   count_include_pad, cuda_stream(grad));
           } else {

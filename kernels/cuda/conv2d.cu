@@ -1,82 +1,50 @@
-// cuDNN convolution: RAII descriptors, one handle per (device, stream), and each pass's
+// cuDNN convolution: RAII descriptors and handles (kernels/cuda/cudnn_common.h), and each pass's
 // algorithm cached by shape. Uses cuDNN 9's convolution C API (cudnn_cnn.h; deprecated in favour
 // of the graph API, but complete and stable).
-#include <cudnn.h>
-
-#include <algorithm>
 #include <array>
-#include <climits>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <type_traits>
-#include <utility>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/cudnn_common.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
 namespace rg::kernels::cuda {
 namespace {
 
-// Guards the handle table and the algorithm cache only: calls on different handles (devices,
-// streams) run concurrently, each under its own handle's mutex (a cuDNN handle must not be used
-// by two host threads at once).
+using cudnn::as_int;
+using cudnn::data_type;
+using cudnn::LockedHandle;
+using cudnn::scale_t;
+using cudnn::TensorDesc;
+
+constexpr const char* kOp = "cuda::conv2d";
+
+// Guards the algorithm cache only; cuDNN calls run under their handle's own mutex.
 std::mutex cache_mu;
 
-template <class T>
-constexpr cudnnDataType_t data_type() {
-  if constexpr (std::is_same_v<T, float>) return CUDNN_DATA_FLOAT;
-  if constexpr (std::is_same_v<T, double>) return CUDNN_DATA_DOUBLE;
-  if constexpr (std::is_same_v<T, Half>) return CUDNN_DATA_HALF;
-  if constexpr (std::is_same_v<T, BFloat16>) return CUDNN_DATA_BFLOAT16;
-}
-
-int as_int(const char* what, int64_t v) {
-  RG_CHECK(v >= 0 && v <= INT_MAX, "cuda::conv2d: ", what, " = ", v,
-           " is outside cuDNN's int range");
-  return int(v);
-}
-
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
-    RG_CUDA_CHECK(cudnnCreateTensorDescriptor(&d));
-    RG_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, as_int("n", n),
-                                             as_int("channels", c), as_int("height", h),
-                                             as_int("width", w)));
-  }
-  ~TensorDesc() { (void)cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
-
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
+struct FilterDesc : cudnn::Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
+                                      cudnnDestroyFilterDescriptor> {
   FilterDesc(cudnnDataType_t type, const Conv2dGeometry& g) {
-    RG_CUDA_CHECK(cudnnCreateFilterDescriptor(&d));
-    RG_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, as_int("o", g.o),
-                                             as_int("c", g.c), as_int("kh", g.kh),
-                                             as_int("kw", g.kw)));
+    RG_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, as_int(kOp, "o", g.o),
+                                             as_int(kOp, "c", g.c), as_int(kOp, "kh", g.kh),
+                                             as_int(kOp, "kw", g.kw)));
   }
-  ~FilterDesc() { (void)cudnnDestroyFilterDescriptor(d); }
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
 };
 
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
+struct ConvDesc : cudnn::Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                    cudnnDestroyConvolutionDescriptor> {
   ConvDesc(const Conv2dGeometry& g, cudnnDataType_t compute, cudnnMathType_t math) {
-    RG_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
     RG_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
-        d, as_int("ph", g.ph), as_int("pw", g.pw), as_int("sh", g.sh), as_int("sw", g.sw),
-        as_int("dh", g.dh), as_int("dw", g.dw), CUDNN_CROSS_CORRELATION, compute));
+        d, as_int(kOp, "ph", g.ph), as_int(kOp, "pw", g.pw), as_int(kOp, "sh", g.sh),
+        as_int(kOp, "sw", g.sw), as_int(kOp, "dh", g.dh), as_int(kOp, "dw", g.dw),
+        CUDNN_CROSS_CORRELATION, compute));
     RG_CUDA_CHECK(cudnnSetConvolutionMathType(d, math));
   }
-  ~ConvDesc() { (void)cudnnDestroyConvolutionDescriptor(d); }
-  ConvDesc(const ConvDesc&) = delete;
-  ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
 // The descriptors of one convolution: x, w, y and the convolution itself.
@@ -86,38 +54,14 @@ struct Descriptors {
   FilterDesc w;
   ConvDesc conv;
   Descriptors(const Conv2dGeometry& g, bool allow_tf32)
-      : x(data_type<T>(), g.n, g.c, g.h, g.w),
-        y(data_type<T>(), g.n, g.o, g.ho, g.wo),
+      : x(kOp, data_type<T>(), g.n, g.c, g.h, g.w),
+        y(kOp, data_type<T>(), g.n, g.o, g.ho, g.wo),
         w(data_type<T>(), g),
         conv(g, std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT,
              std::is_same_v<T, float>    ? (allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)
              : std::is_same_v<T, double> ? CUDNN_DEFAULT_MATH
                                          : CUDNN_TENSOR_OP_MATH) {}
 };
-
-struct Handle {
-  cudnnHandle_t h = nullptr;
-  std::mutex mu;
-};
-
-// The handle of (current device, stream), created on first use; it lives as long as the process,
-// like cuBLAS's. A handle whose stream cannot be set is destroyed again, not kept half made.
-Handle& handle_for(void* stream) {
-  static std::map<std::pair<int, void*>, Handle> handles;
-  int device = 0;
-  RG_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(cache_mu);
-  Handle& handle = handles[{device, stream}];
-  if (handle.h == nullptr) {
-    cudnnHandle_t h = nullptr;
-    RG_CUDA_CHECK(cudnnCreate(&h));
-    const cudnnStatus_t status = cudnnSetStream(h, static_cast<cudaStream_t>(stream));
-    if (status != CUDNN_STATUS_SUCCESS) (void)cudnnDestroy(h);
-    RG_CUDA_CHECK(status);
-    handle.h = h;
-  }
-  return handle;
-}
 
 // No convolution to run: an empty batch, image or filter (cuDNN refuses zero-sized descriptors).
 bool empty(const Conv2dGeometry& g) {
@@ -190,10 +134,6 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   return c;
 }
 
-// alpha = 1, beta = 0 in the type cuDNN expects: double for f64 data, float otherwise.
-template <class T>
-using scale_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 template <class T>
 void check_workspace(Choice c, void* workspace, int64_t bytes) {
   RG_CHECK(bytes >= int64_t(c.workspace) && (workspace != nullptr || c.workspace == 0),
@@ -207,10 +147,9 @@ template <class T>
 int64_t conv2d_workspace_bytes(const Conv2dGeometry& g, ConvPass pass, bool allow_tf32,
                                void* stream) {
   if (empty(g)) return 0;
-  Handle& h = handle_for(stream);
-  std::lock_guard<std::mutex> lock(h.mu);
+  const LockedHandle h(stream);
   const Descriptors<T> d(g, allow_tf32);
-  return int64_t(choose<T>(h.h, d, g, pass, allow_tf32).workspace);
+  return int64_t(choose<T>(h.get(), d, g, pass, allow_tf32).workspace);
 }
 
 template <class T>
@@ -222,10 +161,9 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
     if (bytes != 0) RG_CUDA_CHECK(cudaMemsetAsync(y, 0, bytes, static_cast<cudaStream_t>(stream)));
     return;
   }
-  Handle& handle = handle_for(stream);
-  std::lock_guard<std::mutex> lock(handle.mu);
+  const LockedHandle handle(stream);
   const Descriptors<T> d(g, allow_tf32);
-  cudnnHandle_t h = handle.h;
+  cudnnHandle_t h = handle.get();
   const Choice c = choose<T>(h, d, g, ConvPass::forward, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
@@ -244,10 +182,9 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
     }
     return;
   }
-  Handle& handle = handle_for(stream);
-  std::lock_guard<std::mutex> lock(handle.mu);
+  const LockedHandle handle(stream);
   const Descriptors<T> d(g, allow_tf32);
-  cudnnHandle_t h = handle.h;
+  cudnnHandle_t h = handle.get();
   const Choice c = choose<T>(h, d, g, ConvPass::backward_data, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
@@ -268,10 +205,9 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
     }
     return;
   }
-  Handle& handle = handle_for(stream);
-  std::lock_guard<std::mutex> lock(handle.mu);
+  const LockedHandle handle(stream);
   const Descriptors<T> d(g, allow_tf32);
-  cudnnHandle_t h = handle.h;
+  cudnnHandle_t h = handle.get();
   const Choice c = choose<T>(h, d, g, ConvPass::backward_weight, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;

@@ -1,11 +1,25 @@
-// The emulated cuDNN subset of kernels/emu/shim/cudnn.h on kernels/cpu/conv2d.
+// The emulated cuDNN subset of kernels/emu/shim/cudnn.h on the CPU kernels: convolution on
+// kernels/cpu/conv2d, batch normalization on kernels/cpu/batch_norm, pooling on kernels/cpu/pool.
+// Every call is queued on its handle's stream with the memory it reads and writes declared to the
+// race detector.
 #include "kernels/emu/shim/cudnn.h"
 
+#include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -27,6 +41,45 @@ struct cudnnConvolutionStruct {
   bool set = false;
   int ph = 0, pw = 0, sh = 1, sw = 1, dh = 1, dw = 1;
 };
+struct cudnnPoolingStruct {
+  bool set = false;
+  cudnnPoolingMode_t mode = CUDNN_POOLING_MAX;
+  int kh = 0, kw = 0, ph = 0, pw = 0, sh = 1, sw = 1;
+};
+
+namespace {
+
+std::atomic<int> live_descriptors{0};
+
+std::mutex calls_mu;
+std::map<std::string, int64_t, std::less<>> calls;  // by cuDNN function name
+
+// Queues one cuDNN call on its handle's stream with the memory it touches, counted by name.
+void queue(cudnnHandle_t handle, const char* name, std::vector<rg::emu::MemAccess> accesses,
+           std::function<void()> work) {
+  {
+    std::lock_guard<std::mutex> lock(calls_mu);
+    ++calls[name];
+  }
+  rg::emu::enqueue(handle->stream, name, std::move(accesses), std::move(work));
+}
+
+template <class D>
+cudnnStatus_t create_descriptor(D** desc) {
+  if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *desc = new D;
+  ++live_descriptors;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+template <class D>
+cudnnStatus_t destroy_descriptor(D* desc) {
+  if (desc != nullptr) --live_descriptors;
+  delete desc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   *handle = new cudnnContext;
@@ -56,12 +109,10 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
 }
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) {
-  *desc = new cudnnTensorStruct;
-  return CUDNN_STATUS_SUCCESS;
+  return create_descriptor(desc);
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
-  delete desc;
-  return CUDNN_STATUS_SUCCESS;
+  return destroy_descriptor(desc);
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w) {
@@ -71,12 +122,10 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) {
-  *desc = new cudnnFilterStruct;
-  return CUDNN_STATUS_SUCCESS;
+  return create_descriptor(desc);
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
-  delete desc;
-  return CUDNN_STATUS_SUCCESS;
+  return destroy_descriptor(desc);
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int k, int c, int h, int w) {
@@ -86,12 +135,10 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) {
-  *desc = new cudnnConvolutionStruct;
-  return CUDNN_STATUS_SUCCESS;
+  return create_descriptor(desc);
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
-  delete desc;
-  return CUDNN_STATUS_SUCCESS;
+  return destroy_descriptor(desc);
 }
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc, int pad_h,
                                               int pad_w, int u, int v, int dilation_h,
@@ -146,6 +193,14 @@ bool unit_scales(cudnnDataType_t type, const void* alpha, const void* beta) {
   return *static_cast<const float*>(alpha) == 1.f && *static_cast<const float*>(beta) == 0.f;
 }
 
+// n values of storage type T at p, widened (or copied) to the compute type C.
+template <class T, class C>
+std::vector<C> widen(const void* p, int64_t n) {
+  std::vector<C> v(static_cast<size_t>(n));
+  rg::kernels::cpu::cast<T, C>(static_cast<const T*>(p), v.data(), n);
+  return v;
+}
+
 enum class Pass { forward, data, weight };
 
 // Runs one pass in the compute type C on operands of storage type T: the half types are widened
@@ -158,12 +213,7 @@ void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void*
   // (a, b) = (x, w) forward, (w, gy) data, (x, gy) weight.
   const int64_t na = pass == Pass::data ? nw : nx, nb = pass == Pass::forward ? nw : ny;
   const int64_t nout = pass == Pass::forward ? ny : pass == Pass::data ? nx : nw;
-  auto widen = [](const void* p, int64_t n) {
-    std::vector<C> v(static_cast<size_t>(n));
-    cpu::cast<T, C>(static_cast<const T*>(p), v.data(), n);
-    return v;
-  };
-  const std::vector<C> av = widen(a, na), bv = widen(b, nb);
+  const std::vector<C> av = widen<T, C>(a, na), bv = widen<T, C>(b, nb);
   std::vector<C> o(static_cast<size_t>(nout));
   switch (pass) {
     case Pass::forward:
@@ -205,15 +255,16 @@ cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, Pass pass,
     default:
       return CUDNN_STATUS_NOT_SUPPORTED;
   }
-  const size_t nx = size_t(g.n * g.c * g.h * g.w) * elem, nw = size_t(g.o * g.c * g.kh * g.kw) * elem,
+  const size_t nx = size_t(g.n * g.c * g.h * g.w) * elem,
+               nw = size_t(g.o * g.c * g.kh * g.kw) * elem,
                ny = size_t(g.n * g.o * g.ho * g.wo) * elem;
   const size_t na = pass == Pass::data ? nw : nx, nb = pass == Pass::forward ? nw : ny;
   const size_t nout = pass == Pass::forward ? ny : pass == Pass::data ? nx : nw;
   const char* name = pass == Pass::forward ? "cudnnConvolutionForward"
                      : pass == Pass::data  ? "cudnnConvolutionBackwardData"
                                            : "cudnnConvolutionBackwardFilter";
-  rg::emu::enqueue(handle->stream, name, {{a, na, false}, {b, nb, false}, {out, nout, true}},
-                   [=] { run_pass(pass, g, a, b, out); });
+  queue(handle, name, {{a, na, false}, {b, nb, false}, {out, nout, true}},
+        [=] { run_pass(pass, g, a, b, out); });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -286,7 +337,392 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   return dispatch(handle, x_desc->type, Pass::weight, g, x, dy, dw);
 }
 
+// Batch normalization and pooling.
+
+namespace {
+
+namespace cpu = rg::kernels::cpu;
+
+// Calls f.template operator()<T, P>() with the storage type T of a batch-norm or pooling data type
+// and its compute type P, which is also the type of batch norm's parameters (f32 for half data,
+// cuDNN's PSEUDO_HALF_CONFIG). bf16 is not emulated: kernels/cuda does not ask cuDNN for it.
+template <class F>
+cudnnStatus_t with_types(cudnnDataType_t type, F&& f) {
+  switch (type) {
+    case CUDNN_DATA_FLOAT:
+      return f.template operator()<float, float>();
+    case CUDNN_DATA_DOUBLE:
+      return f.template operator()<double, double>();
+    case CUDNN_DATA_HALF:
+      return f.template operator()<rg::Half, float>();
+    default:
+      return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cudnnDataType_t param_type(cudnnDataType_t type) {
+  return type == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+}
+
+bool same_shape(const cudnnTensorStruct* a, const cudnnTensorStruct* b) {
+  return a->type == b->type && a->n == b->n && a->c == b->c && a->h == b->h && a->w == b->w;
+}
+
+bool usable(const cudnnTensorStruct* d) { return d != nullptr && d->set; }
+
+// The accesses of one call, leaving out the optional pointers that are null.
+std::vector<rg::emu::MemAccess> accesses(std::initializer_list<rg::emu::MemAccess> all) {
+  std::vector<rg::emu::MemAccess> out;
+  for (const auto& a : all) {
+    if (a.ptr != nullptr) out.push_back(a);
+  }
+  return out;
+}
+
+bool unit_scales(cudnnDataType_t type,
+                 std::initializer_list<std::pair<const void*, const void*>> ab) {
+  for (const auto& [alpha, beta] : ab) {
+    if (alpha == nullptr || beta == nullptr || !unit_scales(type, alpha, beta)) return false;
+  }
+  return true;
+}
+
+// A spatial batch norm's [n, c, hw] view, checked as cuDNN checks it: x and y (or dy, dx) alike,
+// the parameters 1 x C x 1 x 1 in the parameter type, eps at least CUDNN_BN_MIN_EPSILON; and
+// alpha = 1, beta = 0, the only scales emulated.
+struct BnShape {
+  int64_t n, c, hw;
+};
+cudnnStatus_t bn_shape(cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+                       std::initializer_list<const cudnnTensorStruct*> data,
+                       const cudnnTensorStruct* param, double eps,
+                       std::initializer_list<std::pair<const void*, const void*>> scales,
+                       BnShape& s) {
+  if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
+  if (mode != CUDNN_BATCHNORM_SPATIAL) return CUDNN_STATUS_NOT_SUPPORTED;
+  const cudnnTensorStruct* x = *data.begin();
+  for (const cudnnTensorStruct* d : data) {
+    if (!usable(d) || !same_shape(d, x)) return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (!usable(param) || param->type != param_type(x->type) || param->n != 1 || param->c != x->c ||
+      param->h != 1 || param->w != 1) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (!(eps >= CUDNN_BN_MIN_EPSILON)) return CUDNN_STATUS_BAD_PARAM;
+  if (!unit_scales(x->type, scales)) return CUDNN_STATUS_NOT_SUPPORTED;
+  s = {x->n, x->c, int64_t(x->h) * x->w};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// 1 / sqrt(var + eps) per channel: what cuDNN saves as the "inverse variance".
+std::vector<double> inverse_std(const std::vector<double>& var, double eps) {
+  std::vector<double> invstd(var.size());
+  for (size_t ch = 0; ch < var.size(); ++ch) invstd[ch] = 1.0 / std::sqrt(var[ch] + eps);
+  return invstd;
+}
+
+// y = (x - mean) * invstd * scale + bias, computed in P and rounded to T.
+template <class T, class P>
+void normalize(const BnShape& s, const std::vector<P>& xv, const std::vector<double>& mean,
+               const std::vector<double>& invstd, const void* scale, const void* bias, void* y) {
+  std::vector<P> out(xv.size());
+  cpu::batch_norm_apply<P>(xv.data(), s.n, s.c, s.hw, mean.data(), invstd.data(),
+                           static_cast<const P*>(scale), static_cast<const P*>(bias), out.data());
+  cpu::cast<P, T>(out.data(), static_cast<T*>(y), int64_t(out.size()));
+}
+
+// The per-channel values of a parameter tensor of type P, in double.
+template <class P>
+std::vector<double> channel_values(const void* p, int64_t c) {
+  std::vector<double> v(static_cast<size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch) v[size_t(ch)] = double(static_cast<const P*>(p)[ch]);
+  return v;
+}
+
+}  // namespace
+
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derived_desc,
+                                            const cudnnTensorDescriptor_t x_desc,
+                                            cudnnBatchNormMode_t mode) {
+  if (derived_desc == nullptr || !usable(x_desc)) return CUDNN_STATUS_BAD_PARAM;
+  if (mode == CUDNN_BATCHNORM_PER_ACTIVATION) {
+    *derived_desc = {true, param_type(x_desc->type), 1, x_desc->c, x_desc->h, x_desc->w};
+  } else {
+    *derived_desc = {true, param_type(x_desc->type), 1, x_desc->c, 1, 1};
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t scale_bias_mean_var_desc, const void* scale,
+    const void* bias, double exponential_average_factor, void* result_running_mean,
+    void* result_running_variance, double epsilon, void* result_save_mean,
+    void* result_save_inv_variance) {
+  BnShape s{};
+  if (const cudnnStatus_t st = bn_shape(handle, mode, {x_desc, y_desc}, scale_bias_mean_var_desc,
+                                        epsilon, {{alpha, beta}}, s);
+      st != CUDNN_STATUS_SUCCESS) {
+    return st;
+  }
+  // Running statistics and saved results: both or neither (as cuDNN requires).
+  if ((result_running_mean == nullptr) != (result_running_variance == nullptr) ||
+      (result_save_mean == nullptr) != (result_save_inv_variance == nullptr) || x == nullptr ||
+      y == nullptr || scale == nullptr || bias == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return with_types(x_desc->type, [&]<class T, class P>() {
+    const size_t data = size_t(s.n * s.c * s.hw) * sizeof(T), param = size_t(s.c) * sizeof(P);
+    queue(handle, "cudnnBatchNormalizationForwardTraining",
+          accesses({{x, data, false},
+                    {y, data, true},
+                    {scale, param, false},
+                    {bias, param, false},
+                    {result_running_mean, param, true},
+                    {result_running_variance, param, true},
+                    {result_save_mean, param, true},
+                    {result_save_inv_variance, param, true}}),
+          [=] {
+            const std::vector<P> xv = widen<T, P>(x, s.n * s.c * s.hw);
+            std::vector<double> mean(size_t(s.c)), var(size_t(s.c));
+            cpu::batch_norm_stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data());
+            const std::vector<double> invstd = inverse_std(var, epsilon);
+            normalize<T, P>(s, xv, mean, invstd, scale, bias, y);
+            // cuDNN's running variance takes the unbiased batch variance, as
+            // batch_norm_update_running does.
+            cpu::batch_norm_update_running<P>(
+                static_cast<P*>(result_running_mean), static_cast<P*>(result_running_variance),
+                mean.data(), var.data(), s.c, s.n * s.hw, exponential_average_factor);
+            if (result_save_mean != nullptr) {
+              for (int64_t ch = 0; ch < s.c; ++ch) {
+                static_cast<P*>(result_save_mean)[ch] = P(mean[size_t(ch)]);
+                // "InvVariance" is 1 / sqrt(var + eps), the inverse standard deviation.
+                static_cast<P*>(result_save_inv_variance)[ch] = P(invstd[size_t(ch)]);
+              }
+            }
+          });
+    return CUDNN_STATUS_SUCCESS;
+  });
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t scale_bias_mean_var_desc, const void* scale,
+    const void* bias, const void* estimated_mean, const void* estimated_variance, double epsilon) {
+  BnShape s{};
+  if (const cudnnStatus_t st = bn_shape(handle, mode, {x_desc, y_desc}, scale_bias_mean_var_desc,
+                                        epsilon, {{alpha, beta}}, s);
+      st != CUDNN_STATUS_SUCCESS) {
+    return st;
+  }
+  if (x == nullptr || y == nullptr || scale == nullptr || bias == nullptr ||
+      estimated_mean == nullptr || estimated_variance == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return with_types(x_desc->type, [&]<class T, class P>() {
+    const size_t data = size_t(s.n * s.c * s.hw) * sizeof(T), param = size_t(s.c) * sizeof(P);
+    queue(handle, "cudnnBatchNormalizationForwardInference",
+          accesses({{x, data, false},
+                    {y, data, true},
+                    {scale, param, false},
+                    {bias, param, false},
+                    {estimated_mean, param, false},
+                    {estimated_variance, param, false}}),
+          [=] {
+            const std::vector<P> xv = widen<T, P>(x, s.n * s.c * s.hw);
+            normalize<T, P>(s, xv, channel_values<P>(estimated_mean, s.c),
+                            inverse_std(channel_values<P>(estimated_variance, s.c), epsilon), scale,
+                            bias, y);
+          });
+    return CUDNN_STATUS_SUCCESS;
+  });
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha_data_diff,
+    const void* beta_data_diff, const void* alpha_param_diff, const void* beta_param_diff,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t dy_desc,
+    const void* dy, const cudnnTensorDescriptor_t dx_desc, void* dx,
+    const cudnnTensorDescriptor_t scale_bias_diff_desc, const void* scale, void* scale_diff,
+    void* bias_diff, double epsilon, const void* saved_mean, const void* saved_inv_variance) {
+  BnShape s{};
+  if (const cudnnStatus_t st =
+          bn_shape(handle, mode, {x_desc, dy_desc, dx_desc}, scale_bias_diff_desc, epsilon,
+                   {{alpha_data_diff, beta_data_diff}, {alpha_param_diff, beta_param_diff}}, s);
+      st != CUDNN_STATUS_SUCCESS) {
+    return st;
+  }
+  if ((saved_mean == nullptr) != (saved_inv_variance == nullptr) || x == nullptr || dy == nullptr ||
+      dx == nullptr || scale == nullptr || scale_diff == nullptr || bias_diff == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return with_types(x_desc->type, [&]<class T, class P>() {
+    const size_t data = size_t(s.n * s.c * s.hw) * sizeof(T), param = size_t(s.c) * sizeof(P);
+    queue(handle, "cudnnBatchNormalizationBackward",
+          accesses({{x, data, false},
+                    {dy, data, false},
+                    {dx, data, true},
+                    {scale, param, false},
+                    {scale_diff, param, true},
+                    {bias_diff, param, true},
+                    {saved_mean, param, false},
+                    {saved_inv_variance, param, false}}),
+          [=] {
+            const int64_t total = s.n * s.c * s.hw;
+            const std::vector<P> xv = widen<T, P>(x, total), gyv = widen<T, P>(dy, total);
+            std::vector<double> mean(size_t(s.c)), invstd(size_t(s.c));
+            if (saved_mean != nullptr) {
+              mean = channel_values<P>(saved_mean, s.c);
+              invstd = channel_values<P>(saved_inv_variance, s.c);
+            } else {  // recomputed from x, as cuDNN does without the cache
+              std::vector<double> var(size_t(s.c));
+              cpu::batch_norm_stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data());
+              invstd = inverse_std(var, epsilon);
+            }
+            std::vector<P> gx(static_cast<size_t>(total));
+            cpu::batch_norm_backward<P>(gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(),
+                                        invstd.data(), static_cast<const P*>(scale), true,
+                                        gx.data(), static_cast<P*>(scale_diff),
+                                        static_cast<P*>(bias_diff));
+            cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), total);
+          });
+    return CUDNN_STATUS_SUCCESS;
+  });
+}
+
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* desc) {
+  return create_descriptor(desc);
+}
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t desc) {
+  return destroy_descriptor(desc);
+}
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t desc, cudnnPoolingMode_t mode,
+                                          cudnnNanPropagation_t, int window_height,
+                                          int window_width, int vertical_padding,
+                                          int horizontal_padding, int vertical_stride,
+                                          int horizontal_stride) {
+  if (desc == nullptr || window_height <= 0 || window_width <= 0 || vertical_padding < 0 ||
+      horizontal_padding < 0 || vertical_stride <= 0 || horizontal_stride <= 0) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  *desc = {true,
+           mode,
+           window_height,
+           window_width,
+           vertical_padding,
+           horizontal_padding,
+           vertical_stride,
+           horizontal_stride};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+namespace {
+
+// The pooling geometry the descriptors describe, checked as cuDNN does: one data type, y (and
+// dy) of x's batch and channels and of the pooling's output size, rounded down.
+cudnnStatus_t pool_geometry(cudnnHandle_t handle, cudnnPoolingDescriptor_t pool,
+                            const cudnnTensorStruct* x, const cudnnTensorStruct* y,
+                            cpu::Pool2dGeometry& g) {
+  if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
+  if (pool == nullptr || !pool->set || !usable(x) || !usable(y) || x->type != y->type) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (pool->mode != CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING &&
+      pool->mode != CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING) {
+    return CUDNN_STATUS_NOT_SUPPORTED;  // max pooling is not emulated
+  }
+  if (x->h + 2 * pool->ph < pool->kh || x->w + 2 * pool->pw < pool->kw) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  g = cpu::Pool2dGeometry{int64_t(x->n) * x->c,
+                          x->h,
+                          x->w,
+                          pool->kh,
+                          pool->kw,
+                          pool->sh,
+                          pool->sw,
+                          pool->ph,
+                          pool->pw,
+                          0,
+                          0};
+  g.ho = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.wo = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  if (y->n != x->n || y->c != x->c || y->h != g.ho || y->w != g.wo) return CUDNN_STATUS_BAD_PARAM;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                  const void* alpha, const cudnnTensorDescriptor_t x_desc,
+                                  const void* x, const void* beta,
+                                  const cudnnTensorDescriptor_t y_desc, void* y) {
+  cpu::Pool2dGeometry g{};
+  if (const cudnnStatus_t st = pool_geometry(handle, desc, x_desc, y_desc, g);
+      st != CUDNN_STATUS_SUCCESS) {
+    return st;
+  }
+  if (!unit_scales(x_desc->type, {{alpha, beta}})) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (x == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  const bool include_pad = desc->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  return with_types(x_desc->type, [&]<class T, class P>() {
+    queue(handle, "cudnnPoolingForward",
+          {{x, size_t(g.planes * g.h * g.w) * sizeof(T), false},
+           {y, size_t(g.planes * g.ho * g.wo) * sizeof(T), true}},
+          [=] {
+            const std::vector<P> xv = widen<T, P>(x, g.planes * g.h * g.w);
+            std::vector<P> out(size_t(g.planes * g.ho * g.wo));
+            cpu::avg_pool2d_forward<P>(g, xv.data(), out.data(), include_pad);
+            cpu::cast<P, T>(out.data(), static_cast<T*>(y), int64_t(out.size()));
+          });
+    return CUDNN_STATUS_SUCCESS;
+  });
+}
+
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                   const void* alpha, const cudnnTensorDescriptor_t y_desc,
+                                   const void* y, const cudnnTensorDescriptor_t dy_desc,
+                                   const void* dy, const cudnnTensorDescriptor_t x_desc,
+                                   const void* x, const void* beta,
+                                   const cudnnTensorDescriptor_t dx_desc, void* dx) {
+  cpu::Pool2dGeometry g{};
+  if (const cudnnStatus_t st = pool_geometry(handle, desc, x_desc, y_desc, g);
+      st != CUDNN_STATUS_SUCCESS) {
+    return st;
+  }
+  if (!usable(dy_desc) || !same_shape(dy_desc, y_desc) || !usable(dx_desc) ||
+      !same_shape(dx_desc, x_desc)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (!unit_scales(x_desc->type, {{alpha, beta}})) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (x == nullptr || y == nullptr || dy == nullptr || dx == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const bool include_pad = desc->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  return with_types(x_desc->type, [&]<class T, class P>() {
+    const size_t in = size_t(g.planes * g.h * g.w) * sizeof(T),
+                 out = size_t(g.planes * g.ho * g.wo) * sizeof(T);
+    // cuDNN's interface takes x and y too (max pooling needs them): declared as reads.
+    queue(handle, "cudnnPoolingBackward",
+          {{y, out, false}, {dy, out, false}, {x, in, false}, {dx, in, true}}, [=] {
+            const std::vector<P> gyv = widen<T, P>(dy, g.planes * g.ho * g.wo);
+            std::vector<P> gx(size_t(g.planes * g.h * g.w));
+            cpu::avg_pool2d_backward<P>(g, gyv.data(), gx.data(), include_pad);
+            cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), int64_t(gx.size()));
+          });
+    return CUDNN_STATUS_SUCCESS;
+  });
+}
+
 namespace rg::emu {
+int cudnn_live_descriptors() { return live_descriptors.load(); }
+int64_t cudnn_calls(std::string_view function) {
+  std::lock_guard<std::mutex> lock(calls_mu);
+  const auto it = calls.find(function);
+  return it == calls.end() ? 0 : it->second;
+}
 void check_status(cudnnStatus_t status, const char* call, const char* file, int line) {
   RG_CHECK(status == CUDNN_STATUS_SUCCESS, file, ":", line, ": ", call,
            " failed: ", cudnnGetErrorString(status));

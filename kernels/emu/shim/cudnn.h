@@ -1,11 +1,17 @@
-// Stands in for <cudnn.h> in emulated builds: the subset of cuDNN's convolution API that
-// kernels/cuda/conv2d.cu uses (handles, 4-D tensor/filter/convolution descriptors, heuristic
-// algorithm queries, forward and both gradients), computed on the CPU by kernels/cpu/conv2d
-// (kernels/emu/cudnn.cpp). The algorithm queries offer one deterministic algorithm without
-// workspace; only alpha = 1, beta = 0 is supported; f16/bf16 compute in f32 and round once.
+// Stands in for <cudnn.h> in emulated builds: the subset of cuDNN that kernels/cuda uses, computed
+// on the CPU (kernels/emu/cudnn.cpp): convolution (conv2d.cu: handles, 4-D tensor/filter/
+// convolution descriptors, heuristic algorithm queries, forward and both gradients; by
+// kernels/cpu/conv2d), spatial batch normalization (batch_norm_cudnn.cu: forward training and
+// inference, backward; by kernels/cpu/batch_norm) and average pooling (pool_cudnn.cu: forward and
+// backward; by kernels/cpu/pool). The algorithm queries offer one deterministic algorithm without
+// workspace; only alpha = 1, beta = 0 is supported; f16/bf16 compute in f32 and round once. Not
+// emulated (CUDNN_STATUS_NOT_SUPPORTED): per-activation batch norm, max pooling, and batch norm
+// on bf16 data (which kernels/cuda does not ask cuDNN for).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 
 #include "kernels/emu/runtime_api.h"
 
@@ -25,6 +31,7 @@ typedef enum {
 } cudnnDataType_t;
 
 typedef enum { CUDNN_TENSOR_NCHW = 0 } cudnnTensorFormat_t;
+typedef enum { CUDNN_NOT_PROPAGATE_NAN = 0, CUDNN_PROPAGATE_NAN = 1 } cudnnNanPropagation_t;
 typedef enum {
   CUDNN_DEFAULT_MATH = 0,
   CUDNN_TENSOR_OP_MATH = 1,
@@ -40,6 +47,7 @@ typedef struct cudnnContext* cudnnHandle_t;
 typedef struct cudnnTensorStruct* cudnnTensorDescriptor_t;
 typedef struct cudnnFilterStruct* cudnnFilterDescriptor_t;
 typedef struct cudnnConvolutionStruct* cudnnConvolutionDescriptor_t;
+typedef struct cudnnPoolingStruct* cudnnPoolingDescriptor_t;
 
 #define RG_EMU_CUDNN_PERF(Name, Algo) \
   typedef struct {                    \
@@ -112,7 +120,68 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                              size_t workspace_bytes, const void* beta,
                                              cudnnFilterDescriptor_t dw_desc, void* dw);
 
+// Batch normalization (cudnn_ops.h).
+typedef enum {
+  CUDNN_BATCHNORM_PER_ACTIVATION = 0,
+  CUDNN_BATCHNORM_SPATIAL = 1,
+  CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2,
+} cudnnBatchNormMode_t;
+#define CUDNN_BN_MIN_EPSILON 0.0
+
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derived_desc,
+                                            const cudnnTensorDescriptor_t x_desc,
+                                            cudnnBatchNormMode_t mode);
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t scale_bias_mean_var_desc, const void* scale,
+    const void* bias, double exponential_average_factor, void* result_running_mean,
+    void* result_running_variance, double epsilon, void* result_save_mean,
+    void* result_save_inv_variance);
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t scale_bias_mean_var_desc, const void* scale,
+    const void* bias, const void* estimated_mean, const void* estimated_variance, double epsilon);
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha_data_diff,
+    const void* beta_data_diff, const void* alpha_param_diff, const void* beta_param_diff,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t dy_desc,
+    const void* dy, const cudnnTensorDescriptor_t dx_desc, void* dx,
+    const cudnnTensorDescriptor_t scale_bias_diff_desc, const void* scale, void* scale_diff,
+    void* bias_diff, double epsilon, const void* saved_mean, const void* saved_inv_variance);
+
+// Pooling (cudnn_ops.h).
+typedef enum {
+  CUDNN_POOLING_MAX = 0,
+  CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING = 1,
+  CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING = 2,
+  CUDNN_POOLING_MAX_DETERMINISTIC = 3,
+} cudnnPoolingMode_t;
+
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* desc);
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t desc);
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t desc, cudnnPoolingMode_t mode,
+                                          cudnnNanPropagation_t max_pooling_nan_opt,
+                                          int window_height, int window_width, int vertical_padding,
+                                          int horizontal_padding, int vertical_stride,
+                                          int horizontal_stride);
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                  const void* alpha, const cudnnTensorDescriptor_t x_desc,
+                                  const void* x, const void* beta,
+                                  const cudnnTensorDescriptor_t y_desc, void* y);
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                   const void* alpha, const cudnnTensorDescriptor_t y_desc,
+                                   const void* y, const cudnnTensorDescriptor_t dy_desc,
+                                   const void* dy, const cudnnTensorDescriptor_t x_desc,
+                                   const void* x, const void* beta,
+                                   const cudnnTensorDescriptor_t dx_desc, void* dx);
+
 namespace rg::emu {
+// For tests: the cuDNN descriptors created and not yet destroyed, of every kind, and how many
+// times a computing function ("cudnnPoolingForward") has been queued so far.
+int cudnn_live_descriptors();
+int64_t cudnn_calls(std::string_view function);
 // RG_CUDA_CHECK for cuDNN statuses under emulation (kernels/cuda/check.h).
 void check_status(cudnnStatus_t status, const char* call, const char* file, int line);
 }  // namespace rg::emu
