@@ -220,7 +220,8 @@ struct ProcessGroupNCCL::Impl {
       // reaches its end event, so the communicator's error is read after the events: an error
       // set by any of them is seen here, and they fail with it instead of completing.
       size_t reached = 0;
-      while (reached < pending.size() && pending[reached]->end.query()) ++reached;
+      // Polls: the watchdog's view of the stream must not order the program's host work.
+      while (reached < pending.size() && pending[reached]->end.poll()) ++reached;
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm, &async);
       if (async == ncclSuccess) {

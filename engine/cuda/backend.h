@@ -50,6 +50,10 @@ class Backend {
   // Work submitted to `stream` (on `device`) later waits for `event`, without blocking the host.
   virtual void wait_event(int device, StreamHandle stream, EventHandle event) = 0;
   virtual bool query_event(int device, EventHandle event) = 0;  // true: reached
+  // query_event for bookkeeping polls (the allocators' pending frees, the NCCL watchdog): on a
+  // GPU the same; under the emulator's race detector a reached event does not order the host's
+  // later work after it, so such a poll cannot hide a missing wait in the program's own work.
+  virtual bool poll_event(int device, EventHandle event) { return query_event(device, event); }
   virtual void synchronize_event(int device, EventHandle event) = 0;
   virtual float elapsed_ms(int device, EventHandle start, EventHandle end) = 0;
 
@@ -62,6 +66,8 @@ class Backend {
                                     StreamHandle /*stream*/,
                                     const std::vector<StreamHandle>& /*also_used_on*/) {}
   virtual void annotate_host_block_allocated(void* /*ptr*/, size_t /*bytes*/) {}
+  // A pending free (device or pinned) whose events poll_event found reached.
+  virtual void annotate_block_released(void* /*ptr*/, size_t /*bytes*/) {}
   virtual void annotate_host_block_freed(
       void* /*ptr*/, size_t /*bytes*/,
       const std::vector<std::pair<int, StreamHandle>>& /*also_used_on*/) {}

@@ -190,6 +190,13 @@ class CudartBackend final : public Backend {
   void annotate_host_block_allocated(void* ptr, size_t bytes) override {
     ::rg::emu::annotate_host_block_allocated(ptr, bytes);
   }
+  void annotate_block_released(void* ptr, size_t bytes) override {
+    ::rg::emu::annotate_block_released(ptr, bytes);
+  }
+  bool poll_event(int device, EventHandle event) override {
+    DeviceScope scope(device);
+    return RG_CUDA_READY(::rg::emu::poll_event(event_of(event)));
+  }
   void annotate_host_block_freed(
       void* ptr, size_t bytes,
       const std::vector<std::pair<int, StreamHandle>>& also_used_on) override {

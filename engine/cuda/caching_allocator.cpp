@@ -203,13 +203,14 @@ void CachingAllocator::process_events() {
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     PendingEvent pe = pending_[i];
-    if (!backend_.query_event(device_, pe.event)) {
+    if (!backend_.poll_event(device_, pe.event)) {
       pending_[kept++] = pe;
       continue;
     }
     events_.put(device_, pe.event);
     if (--pe.block->pending_events == 0) {
       --stats_.pending_free_blocks;
+      backend_.annotate_block_released(pe.block->ptr, pe.block->size);
       free_block(pe.block);
     }
   }

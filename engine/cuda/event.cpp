@@ -61,6 +61,8 @@ void Event::wait(const Stream& stream) const {
 
 bool Event::query() const { return handle_ == nullptr || backend_->query_event(device_, handle_); }
 
+bool Event::poll() const { return handle_ == nullptr || backend_->poll_event(device_, handle_); }
+
 void Event::synchronize() const {
   if (handle_ != nullptr) backend_->synchronize_event(device_, handle_);
 }

@@ -23,6 +23,9 @@ class Event {
   // `stream` waits for this event (no-op when never recorded); the host does not block.
   void wait(const Stream& stream) const;
   bool query() const;        // reached (or never recorded)
+  // query() for bookkeeping (the NCCL watchdog): the same answer; under the emulator's race
+  // detector it does not order the caller's host work after the event (Backend::poll_event).
+  bool poll() const;
   void synchronize() const;  // blocks the host until reached
   // Milliseconds from this event to `end`; both recorded with timing enabled, both reached.
   float elapsed_ms(const Event& end) const;

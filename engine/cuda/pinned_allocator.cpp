@@ -100,13 +100,14 @@ void PinnedAllocator::process_events() {
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     PendingEvent pe = pending_[i];
-    if (!backend_.query_event(pe.device, pe.event)) {
+    if (!backend_.poll_event(pe.device, pe.event)) {
       pending_[kept++] = pe;
       continue;
     }
     events_.put(pe.device, pe.event);
     if (--pe.block->pending_events == 0) {
       --stats_.pending_free_blocks;
+      backend_.annotate_block_released(pe.block->ptr, pe.block->size);
       free_[pe.block->size].push_back(pe.block);
     }
   }

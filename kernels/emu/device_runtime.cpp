@@ -473,6 +473,22 @@ void annotate_host_block_allocated(void* ptr, size_t bytes) {
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
 }
 
+void annotate_block_released(void* ptr, size_t bytes) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.race_mode == RaceMode::off) return;
+  r.race().block_released(ptr, bytes);
+}
+
+cudaError_t poll_event(cudaEvent_t event) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->stream == nullptr) return cudaSuccess;
+  if (event->stream->completed < event->position) return cudaErrorNotReady;
+  return device_status(r, event->device);
+}
+
 void annotate_host_block_freed(void* ptr, size_t bytes,
                                const std::vector<std::pair<int, cudaStream_t>>& also_used_on) {
   Runtime& r = Runtime::get();

@@ -66,6 +66,14 @@ void annotate_block_allocated(int device, void* ptr, size_t bytes, cudaStream_t 
 void annotate_block_freed(int device, void* ptr, size_t bytes, cudaStream_t stream,
                           const std::vector<cudaStream_t>& also_used_on);
 void annotate_host_block_allocated(void* ptr, size_t bytes);
+// A pending free (device or pinned block) whose events the allocator found reached: the block's
+// earlier uses are over, and its reuse needs no ordering with them.
+void annotate_block_released(void* ptr, size_t bytes);
+// cudaEventQuery for bookkeeping polls (the allocators' pending frees, the NCCL watchdog): the
+// same answer, but a reached event does not order the polling host thread after it for the race
+// detector. All host threads share one clock, so an ordering poll would order the program's own
+// later work after that stream and hide a missing wait.
+cudaError_t poll_event(cudaEvent_t event);
 void annotate_host_block_freed(void* ptr, size_t bytes,
                                const std::vector<std::pair<int, cudaStream_t>>& also_used_on);
 

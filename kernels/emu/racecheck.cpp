@@ -150,6 +150,17 @@ std::vector<std::string> RaceChecker::block_handed_out(const void* ptr, size_t b
   return reports;
 }
 
+void RaceChecker::block_released(const void* ptr, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
+  uintptr_t base = 0;
+  Allocation* a = find(begin, &base);
+  if (a == nullptr) return;
+  auto& recs = a->records;
+  recs.erase(std::remove_if(recs.begin(), recs.end(),
+                            [&](const Record& r) { return r.begin >= begin && r.end <= end; }),
+             recs.end());
+}
+
 std::vector<std::string> RaceChecker::block_freed(const void* ptr, size_t bytes, const Actor& who,
                                                   const VectorClock& clock,
                                                   const std::vector<size_t>& also_used_on) {

@@ -52,6 +52,9 @@ class RaceChecker {
   // use of that memory).
   std::vector<std::string> block_handed_out(const void* ptr, size_t bytes, const Actor& who,
                                              const VectorClock& clock);
+  // The allocator has seen the events of a pending free reached: the earlier uses of
+  // [ptr, ptr + bytes) are over, so a reuse needs no ordering with them (they are forgotten).
+  void block_released(const void* ptr, size_t bytes);
   // The allocator takes the block back at `clock` (the host and the block's stream): every use by
   // a stream not in `also_used_on` (record_stream) must be ordered before.
   std::vector<std::string> block_freed(const void* ptr, size_t bytes, const Actor& who,

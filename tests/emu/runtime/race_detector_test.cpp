@@ -4,8 +4,11 @@
 // streams.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <initializer_list>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emu/runtime/runtime_kernels.h"
@@ -131,6 +134,39 @@ TEST_F(RaceDetector, AConsumerThatDoesNotWaitForTheProducerIsReportedAtItsLaunch
   expect_report(msg, {"binary_scalar_kernel", "on " + name_of(consumer) + " reads", "fill_kernel",
                       "on " + name_of(producer) + " writes", "cuda:0/stream"});
   EXPECT_EQ(emu::race_reports(), std::vector<std::string>{msg});
+  settle_and_clear();
+}
+
+// The allocators poll the events of pending frees on the program's own thread. A poll that finds
+// the producer's work done must not count as the host waiting for it, or every later launch
+// would look ordered after the producer and a missing wait would go unseen whenever the poll
+// happened to come late enough.
+TEST_F(RaceDetector, AnAllocatorPollThatSeesTheProducerDoneDoesNotHideAMissingWait) {
+  const cuda::Stream producer = cuda::pooled_stream(0), consumer = cuda::pooled_stream(0);
+  Tensor x;
+  {
+    cuda::StreamGuard on(producer);
+    x = filled(kN, 2.0);
+  }
+  {
+    // A default-stream block also used by the producer: its free waits for an event recorded on
+    // the producer after x's fill.
+    Tensor scratch = filled(kN, 1.0);
+    cuda::record_stream(scratch, producer);
+  }
+  cuda::Event done;
+  done.record(producer);
+  while (!done.poll()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // This allocation processes the pending free: the allocator's poll finds the producer done.
+  const Tensor other = filled(kN, 0.0);
+  EXPECT_EQ(cuda::memory_stats(0).pending_free_blocks, 0);
+  std::string msg;
+  {
+    cuda::StreamGuard on(consumer);
+    msg = error_of([&] { (void)mul(x, 3.0); });  // still no wait for the producer
+  }
+  expect_report(msg, {"binary_scalar_kernel", "on " + name_of(consumer) + " reads", "fill_kernel",
+                      "on " + name_of(producer) + " writes"});
   settle_and_clear();
 }
 
