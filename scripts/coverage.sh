@@ -24,8 +24,8 @@ fi
 
 # The programs behind the tests selected below, and nothing else (the emulated kernel tests do
 # not reach engine/cuda or the NCCL group).
-TARGETS=(rg_emu_runtime_tests rg_emu_engine_tests rg_emu_dist_tests rg_emu_dist_collectives_tests
-  ringgrad-run)
+TARGETS=(rg_emu_runtime_tests rg_emu_engine_tests rg_emu_nccl_group_tests rg_emu_dist_tests
+  rg_emu_dist_collectives_tests ringgrad-run)
 cmake --preset coverage
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 
