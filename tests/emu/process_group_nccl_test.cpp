@@ -1,5 +1,7 @@
 // ProcessGroupNCCL with threads as ranks, each on its own emulated device (RG_EMU_DEVICES=3, one
-// process, one HashStore): argument errors refused before anything is queued.
+// process, one HashStore): a barrier that holds the host until every rank has arrived, and
+// argument errors refused before anything is queued. The multi-process runs (emu.dist.*) check
+// every collective and dtype, DDP and the watchdog's faults.
 #include "comm/process_group_nccl.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "comm/hash_store.h"
 #include "engine/cuda/runtime.h"
@@ -24,7 +27,7 @@ using rg::testing::run_ranks;
 
 constexpr int kWorld = 3;
 
-ProcessGroupOptions small_chunks() {
+ProcessGroupOptions options() {
   ProcessGroupOptions o;
   o.timeout = 60s;
   return o;
@@ -39,11 +42,30 @@ class ProcessGroupNcclThreads : public ::testing::Test {
   }
 };
 
+// Collectives do not block the host (wait() orders the current stream); a barrier does, until
+// the last rank has called it.
+TEST_F(ProcessGroupNcclThreads, BarrierHoldsTheHostUntilEveryRankArrives) {
+  auto store = std::make_shared<HashStore>();
+  run_ranks(kWorld, [&](int rank) {
+    ProcessGroupNCCL pg(store, rank, kWorld, options());
+    pg.barrier()->wait();  // everyone has joined
+    const auto t0 = std::chrono::steady_clock::now();
+    if (rank == kWorld - 1) std::this_thread::sleep_for(300ms);
+    WorkPtr w = pg.barrier();
+    w->wait();
+    EXPECT_TRUE(w->is_completed());
+    if (rank != kWorld - 1) {
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms)
+          << "rank " << rank << "'s barrier returned before the late rank arrived";
+    }
+  });
+}
+
 TEST_F(ProcessGroupNcclThreads, BadArgumentsAreRefusedAndLeaveTheGroupUsable) {
   constexpr int kPair = 2;
   auto store = std::make_shared<HashStore>();
   run_ranks(kPair, [&](int rank) {
-    ProcessGroupNCCL pg(store, rank, kPair, small_chunks());
+    ProcessGroupNCCL pg(store, rank, kPair, options());
     const int peer = 1 - rank;
     const Device mine = Device::cuda(rank);
     const Tensor t = Tensor::empty({8}, DType::f32, mine);

@@ -149,6 +149,19 @@ TEST_F(EngineCudaRuntime, StreamsNameThemselvesAndQueryTheirWork) {
   EXPECT_FALSE(gate.timed_out());
 }
 
+TEST_F(EngineCudaRuntime, StreamGuardSetsStreamAndDeviceAndRestoresBoth) {
+  cuda::DeviceGuard on0(0);
+  const cuda::Stream pooled = cuda::pooled_stream(1);
+  {
+    cuda::StreamGuard guard(pooled);
+    EXPECT_EQ(emulated_device(), 1);
+    EXPECT_EQ(cuda::current_stream(1), pooled);
+    EXPECT_EQ(cuda::current_stream(), pooled) << "the current device's current stream";
+  }
+  EXPECT_EQ(emulated_device(), 0) << "StreamGuard did not restore the device";
+  EXPECT_EQ(cuda::current_stream(1), cuda::default_stream(1));
+}
+
 // Tensor::to between devices: the copy runs on the destination's current stream after the
 // source's stream (Stream::wait), and the source's stream waits for the copy before it may
 // overwrite the source. The source's stream is held while everything is queued, so without either

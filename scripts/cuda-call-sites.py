@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Lists every CUDA runtime, cuBLAS, cuDNN and NCCL call and every kernel launch (RG_LAUNCH) in
+engine/, comm/ and kernels/cuda/, and whether the emulated build runs it, from the gcov data of
+scripts/coverage.sh (gcovr's JSON). Writes docs/cuda-call-sites.md (scripts/coverage.sh calls it);
+--check compares the call sites (file and call, not line numbers or counts) with that file.
+
+Usage: scripts/cuda-call-sites.py --coverage build/coverage/coverage/coverage.json [--out FILE]
+       scripts/cuda-call-sites.py --check [FILE]
+"""
+import argparse
+import collections
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "cuda-call-sites.md"
+SCANNED = [("engine", ("*.cpp", "*.h")), ("comm", ("*.cpp", "*.h")),
+           ("kernels/cuda", ("*.cu", "*.cuh", "*.h", "*.cpp"))]
+CALL = re.compile(r"\b((?:cuda|cublas|cudnn|nccl)[A-Z][A-Za-z0-9_]*)\s*\(")
+# A create or destroy function passed by name (cudnn::Descriptor's template arguments): called
+# where the wrapper is constructed and destroyed.
+REFERENCE = re.compile(r"\b((?:cuda|cublas|cudnn|nccl)(?:Create|Destroy)[A-Za-z0-9]*)\b(?!\s*\()")
+LAUNCH = re.compile(r"\bRG_LAUNCH\s*\(")
+API = {"cuda": "cudart", "cubl": "cuBLAS", "cudn": "cuDNN", "nccl": "NCCL"}
+
+# Files the emulated configuration does not compile, and why.
+NOT_EMULATED = {
+    "kernels/cuda/device.cu": "not built for the emulator (device_stub.cpp stands in): it asks the "
+                              "real driver for devices, versions and a self-test",
+    "engine/cuda/backend_none.cpp": "the backend of builds without CUDA",
+    "comm/process_group_nccl_stub.cpp": "the NCCL group of builds without CUDA",
+}
+# Sites the emulated build compiles but no test reaches, keyed by (file, call): why.
+NOT_REACHED = {
+    ("engine/cuda/backend_cudart.cpp", "cudaGetLastError@check_release"):
+        "clears cudaErrorCudartUnloading, which only a real runtime returns (frees during process "
+        "exit, after it has unloaded); the emulator never unloads",
+    ("kernels/cuda/conv2d.cu", "cudaMemsetAsync@conv2d_backward_data"):
+        "zeroes the input gradient of a convolution with no filters or an empty output but a "
+        "non-empty input; the device tests' empty case is an empty batch (nothing to zero)",
+}
+
+
+def strip_code(text):
+    """Blanks comments and string/char literals, keeping line structure."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + " " * (min(j, n) - i - 1) + (c if j < n else ""))
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def regions(lines):
+    """For each line: 'emu' or 'real' inside an #if on RG_CUDA_EMU, else None."""
+    stack, result = [], []
+    for line in lines:
+        s = line.strip()
+        m = re.match(r"#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", s)
+        if m:
+            kind, cond = m.groups()
+            if kind in ("if", "ifdef", "ifndef"):
+                side = None
+                if "RG_CUDA_EMU" in cond:
+                    negated = kind == "ifndef" or re.search(r"!\s*(defined)?\s*\(?\s*RG_CUDA_EMU",
+                                                            cond)
+                    side = "real" if negated else "emu"
+                stack.append(side)
+            elif kind == "else" and stack:
+                stack[-1] = {"emu": "real", "real": "emu"}.get(stack[-1])
+            elif kind == "elif" and stack:
+                stack[-1] = None
+            elif kind == "endif" and stack:
+                stack.pop()
+        result.append("real" if "real" in stack else "emu" if "emu" in stack else None)
+    return result
+
+
+CONTROL = ("if", "else", "for", "while", "do", "switch", "case", "try", "catch", "return")
+
+
+def continues(line):
+    """A line that does not end a statement, so the next one belongs to the same statement."""
+    s = line.strip()
+    return bool(s) and not s.endswith((";", "{", "}")) and not s.startswith(("#", "//"))
+
+
+def enclosing_function(lines, index):
+    """The function a line is in: the nearest body before it opened by a statement that starts at
+    indentation 0 or 2 and reads name(...) ... { (not a class, namespace or control statement)."""
+    indent = lambda l: len(l) - len(l.lstrip())
+    for i in range(index, -1, -1):
+        if "{" not in lines[i]:
+            continue
+        j = i
+        while j > 0 and continues(lines[j - 1]):
+            j -= 1
+        statement = " ".join(l.strip() for l in lines[j:i + 1])
+        first = re.match(r"[}\s]*(\w*)", statement).group(1)
+        if indent(lines[j]) > 2 or first in CONTROL or statement.endswith(";"):
+            continue
+        m = re.search(r"(~?\w+)\s*\([^;{]*\)[^;{]*\{", statement)
+        if m:
+            return m.group(1)
+    return ""
+
+
+def first_argument(rest):
+    """The first macro argument in `rest` (after the opening parenthesis), outer parentheses
+    dropped: RG_LAUNCH((kernel<A, B>), ...) names kernel<A, B>."""
+    depth = 0
+    for i, c in enumerate(rest):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            if depth == 0:
+                break
+            depth -= 1
+        elif c == "," and depth == 0:
+            break
+    arg = rest[:i].strip()
+    if arg.startswith("(") and arg.endswith(")"):
+        arg = arg[1:-1].strip()
+    return " ".join(arg.split())
+
+
+def find_sites():
+    sites = []
+    for base, patterns in SCANNED:
+        for pattern in patterns:
+            for path in sorted((ROOT / base).rglob(pattern)):
+                rel = path.relative_to(ROOT).as_posix()
+                raw = path.read_text().split("\n")
+                code = strip_code(path.read_text()).split("\n")
+                region = regions(code)
+                for i, line in enumerate(code):
+                    in_macro = line.lstrip().startswith("#define") or (
+                        i > 0 and code[i - 1].rstrip().endswith("\\"))
+                    for m in CALL.finditer(line):
+                        if m.group(1).endswith("_t"):  # a type in a cast or a signature
+                            continue
+                        name = m.group(1)
+                        sites.append(dict(file=rel, line=i + 1, call=name, api=API[name[:4]],
+                                          region=region[i], macro=in_macro, by_name=False,
+                                          function=enclosing_function(raw, i)))
+                    for m in REFERENCE.finditer(line):
+                        name = m.group(1)
+                        sites.append(dict(file=rel, line=i + 1, call=name, api=API[name[:4]],
+                                          region=region[i], macro=in_macro, by_name=True,
+                                          function=enclosing_function(raw, i)))
+                    if not in_macro:
+                        for m in LAUNCH.finditer(line):
+                            kernel = first_argument(line[m.end():])
+                            sites.append(dict(file=rel, line=i + 1, call=f"RG_LAUNCH({kernel})",
+                                              api="launch", region=region[i], macro=False,
+                                              by_name=False,
+                                              function=enclosing_function(raw, i)))
+    return sorted(sites, key=lambda s: (s["file"], s["line"], s["call"]))
+
+
+def statement_lines(code, index):
+    """Indices of the lines of the statement that contains line `index`."""
+    start = index
+    while start > 0:
+        prev = code[start - 1].rstrip()
+        if not prev or prev.endswith((";", "{", "}")) or prev.lstrip().startswith("#"):
+            break
+        start -= 1
+    end = index
+    while end + 1 < len(code) and not code[end].rstrip().endswith((";", "{", "}")):
+        end += 1
+    return range(start, end + 1)
+
+
+def load_counts(path):
+    files = json.load(open(path))["files"]
+    counts = {}
+    for f in files:
+        counts[f["file"]] = {l["line_number"]: l["count"] for l in f["lines"]
+                             if not l.get("gcovr/noncode")}
+    return counts
+
+
+def classify(site, counts, code_cache):
+    if site["file"] in NOT_EMULATED:
+        return "no", NOT_EMULATED[site["file"]]
+    if site["region"] == "real":
+        return "no", "real CUDA only: the emulated build compiles the RG_CUDA_EMU branch"
+    if site["macro"]:
+        return "no", "inside a macro definition (counted where the macro is used)"
+    lines = counts.get(site["file"])
+    if lines is None:
+        return "no", "no gcov data for this file (not built into the measured programs)"
+    if site["file"] not in code_cache:
+        code_cache[site["file"]] = strip_code((ROOT / site["file"]).read_text()).split("\n")
+    code = code_cache[site["file"]]
+    hits = [lines[i + 1] for i in statement_lines(code, site["line"] - 1) if i + 1 in lines]
+    if not hits and site["by_name"]:
+        # Named in a wrapper's base class: it runs when the wrapper's constructor does, the first
+        # code after the name.
+        later = [n for n in sorted(lines) if n > site["line"]]
+        hits = [lines[later[0]]] if later and later[0] - site["line"] <= 10 else []
+    if not hits:
+        return "no", "no gcov line data at this statement"
+    if max(hits) > 0:
+        return "yes", ""
+    key = (site["file"], f"{site['call']}@{site['function']}")
+    return "no", NOT_REACHED.get(key, "NOT RUN by the emulated tests (no reason recorded)")
+
+
+def render(sites, verdicts):
+    apis = ("cudart", "cuBLAS", "cuDNN", "NCCL", "launch")
+    by_api = collections.OrderedDict((a, [0, 0]) for a in apis)
+    for s, (ran, _) in zip(sites, verdicts):
+        by_api[s["api"]][0] += 1
+        by_api[s["api"]][1] += ran == "yes"
+    out = [
+        "# CUDA call sites and the emulator",
+        "",
+        "Generated by `scripts/cuda-call-sites.py` from the gcov data of `scripts/coverage.sh`,",
+        "which rewrites this file; do not edit it by hand. Every CUDA runtime (`cuda*`), cuBLAS",
+        "(`cublas*`), cuDNN (`cudnn*`) and NCCL (`nccl*`) call and every kernel launch",
+        "(`RG_LAUNCH`) in `engine/`, `comm/` and `kernels/cuda/`, and whether the emulated build",
+        "(`rg_engine_emu`, `rg_comm_emu`, `rg_kernels_cuda_emu`) runs it in the tests that",
+        "`scripts/coverage.sh` runs: *yes* when gcov counted its statement.",
+        "",
+        "| API | call sites | run under emulation | not run |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for api, (total, ran) in by_api.items():
+        out.append(f"| {api} | {total} | {ran} | {total - ran} |")
+    total = sum(v[0] for v in by_api.values())
+    ran = sum(v[1] for v in by_api.values())
+    out += [f"| all | {total} | {ran} | {total - ran} |", "",
+            "| site | call | API | runs under emulation | why not |",
+            "| --- | --- | --- | --- | --- |"]
+    for s, (r, why) in zip(sites, verdicts):
+        how = " (passed by name)" if s["by_name"] else ""
+        out.append(f"| {s['file']}:{s['line']} | `{s['call']}`{how} | {s['api']} | {r} | {why} |")
+    return "\n".join(out) + "\n"
+
+
+def site_keys(text):
+    return collections.Counter(
+        (m.group(1).rsplit(":", 1)[0], m.group(2))
+        for m in re.finditer(r"^\| ([^|]+:\d+) \| `([^`]+)`[^|]* \|", text, re.M))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--coverage", help="gcovr JSON of scripts/coverage.sh")
+    ap.add_argument("--out", default=str(DOC))
+    ap.add_argument("--check", nargs="?", const=str(DOC), help="compare the call sites with FILE")
+    args = ap.parse_args()
+    sites = find_sites()
+    if args.check:
+        want = collections.Counter((s["file"], s["call"]) for s in sites)
+        have = site_keys(pathlib.Path(args.check).read_text())
+        if want == have:
+            print(f"cuda-call-sites: {args.check} lists all {sum(want.values())} call sites")
+            return 0
+        for k in sorted((want - have).keys()):
+            print(f"cuda-call-sites: missing from {args.check}: {k[0]}: {k[1]}", file=sys.stderr)
+        for k in sorted((have - want).keys()):
+            print(f"cuda-call-sites: gone from the code: {k[0]}: {k[1]}", file=sys.stderr)
+        print("cuda-call-sites: run scripts/coverage.sh to regenerate it", file=sys.stderr)
+        return 1
+    if not args.coverage:
+        ap.error("--coverage (the gcovr JSON of scripts/coverage.sh) or --check")
+    counts = load_counts(args.coverage)
+    cache = {}
+    verdicts = [classify(s, counts, cache) for s in sites]
+    pathlib.Path(args.out).write_text(render(sites, verdicts))
+    not_run = sum(v[0] == "no" for v in verdicts)
+    unexplained = [s for s, v in zip(sites, verdicts) if v[1].startswith("NOT RUN")]
+    print(f"cuda-call-sites: {len(sites)} call sites, {len(sites) - not_run} run under emulation; "
+          f"written to {args.out}")
+    for s in unexplained:
+        print(f"cuda-call-sites: {s['file']}:{s['line']} {s['call']} (in {s['function']}) is not "
+              "run and has no recorded reason (add one to NOT_REACHED)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
