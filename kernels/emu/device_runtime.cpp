@@ -480,14 +480,17 @@ void annotate_block_released(void* ptr, size_t bytes) {
   r.race().block_released(ptr, bytes);
 }
 
-cudaError_t poll_event(cudaEvent_t event) {
+cudaError_t query_event(cudaEvent_t event, bool orders_host) {
   Runtime& r = Runtime::get();
   std::lock_guard lock(r.mu);
   if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (event->stream == nullptr) return cudaSuccess;
   if (event->stream->completed < event->position) return cudaErrorNotReady;
+  if (orders_host) r.host_clock().join(event->clock);
   return device_status(r, event->device);
 }
+
+cudaError_t poll_event(cudaEvent_t event) { return query_event(event, /*orders_host=*/false); }
 
 void annotate_host_block_freed(void* ptr, size_t bytes,
                                const std::vector<std::pair<int, cudaStream_t>>& also_used_on) {
@@ -824,13 +827,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  Runtime& r = Runtime::get();
-  std::lock_guard lock(r.mu);
-  if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
-  if (event->stream == nullptr) return cudaSuccess;
-  if (event->stream->completed < event->position) return cudaErrorNotReady;
-  r.host_clock().join(event->clock);
-  return rg::emu::device_status(r, event->device);
+  return rg::emu::query_event(event, /*orders_host=*/true);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {

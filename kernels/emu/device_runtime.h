@@ -74,6 +74,8 @@ void annotate_block_released(void* ptr, size_t bytes);
 // detector. All host threads share one clock, so an ordering poll would order the program's own
 // later work after that stream and hide a missing wait.
 cudaError_t poll_event(cudaEvent_t event);
+// cudaEventQuery's body: a reached event orders the host after it when `orders_host`.
+cudaError_t query_event(cudaEvent_t event, bool orders_host);
 void annotate_host_block_freed(void* ptr, size_t bytes,
                                const std::vector<std::pair<int, cudaStream_t>>& also_used_on);
 
