@@ -7,6 +7,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/binary.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/random.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/error.h"
@@ -28,9 +29,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   dispatch_on(x.device(), x.dtype(), "dropout", [&]<class T, bool kCuda>() {
     if constexpr (kCuda) {
       kernels::cuda::dropout_forward<T>(x.data<T>(), out.data<T>(), mask.data<T>(), n, p,
-                                        T(1.0 / (1.0 - p)), gen.seed(), offset, cuda_stream(x));
+                                        kernels::cpu::convert<T>(1.0 / (1.0 - p)), gen.seed(),
+                                        offset, cuda_stream(x));
     } else {
-      kernels::cpu::dropout_mask<T>(mask.data<T>(), n, p, T(1.0 / (1.0 - p)), gen.seed(), offset);
+      kernels::cpu::dropout_mask<T>(mask.data<T>(), n, p, kernels::cpu::convert<T>(1.0 / (1.0 - p)),
+                                    gen.seed(), offset);
       kernels::cpu::binary<T>(kernels::cpu::BinaryOp::mul, x.data<T>(), mask.data<T>(),
                               out.data<T>(), n);
     }

@@ -1,0 +1,1001 @@
+// The entries of the op table (op_table.h), one per engine op, in the order of engine/ops/*.h.
+// Sample shapes: awkward sizes (33, 4097: partial blocks and vector tails), broadcast forms, an
+// empty batch, and the models' own shapes (ToyNet, MLP, ResNet-18; device comparisons only).
+#include "ops/op_table.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "engine/ops/activation.h"
+#include "engine/ops/batch_norm.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/dropout.h"
+#include "engine/ops/factory.h"
+#include "engine/ops/flatten.h"
+#include "engine/ops/loss.h"
+#include "engine/ops/matmul.h"
+#include "engine/ops/metrics.h"
+#include "engine/ops/orthonormalize.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/reduce.h"
+#include "engine/ops/unary.h"
+#include "kernels/error.h"
+
+namespace rg::testing {
+namespace {
+
+using V = std::vector<Tensor>;
+using Pair = std::array<int64_t, 2>;
+const DType f32 = DType::f32, f64 = DType::f64, f16 = DType::f16, bf16 = DType::bf16;
+
+// f64 values uniform in [low, high) on the CPU (the harness makes leaves of them).
+Tensor uniform(const Shape& shape, Generator& gen, double low = -1.0, double high = 1.0) {
+  Tensor t = Tensor::empty(shape, f64);
+  return uniform_(t, low, high, gen);
+}
+
+// Values in [0.1, 1.5) with a random sign: kinks at 0 (relu) stay far from every +-eps probe.
+Tensor away_from_zero(const Shape& shape, Generator& gen) {
+  Tensor t = uniform(shape, gen, 0.1, 1.5);
+  const std::vector<double> sign = rand(shape, gen, f64).to_vector<double>();
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = sign[size_t(i)] < 0.5 ? -p[i] : p[i];
+  return t;
+}
+
+// A shuffled 0.1-spaced ramp: every value distinct and far apart compared with the
+// finite-difference step, so no max-pool window has a near-tie.
+Tensor distinct(const Shape& shape, uint64_t seed) {
+  std::vector<double> values(size_t(shape_numel(shape)));
+  std::iota(values.begin(), values.end(), 0.0);
+  std::shuffle(values.begin(), values.end(), std::mt19937_64(seed));
+  for (double& v : values) v = 0.1 * v - 1.0;
+  return from_vector<double>(values, shape);
+}
+
+// Class indices in [0, c) for n rows.
+Tensor targets(int64_t n, int64_t c, Generator& gen) {
+  std::vector<int64_t> t;
+  for (double v : rand({n}, gen, f64).to_vector<double>()) t.push_back(int64_t(v * double(c)));
+  return from_vector<int64_t>(t, {n});
+}
+
+Tensor constant(const std::vector<double>& values) {
+  return from_vector<double>(values, {int64_t(values.size())});
+}
+
+OpSample sample(std::string name, V inputs, OpFn forward = {}) {
+  return {std::move(name), std::move(inputs), std::move(forward)};
+}
+OpSample model_shape(std::string name, V inputs, OpFn forward = {}) {
+  OpSample s = sample(std::move(name), std::move(inputs), std::move(forward));
+  s.gradcheck = false;
+  return s;
+}
+OpSample empty_batch(std::string name, V inputs, OpFn forward = {}) {
+  OpSample s = sample(std::move(name), std::move(inputs), std::move(forward));
+  s.empty_batch = true;
+  return s;
+}
+
+// The bad inputs every op with floating inputs shares: an integer tensor and an undefined one.
+std::vector<OpBadInput> common_bad_inputs(const std::string& op, V good) {
+  std::vector<OpBadInput> bad;
+  V ints = good;
+  for (Tensor& t : ints)
+    if (is_floating(t.dtype())) t = t.to(DType::i64);
+  bad.push_back({"i64 input", ints, "i64"});  // CUDA batch_norm words it differently
+  V undefined = good;
+  undefined[0] = Tensor();
+  bad.push_back({"undefined input", undefined, op + ": input 0 is an undefined tensor"});
+  return bad;
+}
+
+// ---- binary.h: add, sub, mul, div with every broadcast form, and the tensor-scalar forms ----
+
+OpEntry binary_entry(const std::string& name, Tensor (*op)(const Tensor&, const Tensor&),
+                     Tensor (*scalar_op)(const Tensor&, double), double b_low) {
+  OpEntry e;
+  e.name = name;
+  e.forward = [op](const V& x) { return op(x[0], x[1]); };
+  e.half_tolerance_scale = 4;  // a broadcast operand's gradient is a sum in the half type
+  e.samples = [op, scalar_op, b_low] {
+    Generator gen(11);
+    std::vector<OpSample> s;
+    const std::vector<std::pair<Shape, Shape>> shapes = {
+        {{33, 31}, {33, 31}},       // same shape
+        {{1000}, {1}},              // one-element tensor
+        {{2, 3}, {1}},              // one-element tensor, 2-d
+        {{1}, {2, 3}},              // one-element tensor first
+        {{}, {7, 5}},               // 0-d first operand
+        {{17, 33}, {33}},           // bias
+        {{4, 5}, {5}},              // bias, small
+        {{4, 3, 5, 7}, {3, 1, 1}},  // per channel
+        {{3, 1, 1}, {4, 3, 5, 7}},  // per channel, broadcast operand first
+        {{6, 1, 5}, {1, 4, 1}},     // both broadcast: the general kernel
+        {{3, 1}, {1, 4}},           // both broadcast, 2-d
+        {{2, 3, 4}, {2, 1, 4}},     // a gap of ones: the general kernel
+    };
+    for (const auto& [sa, sb] : shapes) {
+      s.push_back(sample(shape_str(sa) + " op " + shape_str(sb),
+                         {uniform(sa, gen), uniform(sb, gen, b_low, b_low + 1.0)}));
+    }
+    s.push_back(empty_batch("[0, 3] op [3]", {uniform({0, 3}, gen), uniform({3}, gen, 0.5, 1.5)}));
+    for (double c : {1.5, -3.0, 7.0}) {
+      s.push_back(sample("[4097] op scalar " + std::to_string(c), {uniform({4097}, gen, 0.5, 2.0)},
+                         [scalar_op, c](const V& x) { return scalar_op(x[0], c); }));
+    }
+    return s;
+  };
+  e.bad_inputs = [name] {
+    std::vector<OpBadInput> bad = common_bad_inputs(name, {zeros({2, 3}, f32), zeros({3}, f32)});
+    bad.push_back({"shapes that do not broadcast",
+                   {zeros({2, 3}), zeros({4})},
+                   name + ": shapes [2, 3] and [4] cannot be broadcast together"});
+    bad.push_back({"dtype mismatch", {zeros({3}), zeros({3}, f64)}, "dtype mismatch"});
+    return bad;
+  };
+  return e;
+}
+
+// rsub and rdiv: a scalar on the left. Their errors name the op they run as (sub, div).
+OpEntry reversed_scalar_entry(const std::string& name, const std::string& error_name,
+                              Tensor (*op)(const Tensor&, double)) {
+  OpEntry e;
+  e.name = name;
+  e.forward = [op](const V& x) { return op(x[0], 3.0); };
+  e.samples = [] {
+    Generator gen(12);
+    return std::vector<OpSample>{sample("[3, 4]", {uniform({3, 4}, gen, 0.5, 2.0)}),
+                                 sample("[4097]", {uniform({4097}, gen, 0.5, 2.0)}),
+                                 empty_batch("[0, 4]", {uniform({0, 4}, gen, 0.5, 2.0)})};
+  };
+  e.bad_inputs = [error_name] { return common_bad_inputs(error_name, {zeros({2, 3})}); };
+  return e;
+}
+
+// ---- unary.h and activation.h: elementwise, one input ----
+
+OpEntry elementwise_entry(const std::string& name, OpFn forward, double low, double high,
+                          std::vector<std::pair<std::string, OpFn>> variants = {},
+                          bool kinks_at_zero = false) {
+  OpEntry e;
+  e.name = name;
+  e.forward = forward;
+  e.samples = [variants, low, high, kinks_at_zero] {
+    Generator gen(13);
+    auto in = [&](const Shape& s) {
+      return kinks_at_zero ? away_from_zero(s, gen) : uniform(s, gen, low, high);
+    };
+    std::vector<OpSample> s = {sample("[4, 5]", {in({4, 5})}), sample("[31, 33]", {in({31, 33})}),
+                               sample("[1000]", {in({1000})}), empty_batch("[0, 5]", {in({0, 5})})};
+    const Tensor x = in({5, 3});
+    for (const auto& [what, f] : variants) s.push_back(sample("[5, 3] " + what, {x}, f));
+    return s;
+  };
+  e.bad_inputs = [name] { return common_bad_inputs(name, {zeros({2, 3})}); };
+  return e;
+}
+
+OpFn unary(Tensor (*op)(const Tensor&)) {
+  return [op](const V& x) { return op(x[0]); };
+}
+
+// ---- reduce.h ----
+
+OpEntry reduction_entry(const std::string& name, Tensor (*all)(const Tensor&),
+                        Tensor (*dims)(const Tensor&, const std::vector<int64_t>&, bool)) {
+  OpEntry e;
+  e.name = name;
+  e.forward = [all](const V& x) { return all(x[0]); };
+  e.half_tolerance_scale = 4;  // a 4097-element sum rounds once more in the half type
+  e.samples = [dims, name] {
+    Generator gen(14);
+    auto along = [dims](std::vector<int64_t> d, bool keep) {
+      return [dims, d, keep](const V& x) { return dims(x[0], d, keep); };
+    };
+    const Tensor a = uniform({2, 3, 4}, gen), b = uniform({5, 33, 7}, gen);
+    std::vector<OpSample> s = {
+        sample("[2, 3, 4] all", {a}),
+        sample("[2, 3, 4] dim 1", {a}, along({1}, false)),
+        sample("[2, 3, 4] dims 0, 2 keepdim", {a}, along({0, 2}, true)),
+        sample("[2, 3, 4] dim 1 keepdim", {a}, along({1}, true)),
+        sample("[2, 3, 4] dim -1", {a}, along({-1}, false)),
+        model_shape("[5, 33, 7] all", {b}),
+        model_shape("[5, 33, 7] dims 0, 2 keepdim", {b}, along({0, 2}, true)),
+        model_shape("[4097] all", {uniform({4097}, gen)}),
+        empty_batch("[0, 3] dim 1", {uniform({0, 3}, gen)}, along({1}, false)),
+    };
+    if (name == "sum") {
+      s.push_back(empty_batch("[0, 3] all", {uniform({0, 3}, gen)}));
+      s.push_back(empty_batch("[0, 3] dim 0", {uniform({0, 3}, gen)}, along({0}, false)));
+    }
+    return s;
+  };
+  e.bad_inputs = [name, dims] {
+    std::vector<OpBadInput> bad = common_bad_inputs(name, {zeros({2, 3})});
+    bad.push_back(
+        {"dim out of range", {zeros({2, 3})}, name + ": dim 2 is out of range", [dims](const V& x) {
+           return dims(x[0], {2}, false);
+         }});
+    bad.push_back(
+        {"dim listed twice", {zeros({2, 3})}, "a dimension is listed twice", [dims](const V& x) {
+           return dims(x[0], {1, -1}, false);
+         }});
+    if (name == "mean") {
+      bad.push_back(
+          {"mean of an empty batch", {zeros({0, 3})}, "mean: reducing over an empty dimension"});
+    }
+    return bad;
+  };
+  return e;
+}
+
+Tensor sum_all(const Tensor& x) { return sum(x); }
+Tensor sum_dims(const Tensor& x, const std::vector<int64_t>& d, bool k) { return sum(x, d, k); }
+Tensor mean_all(const Tensor& x) { return mean(x); }
+Tensor mean_dims(const Tensor& x, const std::vector<int64_t>& d, bool k) { return mean(x, d, k); }
+
+// ---- conv2d.h ----
+
+struct ConvCase {
+  Shape x, w;
+  Pair stride, padding, dilation;
+  bool bias;
+  std::string why;
+};
+
+OpSample conv_sample(const ConvCase& c, Generator& gen, bool gradcheck = true) {
+  V in{uniform(c.x, gen), uniform(c.w, gen)};
+  if (c.bias) in.push_back(uniform({c.w[0]}, gen));
+  OpSample s = sample(shape_str(c.x) + " * " + shape_str(c.w) + " " + c.why, in, [c](const V& v) {
+    return conv2d(v[0], v[1], c.bias ? v[2] : Tensor(), c.stride, c.padding, c.dilation);
+  });
+  s.gradcheck = gradcheck;
+  s.empty_batch = c.x[0] == 0;
+  return s;
+}
+
+OpEntry conv2d_entry() {
+  OpEntry e;
+  e.name = "conv2d";
+  e.forward = [](const V& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
+  e.half_tolerance_scale = 4;  // cuDNN's half convolutions accumulate 27..144 products
+  e.samples = [] {
+    Generator gen(15);
+    const std::vector<ConvCase> cases = {
+        // Stride 1 takes the input gradient as a flipped-weight convolution, strided or
+        // over-padded convolutions take GEMM + col2im.
+        {{2, 3, 5, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true, "padded"},
+        {{2, 3, 5, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, false, "valid"},
+        {{2, 2, 7, 6}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, false, "stride 2"},
+        {{2, 2, 7, 6}, {3, 2, 3, 3}, {2, 3}, {1, 0}, {1, 1}, true, "stride (2, 3)"},
+        {{2, 2, 7, 7}, {2, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, true, "dilation 2"},
+        {{1, 2, 8, 7}, {3, 2, 3, 2}, {1, 2}, {0, 1}, {2, 1}, false, "dilation (2, 1)"},
+        // Non-square kernels.
+        {{2, 2, 6, 7}, {3, 2, 2, 3}, {1, 1}, {0, 1}, {1, 1}, true, "2x3 kernel"},
+        {{2, 2, 6, 7}, {3, 2, 1, 4}, {2, 1}, {0, 2}, {1, 1}, false, "1x4 kernel"},
+        {{1, 3, 5, 5}, {2, 3, 5, 1}, {1, 1}, {2, 0}, {1, 1}, true, "5x1 kernel"},
+        // 1x1: the direct path (>= 512 pixels a sample), batched columns for small maps, and
+        // the strided / padded 1x1 forms of ResNet shortcuts.
+        {{2, 2, 16, 32}, {3, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, true, "1x1 direct"},
+        {{3, 3, 4, 5}, {2, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, false, "1x1 batched"},
+        {{2, 3, 6, 6}, {4, 3, 1, 1}, {2, 2}, {0, 0}, {1, 1}, false, "1x1 stride 2"},
+        {{2, 2, 4, 4}, {2, 2, 1, 1}, {1, 1}, {1, 1}, {1, 1}, true, "1x1 padded"},
+        // Stride 1 on wide maps: one GEMM per kernel tap, without im2col.
+        {{2, 2, 4, 34}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true, "wide map"},
+        {{1, 2, 5, 36}, {2, 2, 2, 3}, {1, 1}, {0, 1}, {1, 1}, false, "wide map 2x3"},
+        {{1, 2, 5, 64}, {2, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, true, "wide map dilated"},
+        // One sample is split into row blocks; five samples give uneven chunks.
+        {{1, 2, 9, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true, "one sample"},
+        {{1, 2, 9, 5}, {3, 2, 3, 3}, {2, 1}, {1, 1}, {1, 1}, true, "one sample strided"},
+        {{5, 2, 4, 4}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, false, "odd batch"},
+        // An empty batch: no output, zero weight and bias gradients (cuDNN refuses zero-sized
+        // descriptors, so the CUDA path answers itself).
+        {{0, 3, 9, 11}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true, "empty batch"},
+    };
+    std::vector<OpSample> s;
+    for (const ConvCase& c : cases) s.push_back(conv_sample(c, gen));
+    // Awkward sizes for the device comparisons (the cases above cover the CPU paths).
+    const std::vector<ConvCase> awkward = {
+        {{2, 3, 9, 11}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true, "9x11"},
+        {{2, 3, 9, 11}, {4, 3, 3, 2}, {2, 1}, {0, 1}, {1, 1}, false, "9x11 strided"},
+        {{1, 2, 10, 10}, {3, 2, 3, 3}, {1, 2}, {2, 2}, {2, 2}, true, "10x10 dilated"},
+    };
+    for (const ConvCase& c : awkward) s.push_back(conv_sample(c, gen, false));
+    // The models' convolutions (channels cut down where the shape of the call stays the same).
+    const std::vector<ConvCase> models = {
+        {{2, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {0, 0}, {1, 1}, true, "ToyNet conv1"},
+        {{1, 3, 32, 32}, {8, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, false, "ResNet-18 stem"},
+        {{2, 16, 8, 8}, {32, 16, 3, 3}, {2, 2}, {1, 1}, {1, 1}, false, "ResNet-18 block"},
+        {{2, 16, 8, 8}, {32, 16, 1, 1}, {2, 2}, {0, 0}, {1, 1}, false, "ResNet-18 shortcut"},
+    };
+    for (const ConvCase& c : models) s.push_back(conv_sample(c, gen, false));
+    return s;
+  };
+  e.bad_inputs = [] {
+    const Tensor x = zeros({1, 2, 5, 5}), w = zeros({3, 2, 3, 3});
+    std::vector<OpBadInput> bad = common_bad_inputs("conv2d", {x, w});
+    bad.push_back({"channel mismatch", {x, zeros({3, 4, 3, 3})}, "channels but weight"});
+    bad.push_back({"3-d input", {zeros({2, 5, 5}), w}, "expected a 4-d tensor"});
+    bad.push_back({"bias of the wrong size", {x, w, zeros({2})}, "conv2d: bias [2]"});
+    bad.push_back({"stride 0", {x, w}, "must be positive", [](const V& v) {
+                     return conv2d(v[0], v[1], Tensor(), {0, 1});
+                   }});
+    bad.push_back({"kernel larger than the input", {zeros({1, 2, 2, 2}), w}, "kernel extent"});
+    return bad;
+  };
+  return e;
+}
+
+// ---- pool.h ----
+
+OpFn max_pool(Pair k, Pair s = {0, 0}, Pair p = {0, 0}) {
+  return [=](const V& x) { return max_pool2d(x[0], k, s, p); };
+}
+OpFn avg_pool(Pair k, Pair s = {0, 0}, Pair p = {0, 0}, bool include_pad = true) {
+  return [=](const V& x) { return avg_pool2d(x[0], k, s, p, include_pad); };
+}
+
+std::vector<OpBadInput> pool_bad_inputs(const std::string& op, const OpFn& kernel3_pad2) {
+  std::vector<OpBadInput> bad = common_bad_inputs(op, {zeros({1, 2, 5, 5})});
+  bad.push_back({"3-d input", {zeros({2, 5, 5})}, "expected a 4-d tensor"});
+  bad.push_back(
+      {"padding over half the kernel", {zeros({1, 2, 5, 5})}, "half the kernel", kernel3_pad2});
+  bad.push_back({"kernel larger than the input", {zeros({1, 2, 1, 1})}, "kernel"});
+  return bad;
+}
+
+OpEntry max_pool2d_entry() {
+  OpEntry e;
+  e.name = "max_pool2d";
+  e.forward = max_pool({2, 2});
+  // Distinct values everywhere: no window has a near-tie, so the max is differentiable.
+  e.samples = [] {
+    const Tensor x = distinct({2, 3, 7, 6}, 140), y = distinct({2, 3, 5, 6}, 21);
+    const Tensor z = distinct({2, 3, 9, 11}, 22);
+    return std::vector<OpSample>{
+        sample("[2, 3, 7, 6] k2", {x}),
+        sample("[2, 3, 7, 6] k3 s2 p1", {x}, max_pool({3, 3}, {2, 2}, {1, 1})),
+        // Overlapping windows: one input may be the maximum of several windows.
+        sample("[2, 3, 7, 6] k(3, 2) s1 p(1, 0)", {x}, max_pool({3, 2}, {1, 1}, {1, 0})),
+        sample("[2, 3, 5, 6] k(2, 3) s(1, 2)", {y}, max_pool({2, 3}, {1, 2})),
+        sample("[2, 3, 9, 11] k3 s2 p1", {z}, max_pool({3, 3}, {2, 2}, {1, 1})),
+        model_shape("ResNet-18 [2, 8, 16, 16] k3 s2 p1", {distinct({2, 8, 16, 16}, 23)},
+                    max_pool({3, 3}, {2, 2}, {1, 1})),
+        model_shape("ToyNet [4, 64, 24, 24] k2", {distinct({4, 64, 24, 24}, 24)}),
+        empty_batch("[0, 3, 7, 6] k2", {distinct({0, 3, 7, 6}, 25)}),
+    };
+  };
+  e.bad_inputs = [] { return pool_bad_inputs("max_pool2d", max_pool({3, 3}, {1, 1}, {2, 2})); };
+  return e;
+}
+
+OpEntry avg_pool2d_entry() {
+  OpEntry e;
+  e.name = "avg_pool2d";
+  e.forward = avg_pool({2, 2});
+  e.samples = [] {
+    Generator gen(16);
+    const Tensor x = uniform({2, 3, 7, 6}, gen), y = uniform({2, 2, 5, 5}, gen);
+    const Tensor z = uniform({2, 3, 9, 11}, gen);
+    return std::vector<OpSample>{
+        sample("[2, 3, 7, 6] k2", {x}),
+        sample("[2, 3, 7, 6] k3 s2 p1", {x}, avg_pool({3, 3}, {2, 2}, {1, 1})),
+        sample("[2, 3, 7, 6] k(3, 2) s(1, 2) p1 exclude pad", {x},
+               avg_pool({3, 2}, {1, 2}, {1, 1}, false)),
+        sample("[2, 2, 5, 5] k2", {y}),
+        sample("[2, 2, 5, 5] k3 s2 p1", {y}, avg_pool({3, 3}, {2, 2}, {1, 1})),
+        sample("[2, 2, 5, 5] k3 s2 p1 exclude pad", {y}, avg_pool({3, 3}, {2, 2}, {1, 1}, false)),
+        sample("[2, 3, 9, 11] k(3, 2) s(2, 1) p1", {z}, avg_pool({3, 2}, {2, 1}, {1, 1})),
+        sample("[2, 3, 9, 11] k(3, 2) s(2, 1) p1 exclude pad", {z},
+               avg_pool({3, 2}, {2, 1}, {1, 1}, false)),
+        empty_batch("[0, 3, 7, 6] k2", {uniform({0, 3, 7, 6}, gen)}),
+    };
+  };
+  e.bad_inputs = [] { return pool_bad_inputs("avg_pool2d", avg_pool({3, 3}, {1, 1}, {2, 2})); };
+  return e;
+}
+
+OpEntry adaptive_avg_pool2d_entry() {
+  OpEntry e;
+  e.name = "adaptive_avg_pool2d";
+  e.forward = [](const V& x) { return adaptive_avg_pool2d(x[0], {1, 1}); };
+  e.samples = [] {
+    Generator gen(17);
+    return std::vector<OpSample>{
+        sample("[3, 4, 5, 3]", {uniform({3, 4, 5, 3}, gen)}),
+        sample("[2, 3, 4, 3]", {uniform({2, 3, 4, 3}, gen)}),
+        sample("[2, 3, 9, 11]", {uniform({2, 3, 9, 11}, gen)}),
+        model_shape("ResNet-18 [2, 512, 4, 4]", {uniform({2, 512, 4, 4}, gen)}),
+        empty_batch("[0, 3, 4, 4]", {uniform({0, 3, 4, 4}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("adaptive_avg_pool2d", {zeros({1, 2, 3, 3})});
+    bad.push_back({"output size 2x2", {zeros({1, 2, 4, 4})}, "is not implemented", [](const V& x) {
+                     return adaptive_avg_pool2d(x[0], {2, 2});
+                   }});
+    bad.push_back({"empty plane", {zeros({1, 2, 0, 4})}, "has an empty spatial dimension"});
+    bad.push_back({"3-d input", {zeros({2, 4, 4})}, "expected a 4-d tensor"});
+    return bad;
+  };
+  return e;
+}
+
+// ---- batch_norm.h ----
+
+OpFn bn(bool training, bool affine, bool stats, double eps = 1e-5) {
+  // inputs: x, then weight and bias when affine, then running mean and var when stats.
+  return [=](const V& v) {
+    const Tensor w = affine ? v[1] : Tensor(), b = affine ? v[2] : Tensor();
+    const size_t s = affine ? 3 : 1;
+    return batch_norm(v[0], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w, b, training,
+                      0.1, eps);
+  };
+}
+
+OpEntry batch_norm_entry() {
+  OpEntry e;
+  e.name = "batch_norm";
+  e.forward = bn(true, true, false);
+  e.cuda_dtypes = {f32, f16, bf16};  // f64 is not implemented on CUDA
+  e.half_tolerance_scale = 4;        // statistics over a batch, normalized by them
+  e.samples = [] {
+    Generator gen(18);
+    auto affine = [&](const Shape& x, int64_t c, double lo = -2, double hi = 3) {
+      return V{uniform(x, gen, lo, hi), uniform({c}, gen, 0.5, 1.5), uniform({c}, gen)};
+    };
+    auto with_stats = [](V in, std::vector<double> mean, std::vector<double> var) {
+      in.push_back(constant(mean));
+      in.push_back(constant(var));
+      return in;
+    };
+    std::vector<OpSample> s = {
+        sample("[3, 4, 3, 2] training", affine({3, 4, 3, 2}, 4)),
+        sample("[3, 2, 3, 2] training", affine({3, 2, 3, 2}, 2, -1, 1)),
+        sample("[3, 4, 3, 2] training without affine", {uniform({3, 4, 3, 2}, gen)},
+               bn(true, false, false)),
+        sample("[6, 5] training eps 1e-3", affine({6, 5}, 5, -1, 2), bn(true, true, false, 1e-3)),
+        sample("[5, 3] training", affine({5, 3}, 3)),
+        sample(
+            "[3, 4, 2, 3] eval",
+            with_stats(affine({3, 4, 2, 3}, 4, -1, 1), {0.1, -0.2, 0.3, 0.0}, {0.5, 1.5, 2.0, 0.8}),
+            bn(false, true, true)),
+        sample("[3, 2, 2, 2] eval",
+               with_stats(affine({3, 2, 2, 2}, 2, -1, 1), {0.1, -0.2}, {0.5, 2.0}),
+               bn(false, true, true)),
+        model_shape("ResNet-18 [4, 16, 8, 8] training", affine({4, 16, 8, 8}, 16)),
+        empty_batch("[0, 3, 2, 2] eval",
+                    with_stats(affine({0, 3, 2, 2}, 3), {0.1, 0.2, 0.3}, {1.0, 2.0, 0.5}),
+                    bn(false, true, true)),
+    };
+    // Training with running statistics: they are constants of the call, updated in place; the
+    // device comparison checks their new values too.
+    OpSample stats =
+        sample("[4, 3, 5, 5] training with running statistics",
+               with_stats(affine({4, 3, 5, 5}, 3), {0, 0, 0}, {1, 1, 1}), bn(true, true, true));
+    stats.grad_inputs = 3;
+    s.push_back(stats);
+    for (OpSample& x : s)
+      if (x.inputs.size() == 5) x.grad_inputs = 3;
+    return s;
+  };
+  e.bad_inputs = [] {
+    const V good{zeros({2, 3}), ones({3}), zeros({3})};
+    std::vector<OpBadInput> bad = common_bad_inputs("batch_norm", good);
+    bad.push_back({"3-d input",
+                   {zeros({2, 3, 4}), ones({3}), zeros({3})},
+                   "expected a 2-d [N, C] or 4-d [N, C, H, W] input"});
+    bad.push_back({"weight of the wrong size",
+                   {zeros({2, 3}), ones({4}), zeros({3})},
+                   "batch_norm: weight has shape"});
+    bad.push_back({"negative eps", good, "eps must be non-negative", bn(true, true, false, -1.0)});
+    bad.push_back({"evaluation without running statistics", good, "are required in evaluation mode",
+                   bn(false, true, false)});
+    OpBadInput empty = {"training on an empty batch",
+                        {zeros({0, 3}), ones({3}), zeros({3})},
+                        "expected more than 1 value per channel when training"};
+    bad.push_back(empty);
+    bad.push_back({"training on one value per channel",
+                   {zeros({1, 3}), ones({3}), zeros({3})},
+                   "expected more than 1 value per channel when training"});
+    return bad;
+  };
+  return e;
+}
+
+// ---- loss.h ----
+
+OpEntry log_softmax_entry() {
+  OpEntry e;
+  e.name = "log_softmax";
+  e.forward = [](const V& x) { return log_softmax(x[0], 1); };
+  e.samples = [] {
+    Generator gen(19);
+    auto along = [](int64_t d) { return [d](const V& x) { return log_softmax(x[0], d); }; };
+    const Tensor a = uniform({3, 4, 5}, gen, -2, 2), b = uniform({33, 10}, gen, -4, 4);
+    return std::vector<OpSample>{
+        sample("[3, 4, 5] dim 0", {a}, along(0)),
+        sample("[3, 4, 5] dim 1", {a}, along(1)),
+        sample("[3, 4, 5] dim 2", {a}, along(2)),
+        sample("[3, 4, 5] dim -1", {a}, along(-1)),
+        sample("[4, 6] dim 1 (the [N, C] fast path)", {uniform({4, 6}, gen, -2, 2)}),
+        sample("[33, 10] dim 1", {b}),
+        sample("[33, 10] dim 0", {b}, along(0)),
+        empty_batch("[0, 10] dim 1", {uniform({0, 10}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("log_softmax", {zeros({2, 3})});
+    bad.push_back(
+        {"dim out of range", {zeros({2, 3})}, "log_softmax: dim 2 is out of range", [](const V& x) {
+           return log_softmax(x[0], 2);
+         }});
+    return bad;
+  };
+  return e;
+}
+
+// The bad targets of nll_loss and cross_entropy (inputs: [N, C] scores and i64 targets).
+std::vector<OpBadInput> class_target_bad_inputs(const std::string& op) {
+  const Tensor x = zeros({2, 3}), t = from_vector<int64_t>({0, 2}, {2});
+  std::vector<OpBadInput> bad = common_bad_inputs(op, {x, t});
+  bad.push_back({"3-d input", {zeros({2, 3, 1}), t}, "expected a 2-d tensor"});
+  bad.push_back({"f32 target", {x, zeros({2})}, "target must be an i64 tensor"});
+  bad.push_back({"target of the wrong length",
+                 {x, from_vector<int64_t>({0}, {1})},
+                 "does not match input shape"});
+  // The CUDA kernels give the row NaN instead (engine/ops/loss.cpp): a contract difference.
+  OpBadInput range = {"target out of range",
+                      {x, from_vector<int64_t>({0, 3}, {2})},
+                      "target 3 at index 1 is out of range for 3 classes"};
+  range.on_cuda = false;
+  bad.push_back(range);
+  return bad;
+}
+
+OpEntry nll_loss_entry() {
+  OpEntry e;
+  e.name = "nll_loss";
+  e.forward = [](const V& x) { return nll_loss(x[0], x[1]); };
+  e.half_tolerance_scale = 4;  // a mean over the batch
+  e.samples = [] {
+    Generator gen(20);
+    auto after_log_softmax = [](const V& x) { return nll_loss(log_softmax(x[0], 1), x[1]); };
+    return std::vector<OpSample>{
+        sample("[5, 4]", {uniform({5, 4}, gen, -3, 0), targets(5, 4, gen)}),
+        sample("[5, 4] after log_softmax", {uniform({5, 4}, gen, -3, 0), targets(5, 4, gen)},
+               after_log_softmax),
+        sample("[33, 10] after log_softmax", {uniform({33, 10}, gen, -4, 4), targets(33, 10, gen)},
+               after_log_softmax),
+        model_shape("MNIST batch [64, 10]", {uniform({64, 10}, gen, -4, 0), targets(64, 10, gen)}),
+        empty_batch("[0, 4]", {uniform({0, 4}, gen, -3, 0), targets(0, 4, gen)}),
+    };
+  };
+  e.bad_inputs = [] { return class_target_bad_inputs("nll_loss"); };
+  return e;
+}
+
+OpEntry cross_entropy_entry() {
+  OpEntry e;
+  e.name = "cross_entropy";
+  e.forward = [](const V& x) { return cross_entropy(x[0], x[1]); };
+  e.half_tolerance_scale = 4;
+  e.samples = [] {
+    Generator gen(21);
+    auto smoothing = [](double eps) {
+      return [eps](const V& x) { return cross_entropy(x[0], x[1], eps); };
+    };
+    const V small{uniform({6, 5}, gen, -2, 2), targets(6, 5, gen)};
+    const V odd{uniform({33, 10}, gen, -4, 4), targets(33, 10, gen)};
+    return std::vector<OpSample>{
+        sample("[6, 5]", small),
+        sample("[6, 5] label smoothing 0.1", small, smoothing(0.1)),
+        sample("[6, 5] label smoothing 1", small, smoothing(1.0)),
+        sample("[33, 10]", odd),
+        sample("[33, 10] label smoothing 0.1", odd, smoothing(0.1)),
+        model_shape("MNIST batch [64, 10]", {uniform({64, 10}, gen, -4, 4), targets(64, 10, gen)}),
+        empty_batch("[0, 5]", {uniform({0, 5}, gen), targets(0, 5, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = class_target_bad_inputs("cross_entropy");
+    bad.push_back({"label smoothing 1.5",
+                   {zeros({2, 3}), from_vector<int64_t>({0, 2}, {2})},
+                   "label_smoothing",
+                   [](const V& x) { return cross_entropy(x[0], x[1], 1.5); }});
+    return bad;
+  };
+  return e;
+}
+
+// ---- matmul.h ----
+
+OpEntry matmul_entry() {
+  OpEntry e;
+  e.name = "matmul";
+  e.forward = [](const V& x) { return matmul(x[0], x[1]); };
+  e.half_tolerance_scale = 4;  // dot products of up to 784 terms
+  e.samples = [] {
+    Generator gen(22);
+    const std::vector<std::pair<Shape, Shape>> shapes = {
+        {{3, 4}, {4, 5}},       {{4}, {4, 2}},          {{3, 4}, {4}},       {{4}, {4}},
+        {{2, 3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 5}},    {{3, 4}, {2, 4, 5}}, {{4}, {2, 4, 3}},
+        {{7, 33}, {33, 5}},     {{3, 7, 4}, {3, 4, 5}}, {{33}, {33, 5}},     {{7, 33}, {33}},
+        {{7, 0}, {0, 5}},  // an empty inner dimension: zeros
+    };
+    std::vector<OpSample> s;
+    for (const auto& [sa, sb] : shapes)
+      s.push_back(
+          sample(shape_str(sa) + " x " + shape_str(sb), {uniform(sa, gen), uniform(sb, gen)}));
+    s.push_back(empty_batch("[0, 4] x [4, 5]", {uniform({0, 4}, gen), uniform({4, 5}, gen)}));
+    s.push_back(empty_batch("[0, 3, 4] x [4, 5]", {uniform({0, 3, 4}, gen), uniform({4, 5}, gen)}));
+    return s;
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("matmul", {zeros({2, 3}), zeros({3, 4})});
+    bad.push_back({"inner sizes differ", {zeros({2, 3}), zeros({4, 5})}, "cannot be multiplied"});
+    bad.push_back(
+        {"4-d operand", {zeros({1, 2, 2, 3}), zeros({3, 4})}, "expected 1-d, 2-d or 3-d operands"});
+    bad.push_back(
+        {"batch sizes differ", {zeros({2, 2, 3}), zeros({3, 3, 4})}, "batch sizes differ"});
+    return bad;
+  };
+  return e;
+}
+
+OpEntry linear_entry() {
+  OpEntry e;
+  e.name = "linear";
+  e.forward = [](const V& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
+  e.half_tolerance_scale = 4;
+  e.samples = [] {
+    Generator gen(23);
+    const Tensor w = uniform({4, 3}, gen), b = uniform({4}, gen);
+    const Tensor w33 = uniform({17, 33}, gen), b33 = uniform({17}, gen);
+    return std::vector<OpSample>{
+        sample("[5, 3] with bias", {uniform({5, 3}, gen), w, b}),
+        sample("[5, 3] without bias", {uniform({5, 3}, gen), w}),
+        // Leading dimensions are flattened into rows.
+        sample("[2, 3, 3] with bias", {uniform({2, 3, 3}, gen), w, b}),
+        sample("[2, 9, 33] with bias", {uniform({2, 9, 33}, gen), w33, b33}),
+        sample("[2, 9, 33] without bias", {uniform({2, 9, 33}, gen), w33}),
+        model_shape(
+            "MLP [4, 784] -> 512",
+            {uniform({4, 784}, gen), uniform({512, 784}, gen, -0.05, 0.05), uniform({512}, gen)}),
+        model_shape("ToyNet fc2 [8, 128] -> 10",
+                    {uniform({8, 128}, gen), uniform({10, 128}, gen), uniform({10}, gen)}),
+        empty_batch("[0, 3] with bias", {uniform({0, 3}, gen), w, b}),
+    };
+  };
+  e.bad_inputs = [] {
+    const Tensor x = zeros({2, 3}), w = zeros({4, 3});
+    std::vector<OpBadInput> bad = common_bad_inputs("linear", {x, w});
+    bad.push_back({"in_features mismatch", {zeros({2, 5}), w}, "linear: input shape"});
+    bad.push_back({"bias of the wrong size", {x, w, zeros({3})}, "linear: bias shape"});
+    bad.push_back({"1-d weight", {x, zeros({3})}, "expected a 2-d tensor"});
+    return bad;
+  };
+  return e;
+}
+
+// matmul_out and orthonormalize_columns_ write into a tensor: the entries return it.
+OpFn matmul_out_fn(bool ta, bool tb) {
+  return [=](const V& x) {
+    Tensor out;  // undefined for undefined inputs: matmul_out names them
+    if (x[0].defined() && x[0].dim() >= 2 && x[1].defined() && x[1].dim() >= 2) {
+      const int64_t m = ta ? x[0].size(1) : x[0].size(0), n = tb ? x[1].size(0) : x[1].size(1);
+      out = Tensor::empty({m, n}, x[0].dtype(), x[0].device());
+    }
+    matmul_out(x[0], ta, x[1], tb, out);
+    return out;
+  };
+}
+
+OpEntry matmul_out_entry() {
+  OpEntry e;
+  e.name = "matmul_out";
+  e.forward = matmul_out_fn(false, false);
+  e.differentiable = false;
+  e.half_tolerance_scale = 4;
+  e.samples = [] {
+    Generator gen(24);
+    const int64_t m = 37, n = 5, k = 70;
+    std::vector<OpSample> s;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        s.push_back(
+            sample(std::string("[37, 70] x [70, 5]") + (ta ? " a^T" : "") + (tb ? " b^T" : ""),
+                   {uniform(ta ? Shape{k, m} : Shape{m, k}, gen),
+                    uniform(tb ? Shape{n, k} : Shape{k, n}, gen)},
+                   matmul_out_fn(ta, tb)));
+      }
+    s.push_back(empty_batch("[0, 4] x [4, 3]", {uniform({0, 4}, gen), uniform({4, 3}, gen)}));
+    return s;
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("matmul_out", {zeros({2, 3}), zeros({3, 4})});
+    bad.push_back({"inner sizes differ",
+                   {zeros({2, 3}), zeros({4, 5})},
+                   "matmul_out: shapes",
+                   [](const V& x) {
+                     Tensor out = zeros({2, 5}, x[0].dtype(), x[0].device());
+                     matmul_out(x[0], false, x[1], false, out);
+                     return out;
+                   }});
+    bad.push_back({"3-d operand", {zeros({1, 2, 3}), zeros({3, 4})}, "expected a 2-d tensor"});
+    return bad;
+  };
+  return e;
+}
+
+OpEntry orthonormalize_columns_entry() {
+  OpEntry e;
+  e.name = "orthonormalize_columns_";
+  e.forward = [](const V& x) {
+    Tensor p = x[0].detach().clone();
+    orthonormalize_columns_(p);
+    return p;
+  };
+  e.differentiable = false;
+  e.cuda_dtypes = {f32, f64};
+  e.samples = [] {
+    Generator gen(25);
+    // A column that repeats an earlier one becomes zero.
+    Tensor dependent = uniform({9, 3}, gen);
+    double* p = dependent.data<double>();
+    for (int64_t i = 0; i < 9; ++i) p[i * 3 + 2] = 2.0 * p[i * 3];
+    return std::vector<OpSample>{
+        sample("[37, 4]", {uniform({37, 4}, gen)}),
+        sample("[9, 3] with a dependent column", {dependent}),
+        model_shape("PowerSGD rank 4 of a [512, 784] gradient", {uniform({784, 4}, gen)}),
+        empty_batch("[0, 2]", {uniform({0, 2}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad;
+    bad.push_back({"3-d input", {zeros({2, 3, 4})}, "expected a 2-d tensor"});
+    bad.push_back({"i64 input", {zeros({3, 2}, DType::i64)}, "needs f32 or f64, got i64"});
+    bad.push_back({"undefined input", {Tensor()}, "input 0 is an undefined tensor", [](const V& x) {
+                     return orthonormalize_columns_(x[0]);
+                   }});
+    return bad;
+  };
+  return e;
+}
+
+// ---- dropout.h, flatten.h ----
+
+OpFn dropout_fn(double p, bool training = true) {
+  // A fresh generator per call: every finite-difference probe and every device sees one mask.
+  return [=](const V& x) {
+    Generator g(99);
+    return dropout(x[0], p, training, g);
+  };
+}
+
+OpEntry dropout_entry() {
+  OpEntry e;
+  e.name = "dropout";
+  e.forward = dropout_fn(0.4);
+  e.samples = [] {
+    Generator gen(26);
+    const Tensor x = uniform({6, 7}, gen);
+    return std::vector<OpSample>{
+        sample("[6, 7] p 0.4", {x}),
+        sample("[4097] p 0.5", {uniform({4097}, gen)}, dropout_fn(0.5)),
+        sample("[4097] p 0.3", {uniform({4097}, gen)}, dropout_fn(0.3)),
+        sample("[6, 7] p 0", {x}, dropout_fn(0.0)),
+        sample("[6, 7] p 1", {x}, dropout_fn(1.0)),
+        sample("[6, 7] eval", {x}, dropout_fn(0.5, false)),
+        model_shape("ToyNet [8, 64, 12, 12] p 0.25", {uniform({8, 64, 12, 12}, gen)},
+                    dropout_fn(0.25)),
+        empty_batch("[0, 7] p 0.4", {uniform({0, 7}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("dropout", {zeros({2, 3})});
+    bad.push_back(
+        {"p 1.5", {zeros({2, 3})}, "probability p must be in [0, 1], got 1.5", dropout_fn(1.5)});
+    bad.push_back({"p -0.1", {zeros({2, 3})}, "probability p must be in [0, 1]", dropout_fn(-0.1)});
+    return bad;
+  };
+  return e;
+}
+
+OpEntry flatten_entry() {
+  OpEntry e;
+  e.name = "flatten";
+  e.forward = [](const V& x) { return flatten(x[0]); };
+  e.samples = [] {
+    Generator gen(27);
+    const Tensor x = uniform({2, 3, 2, 2}, gen);
+    return std::vector<OpSample>{
+        sample("[2, 3, 2, 2]", {x}),
+        sample("[2, 3, 2, 2] dims 1..2", {x}, [](const V& v) { return flatten(v[0], 1, 2); }),
+        sample("[2, 3, 9, 11]", {uniform({2, 3, 9, 11}, gen)}),
+        sample("0-d", {uniform({}, gen)}, [](const V& v) { return flatten(v[0], 0); }),
+        empty_batch("[0, 3, 2, 2]", {uniform({0, 3, 2, 2}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    const Tensor x = zeros({2, 3, 4});
+    return std::vector<OpBadInput>{
+        {"start_dim out of range",
+         {x},
+         "flatten: start_dim 3 is out of range",
+         [](const V& v) { return flatten(v[0], 3); }},
+        {"start_dim after end_dim",
+         {x},
+         "comes after end_dim",
+         [](const V& v) { return flatten(v[0], 2, 1); }},
+        {"undefined input", {Tensor()}, "flatten: input is an undefined tensor"},
+    };
+  };
+  return e;
+}
+
+// ---- metrics.h: never differentiable; topk_correct and accuracy answer on the host ----
+
+Tensor scalar(double v) { return from_vector<double>({v}, {}); }
+
+OpEntry argmax_entry() {
+  OpEntry e;
+  e.name = "argmax";
+  e.forward = [](const V& x) { return argmax(x[0], 1); };
+  e.differentiable = false;
+  e.samples = [] {
+    Generator gen(28);
+    const Tensor x = uniform({33, 10}, gen);
+    return std::vector<OpSample>{
+        sample("[33, 10] dim 1", {x}),
+        sample("[33, 10] dim 0 keepdim", {x}, [](const V& v) { return argmax(v[0], 0, true); }),
+        sample("[3, 4, 5] dim -1", {uniform({3, 4, 5}, gen)},
+               [](const V& v) { return argmax(v[0], -1); }),
+        empty_batch("[0, 10] dim 1", {uniform({0, 10}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("argmax", {zeros({2, 3})});
+    bad.push_back(
+        {"dim out of range", {zeros({2, 3})}, "argmax: dim 2 is out of range", [](const V& x) {
+           return argmax(x[0], 2);
+         }});
+    bad.push_back({"empty dimension", {zeros({2, 0})}, "cannot take the argmax of an empty"});
+    return bad;
+  };
+  return e;
+}
+
+OpFn topk_fn(int64_t k) {
+  return [k](const V& x) { return scalar(double(topk_correct(x[0], x[1], k))); };
+}
+OpFn accuracy_fn(int64_t k) {
+  return [k](const V& x) { return scalar(accuracy(x[0], x[1], k)); };
+}
+
+std::vector<OpSample> metric_samples(OpFn (*fn)(int64_t), bool empty_works) {
+  Generator gen(29);
+  const Tensor x = uniform({33, 10}, gen);
+  const Tensor t = targets(33, 10, gen);
+  std::vector<OpSample> s;
+  for (int64_t k : {1, 3, 10})
+    s.push_back(sample("[33, 10] k " + std::to_string(k), {x, t}, fn(k)));
+  if (empty_works)
+    s.push_back(empty_batch("[0, 10]", {uniform({0, 10}, gen), targets(0, 10, gen)}));
+  return s;
+}
+
+std::vector<OpBadInput> metric_bad_inputs(const std::string& op, OpFn (*fn)(int64_t)) {
+  const Tensor x = zeros({2, 3}), t = from_vector<int64_t>({0, 2}, {2});
+  std::vector<OpBadInput> bad = common_bad_inputs(op, {x, t});
+  bad.push_back({"k 4 of 3 classes", {x, t}, "k = 4 must be in [1, 3]", fn(4)});
+  bad.push_back({"f32 target", {x, zeros({2})}, "topk_correct"});
+  OpBadInput range = {
+      "target out of range", {x, from_vector<int64_t>({0, 3}, {2})}, "target 3 at index 1"};
+  range.on_cuda = false;  // the CUDA kernel counts such a row as a miss: a contract difference
+  bad.push_back(range);
+  return bad;
+}
+
+OpEntry topk_correct_entry() {
+  OpEntry e;
+  e.name = "topk_correct";
+  e.forward = topk_fn(1);
+  e.differentiable = false;
+  e.host_result = true;
+  e.samples = [] { return metric_samples(topk_fn, true); };
+  e.bad_inputs = [] { return metric_bad_inputs("topk_correct", topk_fn); };
+  return e;
+}
+
+OpEntry accuracy_entry() {
+  OpEntry e;
+  e.name = "accuracy";
+  e.forward = accuracy_fn(1);
+  e.differentiable = false;
+  e.host_result = true;
+  e.samples = [] { return metric_samples(accuracy_fn, false); };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = metric_bad_inputs("accuracy", accuracy_fn);
+    OpBadInput empty = {"an empty batch",
+                        {zeros({0, 3}), from_vector<int64_t>({}, {0})},
+                        "accuracy: needs at least one row"};
+    bad.push_back(empty);
+    return bad;
+  };
+  return e;
+}
+
+std::vector<OpEntry> build_table() {
+  std::vector<OpEntry> t;
+  t.push_back(binary_entry("add", &add, &add, -1.0));
+  t.push_back(binary_entry("sub", &sub, &sub, -1.0));
+  t.push_back(binary_entry("mul", &mul, &mul, -1.0));
+  t.push_back(binary_entry("div", &div, &div, 0.5));  // divisors away from 0
+  t.push_back(reversed_scalar_entry("rsub", "sub", &rsub));
+  t.push_back(reversed_scalar_entry("rdiv", "div", &rdiv));
+  t.push_back(elementwise_entry("neg", unary(&neg), -1, 1));
+  t.push_back(elementwise_entry("exp", unary(&exp), -1, 1));
+  t.push_back(elementwise_entry("log", unary(&log), 0.5, 3));
+  t.push_back(elementwise_entry("sqrt", unary(&sqrt), 0.5, 3));
+  auto power = [](double p) { return [p](const V& x) { return pow(x[0], p); }; };
+  t.push_back(elementwise_entry("pow", power(2.0), 0.5, 2,
+                                {{"p 3", power(3.0)},
+                                 {"p 0.5", power(0.5)},
+                                 {"p -1.5", power(-1.5)},
+                                 {"p 0", power(0.0)},
+                                 {"p 1", power(1.0)}}));
+  t.push_back(elementwise_entry("relu", unary(&relu), -1, 1, {}, true));
+  auto leaky = [](double s) { return [s](const V& x) { return leaky_relu(x[0], s); }; };
+  t.push_back(elementwise_entry("leaky_relu", leaky(0.01), -1, 1,
+                                {{"slope 0.2", leaky(0.2)}, {"slope -0.5", leaky(-0.5)}}, true));
+  t.push_back(elementwise_entry("gelu", [](const V& x) { return gelu(x[0]); }, -3, 3,
+                                {{"tanh", [](const V& x) { return gelu(x[0], true); }}}));
+  t.push_back(elementwise_entry("sigmoid", unary(&sigmoid), -4, 4));
+  t.push_back(elementwise_entry("tanh", unary(&tanh), -2, 2));
+  t.push_back(reduction_entry("sum", &sum_all, &sum_dims));
+  t.push_back(reduction_entry("mean", &mean_all, &mean_dims));
+  t.push_back(matmul_entry());
+  t.push_back(linear_entry());
+  t.push_back(matmul_out_entry());
+  t.push_back(conv2d_entry());
+  t.push_back(max_pool2d_entry());
+  t.push_back(avg_pool2d_entry());
+  t.push_back(adaptive_avg_pool2d_entry());
+  t.push_back(batch_norm_entry());
+  t.push_back(dropout_entry());
+  t.push_back(flatten_entry());
+  t.push_back(log_softmax_entry());
+  t.push_back(nll_loss_entry());
+  t.push_back(cross_entropy_entry());
+  t.push_back(argmax_entry());
+  t.push_back(topk_correct_entry());
+  t.push_back(accuracy_entry());
+  t.push_back(orthonormalize_columns_entry());
+  return t;
+}
+
+}  // namespace
+
+const std::vector<OpEntry>& op_table() {
+  static const std::vector<OpEntry> table = build_table();
+  return table;
+}
+
+const OpEntry& op_entry(const std::string& name) {
+  for (const OpEntry& e : op_table())
+    if (e.name == name) return e;
+  RG_FAIL("op table: no entry named ", name);
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> names;
+  for (const OpEntry& e : op_table()) names.push_back(e.name);
+  return names;
+}
+
+}  // namespace rg::testing

@@ -1,0 +1,302 @@
+// The op table's harness: every entry of tests/ops/op_table.cpp becomes f64 gradient checks,
+// bitwise determinism, empty-batch and bad-input tests on the CPU (rg_op_table_tests, labels
+// gradcheck and unit) and, built again with RG_OP_TABLE_DEVICE into the device test executables
+// (rg_emu_engine_tests: label emu; rg_gpu_device_tests: label gpu), CPU vs CUDA comparisons of
+// outputs, gradients and updated constants per dtype, device determinism and the bad inputs there.
+#include "ops/op_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "device/device_test_util.h"
+#include "engine/autograd/grad_mode.h"
+#include "support/errors.h"
+#include "support/gradcheck.h"
+
+namespace rg::testing {
+namespace {
+
+using V = std::vector<Tensor>;
+
+const OpFn& forward_of(const OpEntry& e, const OpSample& s) {
+  return s.forward ? s.forward : e.forward;
+}
+
+// Whether input i of s is differentiated: floating, and among the first grad_inputs floating ones.
+std::vector<bool> differentiated(const OpSample& s) {
+  std::vector<bool> d;
+  int64_t floating = 0;
+  for (const Tensor& t : s.inputs) {
+    const bool f = t.defined() && is_floating(t.dtype());
+    d.push_back(f && (s.grad_inputs < 0 || floating < s.grad_inputs));
+    floating += f ? 1 : 0;
+  }
+  return d;
+}
+
+// The sample's inputs as `dtype` (floating ones) on `device`, fresh copies; differentiated ones
+// are leaves requiring grad when `grad`.
+V prepare(const OpSample& s, DType dtype, Device device, bool grad) {
+  const std::vector<bool> d = differentiated(s);
+  V out;
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    const Tensor& t = s.inputs[i];
+    Tensor c = is_floating(t.dtype()) ? t.to(dtype) : t;
+    c = c.detach().clone().to(device).detach();
+    if (grad && d[i]) c.set_requires_grad(true);
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Forward, then backward of sum(out * upstream) when the op is differentiable. `upstream` is
+// made from a fixed generator on the first call (its shape is the output's).
+struct OpRun {
+  Tensor out;
+  V grads;   // per input: its gradient (undefined when not differentiated)
+  V inputs;  // the inputs after the call (constants updated in place: running statistics)
+};
+OpRun run(const OpEntry& e, const OpSample& s, DType dtype, Device device, Tensor& upstream) {
+  OpRun r;
+  r.inputs = prepare(s, dtype, device, e.differentiable);
+  r.out = forward_of(e, s)(r.inputs);
+  if (!e.differentiable) return r;
+  if (!upstream.defined()) {
+    Generator gen(1234);
+    upstream = random_tensor(r.out.shape(), gen, DType::f64);
+  }
+  if (r.out.requires_grad()) {
+    sum(mul(r.out, upstream.to(r.out.dtype()).to(r.out.device()))).backward();
+  }
+  for (const Tensor& t : r.inputs) r.grads.push_back(t.requires_grad() ? t.grad() : Tensor());
+  return r;
+}
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu());
+  std::vector<unsigned char> b(c.nbytes());
+  if (!b.empty()) std::memcpy(b.data(), c.raw_data(), b.size());
+  return b;
+}
+
+// Two runs give the same bits: output, every gradient and every input after the call.
+void expect_bitwise_equal(const OpRun& a, const OpRun& b, const std::string& what) {
+  EXPECT_EQ(bytes_of(a.out), bytes_of(b.out)) << what << ": output";
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    if (!a.grads[i].defined()) continue;
+    EXPECT_EQ(bytes_of(a.grads[i]), bytes_of(b.grads[i])) << what << ": gradient of input " << i;
+  }
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    if (!a.inputs[i].defined()) continue;
+    EXPECT_EQ(bytes_of(a.inputs[i]), bytes_of(b.inputs[i])) << what << ": input " << i << " after";
+  }
+}
+
+V bad_inputs_on(const OpBadInput& b, Device device) {
+  V out;
+  for (const Tensor& t : b.inputs) out.push_back(t.defined() ? t.to(device) : t);
+  return out;
+}
+
+std::string name_of(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+
+#ifndef RG_OP_TABLE_DEVICE
+
+// ---- CPU: label gradcheck ----
+
+class OpGradcheck : public ::testing::TestWithParam<std::string> {};
+
+// Differentiable ops: central differences in f64 on every sample the entry allows it for. Others:
+// no autograd history even from inputs that require grad.
+TEST_P(OpGradcheck, F64CentralDifferences) {
+  const OpEntry& e = op_entry(GetParam());
+  for (const OpSample& s : e.samples()) {
+    if (!s.gradcheck) continue;
+    const V all = prepare(s, DType::f64, Device::cpu(), true);
+    if (!e.differentiable) {
+      EXPECT_FALSE(forward_of(e, s)(all).requires_grad()) << s.name;
+      continue;
+    }
+    // gradcheck perturbs the differentiated inputs; the others are bound as constants.
+    V leaves;
+    std::vector<int> slot;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].requires_grad()) continue;
+      slot.push_back(int(i));
+      leaves.push_back(all[i]);
+    }
+    const OpFn& f = forward_of(e, s);
+    auto bound = [&](const V& xs) {
+      V in = all;
+      for (size_t j = 0; j < slot.size(); ++j) in[size_t(slot[j])] = xs[j];
+      return f(in);
+    };
+    EXPECT_EQ(gradcheck(bound, leaves, e.gradcheck_options), "") << s.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpGradcheck, ::testing::ValuesIn(op_names()), name_of);
+
+// ---- CPU: label unit ----
+
+class OpTable : public ::testing::TestWithParam<std::string> {};
+
+// Every sample twice in every CPU dtype: the same bits (no thread-count or order dependence).
+TEST_P(OpTable, RepeatedRunsAreBitwiseEqual) {
+  const OpEntry& e = op_entry(GetParam());
+  for (DType dtype : e.cpu_dtypes) {
+    for (const OpSample& s : e.samples()) {
+      Tensor upstream;
+      const OpRun a = run(e, s, dtype, Device::cpu(), upstream);
+      const OpRun b = run(e, s, dtype, Device::cpu(), upstream);
+      expect_bitwise_equal(a, b, s.name + " " + dtype_name(dtype));
+    }
+  }
+}
+
+// Every entry states what an empty batch does: it works (with all-zero gradients: nothing flows)
+// or it is a bad input with a clear error.
+TEST_P(OpTable, EmptyBatchWorksOrIsAClearError) {
+  const OpEntry& e = op_entry(GetParam());
+  int declared = 0;
+  for (const OpSample& s : e.samples()) {
+    if (!s.empty_batch) continue;
+    ++declared;
+    Tensor upstream;
+    const OpRun r = run(e, s, DType::f32, Device::cpu(), upstream);
+    EXPECT_TRUE(r.out.defined()) << s.name;
+    for (size_t i = 0; i < r.grads.size(); ++i) {
+      if (!r.inputs[i].requires_grad()) continue;
+      if (!r.grads[i].defined()) continue;  // no gradient reached it: zero
+      EXPECT_EQ(r.grads[i].shape(), r.inputs[i].shape()) << s.name << " input " << i;
+      for (double g : r.grads[i].to_vector<double>()) EXPECT_EQ(g, 0.0) << s.name << " input " << i;
+    }
+  }
+  for (const OpBadInput& b : e.bad_inputs())
+    for (const Tensor& t : b.inputs) declared += t.defined() && t.dim() > 0 && t.size(0) == 0;
+  EXPECT_GT(declared, 0) << e.name << " has no empty-batch sample or bad input";
+}
+
+TEST_P(OpTable, BadInputsAreClearErrors) {
+  const OpEntry& e = op_entry(GetParam());
+  for (const OpBadInput& b : e.bad_inputs()) {
+    SCOPED_TRACE(b.name);
+    const OpFn& f = b.forward ? b.forward : e.forward;
+    const V in = bad_inputs_on(b, Device::cpu());
+    expect_error([&] { f(in); }, b.fragment);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTable, ::testing::ValuesIn(op_names()), name_of);
+
+#else  // RG_OP_TABLE_DEVICE
+
+// ---- CUDA (emulated or real) against the CPU ----
+
+using DeviceParam = std::tuple<std::string, DType>;
+
+class OpTableDevice : public ::testing::TestWithParam<DeviceParam> {
+ protected:
+  void SetUp() override { RG_REQUIRE_DEVICE(); }
+  const OpEntry& entry() const { return op_entry(std::get<0>(GetParam())); }
+  DType dtype() const { return std::get<1>(GetParam()); }
+  bool supported() const {
+    const auto& d = entry().cuda_dtypes;
+    return std::find(d.begin(), d.end(), dtype()) != d.end();
+  }
+};
+
+// Every sample on CUDA against the CPU: the output, every gradient and every input after the call
+// (running statistics) within tolerance_for(dtype) (device_test_util.h). The half types run
+// against the CPU in f32 on the same rounded inputs and upstream gradient, with the entry's
+// half_tolerance_scale. A dtype the entry does not support on CUDA is a clear error.
+TEST_P(OpTableDevice, MatchesTheCpu) {
+  const OpEntry& e = entry();
+  const bool half = dtype() == DType::f16 || dtype() == DType::bf16;
+  if (!supported()) {
+    const OpSample s = e.samples().front();
+    EXPECT_FALSE(error_of([&] { forward_of(e, s)(prepare(s, dtype(), kCuda, false)); }).empty())
+        << e.name << " in " << dtype_name(dtype()) << " on CUDA: expected an rg::Error";
+    return;
+  }
+  Tolerance tol = tolerance_for(dtype());
+  if (half) tol = {tol.atol * e.half_tolerance_scale, tol.rtol * e.half_tolerance_scale};
+  for (const OpSample& original : e.samples()) {
+    SCOPED_TRACE(original.name);
+    // The half types: both devices start from the inputs rounded to the half type.
+    OpSample s = original;
+    if (half)
+      for (Tensor& t : s.inputs)
+        if (t.defined() && is_floating(t.dtype())) t = t.to(dtype()).to(DType::f64);
+    Tensor upstream;
+    const OpRun dev_probe = run(e, s, dtype(), kCuda, upstream);
+    if (half && upstream.defined()) upstream = upstream.to(dtype()).to(DType::f64);
+    const OpRun dev = run(e, s, dtype(), kCuda, upstream);
+    const OpRun cpu = run(e, s, half ? DType::f32 : dtype(), Device::cpu(), upstream);
+    if (!e.host_result) {
+      EXPECT_TRUE(dev.out.device().is_cuda()) << "the output is on " << dev.out.device().str();
+    }
+    EXPECT_EQ(dev.out.dtype(),
+              is_floating(cpu.out.dtype()) && !e.host_result ? dtype() : cpu.out.dtype());
+    expect_close(dev.out, cpu.out, tol.atol, tol.rtol, "forward");
+    for (size_t i = 0; i < cpu.grads.size(); ++i) {
+      ASSERT_EQ(dev.grads[i].defined(), cpu.grads[i].defined()) << "gradient of input " << i;
+      if (!cpu.grads[i].defined()) continue;
+      EXPECT_TRUE(dev.grads[i].device().is_cuda()) << "gradient of input " << i;
+      expect_close(dev.grads[i], cpu.grads[i], tol.atol, tol.rtol,
+                   "gradient of input " + std::to_string(i));
+    }
+    for (size_t i = 0; i < cpu.inputs.size(); ++i) {
+      if (cpu.inputs[i].defined() && !cpu.inputs[i].requires_grad())
+        expect_close(dev.inputs[i], cpu.inputs[i], tol.atol, tol.rtol,
+                     "input " + std::to_string(i) + " after the call");
+    }
+  }
+}
+
+// Every sample twice on the device: the same bits.
+TEST_P(OpTableDevice, RepeatedRunsAreBitwiseEqual) {
+  const OpEntry& e = entry();
+  if (!supported()) GTEST_SKIP() << dtype_name(dtype()) << " is not supported on CUDA";
+  for (const OpSample& s : e.samples()) {
+    Tensor upstream;
+    const OpRun a = run(e, s, dtype(), kCuda, upstream);
+    const OpRun b = run(e, s, dtype(), kCuda, upstream);
+    expect_bitwise_equal(a, b, s.name);
+  }
+}
+
+std::string device_name(const ::testing::TestParamInfo<DeviceParam>& info) {
+  return std::get<0>(info.param) + "_" + dtype_name(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTableDevice,
+                         ::testing::Combine(::testing::ValuesIn(op_names()),
+                                            ::testing::Values(DType::f32, DType::f64, DType::f16,
+                                                              DType::bf16)),
+                         device_name);
+
+class OpTableDeviceErrors : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { RG_REQUIRE_DEVICE(); }
+};
+
+// The bad inputs on CUDA give the CPU's error, except those marked as a known contract difference.
+TEST_P(OpTableDeviceErrors, BadInputsAreTheCpusErrors) {
+  const OpEntry& e = op_entry(GetParam());
+  for (const OpBadInput& b : e.bad_inputs()) {
+    if (!b.on_cuda) continue;
+    SCOPED_TRACE(b.name);
+    const OpFn& f = b.forward ? b.forward : e.forward;
+    const V in = bad_inputs_on(b, kCuda);
+    expect_error([&] { f(in); }, b.fragment);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTableDeviceErrors, ::testing::ValuesIn(op_names()), name_of);
+
+#endif  // RG_OP_TABLE_DEVICE
+
+}  // namespace
+}  // namespace rg::testing
