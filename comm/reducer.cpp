@@ -183,9 +183,9 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       for (size_t p : b.params) shapes.push_back(params[p].second.shape());
       b.comm = powersgd->begin(k, b.flat, shapes);
       b.powersgd = true;
-    } else if (opt.comm_hook == "fp16")
+    } else if (opt.comm_hook == CommHook::fp16)
       b.comm = b.flat.to(DType::f16);
-    else if (opt.comm_hook == "bf16")
+    else if (opt.comm_hook == CommHook::bf16)
       b.comm = b.flat.to(DType::bf16);
     else
       b.comm = b.flat;
@@ -289,6 +289,26 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   }
 };
 
+const char* comm_hook_name(CommHook hook) {
+  switch (hook) {
+    case CommHook::allreduce:
+      return "allreduce";
+    case CommHook::fp16:
+      return "fp16";
+    case CommHook::bf16:
+      return "bf16";
+    case CommHook::powersgd:
+      return "powersgd";
+  }
+  return "?";
+}
+
+CommHook parse_comm_hook(const std::string& name) {
+  for (CommHook h : {CommHook::allreduce, CommHook::fp16, CommHook::bf16, CommHook::powersgd})
+    if (name == comm_hook_name(h)) return h;
+  RG_FAIL("unknown DDP comm hook '", name, "' (expected allreduce, fp16, bf16 or powersgd)");
+}
+
 void check_module_device(const std::vector<std::pair<std::string, Tensor>>& params,
                          const ProcessGroup& pg) {
   if (params.empty()) return;
@@ -307,11 +327,7 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   RG_CHECK(pg != nullptr, "DDP needs a process group");
   RG_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb must be positive");
   RG_CHECK(options.first_bucket_mb > 0, "first_bucket_mb must be positive");
-  RG_CHECK(options.comm_hook == "allreduce" || options.comm_hook == "fp16" ||
-               options.comm_hook == "bf16" || options.comm_hook == "powersgd",
-           "unknown DDP comm hook '", options.comm_hook,
-           "' (expected allreduce, fp16, bf16 or powersgd)");
-  if (options.comm_hook == "powersgd") {
+  if (options.comm_hook == CommHook::powersgd) {
     RG_CHECK(options.powersgd.rank >= 1, "PowerSGD rank must be >= 1");
     // Its error and Q state belong to a bucket layout, which changes once after iteration 1.
     RG_CHECK(options.powersgd.start_iter >= 2,
@@ -322,7 +338,7 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   State& s = *state_;
   s.pg = std::move(pg);
   s.opt = options;
-  if (options.comm_hook == "powersgd")
+  if (options.comm_hook == CommHook::powersgd)
     s.powersgd = std::make_unique<PowerSgd>(options.powersgd, s.pg->size());
   for (auto& [name, t] : params)
     if (t.requires_grad()) s.params.emplace_back(name, t);

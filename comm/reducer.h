@@ -16,6 +16,13 @@
 
 namespace rg::dist {
 
+// How DDP sends a bucket, as PyTorch's built-in comm hooks: plain all-reduce, compressed to
+// f16/bf16 for the all-reduce, or PowerSGD's low-rank factors.
+enum class CommHook { allreduce, fp16, bf16, powersgd };
+const char* comm_hook_name(CommHook hook);
+// "allreduce", "fp16", "bf16" or "powersgd"; anything else is an rg::Error naming the choices.
+CommHook parse_comm_hook(const std::string& name);
+
 struct DdpOptions {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
@@ -23,8 +30,8 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool overlap = true;  // false: every bucket is all-reduced after backward (for comparison)
-  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
-  PowerSgdOptions powersgd;             // with comm_hook "powersgd"
+  CommHook comm_hook = CommHook::allreduce;
+  PowerSgdOptions powersgd;  // with CommHook::powersgd
 };
 
 // What happened to each bucket in the last synchronized backward (steady-clock times).

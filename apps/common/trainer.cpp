@@ -249,7 +249,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     o.bucket_cap_mb = c.bucket_cap_mb;
     o.first_bucket_mb = c.first_bucket_mb;
     o.overlap = c.overlap;
-    o.comm_hook = c.comm_hook;
+    o.comm_hook = dist::parse_comm_hook(c.comm_hook);
     o.powersgd.rank = c.powersgd_rank;
     o.powersgd.start_iter = c.powersgd_start_iter;
     o.powersgd.seed = c.seed;

@@ -206,14 +206,14 @@ TEST(DdpOnDevice, MlpMatchesOneCpuProcessWithTheWholeBatch) {
 
 TEST(DdpOnDevice, Fp16HookStaysWithinItsTolerance) {
   DdpOptions o;
-  o.comm_hook = "fp16";
+  o.comm_hook = CommHook::fp16;
   o.bucket_cap_mb = 0.002;
   EXPECT_LE(ddp_on_device_vs_single_cpu_process(o, 4), 1e-3);
 }
 
 TEST(DdpOnDevice, Bf16HookStaysWithinItsTolerance) {
   DdpOptions o;
-  o.comm_hook = "bf16";
+  o.comm_hook = CommHook::bf16;
   o.bucket_cap_mb = 0.002;
   EXPECT_LE(ddp_on_device_vs_single_cpu_process(o, 4), 2e-2);
 }
@@ -296,7 +296,7 @@ TEST(DdpOnDevice, PowerSgdOnTheDeviceFollowsPowerSgdOnTheCpu) {
   // compressed), while the device run (cuBLAS factors, Gram-Schmidt kernel, error feedback and
   // warm start on the device, both rounds on the communication stream) stays with the CPU run.
   DdpOptions o;
-  o.comm_hook = "powersgd";
+  o.comm_hook = CommHook::powersgd;
   o.powersgd.rank = 1;
   o.powersgd.start_iter = 2;
   o.bucket_cap_mb = 0.002;  // several buckets, each with its own factors

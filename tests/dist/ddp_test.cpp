@@ -166,7 +166,7 @@ TEST(Ddp, CompressedHooksStayWithinTheirTolerance) {
   for (const char* hook : {"fp16", "bf16"}) {
     TrainSetup s;
     s.model = "mlp";
-    s.ddp.comm_hook = hook;
+    s.ddp.comm_hook = parse_comm_hook(hook);
     const double d = ddp_vs_single_process(s);
     EXPECT_LE(d, std::string(hook) == "fp16" ? 1e-3 : 1e-2) << hook;
     if (default_group()->rank() == 0) std::cout << hook << " hook: " << d << "\n";
@@ -183,7 +183,7 @@ TEST(Ddp, PowerSgdWithRankAtLeastTheGradientsRankIsExact) {
   // scale diverged.
   TrainSetup s;
   s.model = "mlp";
-  s.ddp.comm_hook = "powersgd";
+  s.ddp.comm_hook = CommHook::powersgd;
   s.ddp.powersgd.rank = int(kB) * default_group()->size();
   s.ddp.powersgd.start_iter = 2;
   s.ddp.powersgd.min_compression_rate = 0;  // compress every matrix, even where it saves nothing
@@ -196,7 +196,7 @@ TEST(Ddp, PowerSgdRankOneKeepsRanksIdenticalAndStillLearns) {
   auto& pg = *default_group();
   auto model = model_named("mlp");
   DdpOptions o;
-  o.comm_hook = "powersgd";
+  o.comm_hook = CommHook::powersgd;
   o.powersgd.rank = 1;
   o.powersgd.start_iter = 2;
   DistributedDataParallel ddp(model, default_group(), o);
