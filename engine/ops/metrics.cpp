@@ -1,31 +1,16 @@
-// argmax and top-k hit counting. Both are single passes with no sort: a target is in the top k
-// when fewer than k classes rank above it, so topk_correct costs O(C) per row.
+// argmax, top-k hit counting and accuracy: checks here, the counting in kernels/cpu/metrics or
+// kernels/cuda/metrics (one contract), and what a bad target means decided once, for both devices.
 #include "engine/ops/metrics.h"
 
 #include <algorithm>
-#include <cmath>
-#include <vector>
 
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
+#include "kernels/cpu/metrics.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/error.h"
 
 namespace rg {
-namespace {
-
-// a ranks above b: larger, or NaN against a number (NaN is the largest value, as in PyTorch).
-template <class T>
-bool ranks_above(T a, T b) {
-  return a > b || (std::isnan(a) && !std::isnan(b));
-}
-
-template <class T>
-bool ranks_same(T a, T b) {
-  return a == b || (std::isnan(a) && std::isnan(b));
-}
-
-}  // namespace
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   check_inputs("argmax", {x});
@@ -48,31 +33,11 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
     }
   }
   Tensor out = Tensor::empty(shape, DType::i64, x.device());
-  int64_t* idx = out.data<int64_t>();
-  if (x.device().is_cuda()) {
-    dispatch_cuda_float(x.dtype(), "argmax", [&]<class T>() {
-      kernels::cuda::argmax<T>(x.data<T>(), idx, outer, c, inner, cuda_stream(x));
-    });
-    return out;
-  }
-  dispatch_float(x.dtype(), "argmax", [&]<class T>() {
-    const T* p = x.data<T>();
-    // Walk the reduced dimension in the outer loop so the inner loop reads contiguous memory.
-    std::vector<T> best(static_cast<size_t>(inner));
-    for (int64_t o = 0; o < outer; ++o) {
-      const T* base = p + o * c * inner;
-      int64_t* oi = idx + o * inner;
-      std::copy_n(base, inner, best.begin());
-      std::fill_n(oi, inner, int64_t(0));
-      for (int64_t k = 1; k < c; ++k) {
-        for (int64_t i = 0; i < inner; ++i) {
-          const T v = base[k * inner + i];
-          if (ranks_above(v, best[size_t(i)])) {
-            best[size_t(i)] = v;
-            oi[i] = k;
-          }
-        }
-      }
+  dispatch_on(x.device(), x.dtype(), "argmax", [&]<class T, bool kCuda>() {
+    if constexpr (kCuda) {
+      kernels::cuda::argmax<T>(x.data<T>(), out.data<int64_t>(), outer, c, inner, cuda_stream(x));
+    } else {
+      kernels::cpu::argmax<T>(x.data<T>(), out.data<int64_t>(), outer, c, inner);
     }
   });
   return out;
@@ -91,32 +56,23 @@ int64_t topk_correct(const Tensor& logits, const Tensor& target, int64_t k) {
            " classes");
   RG_CHECK(target.device() == logits.device(), "topk_correct: target is on ", target.device().str(),
            " but logits are on ", logits.device().str());
-  if (logits.device().is_cuda()) {  // out-of-range targets count as misses there
-    Tensor correct = Tensor::empty({}, DType::i64, logits.device());
-    dispatch_cuda_float(logits.dtype(), "topk_correct", [&]<class T>() {
+  Tensor counts = Tensor::empty({2}, DType::i64, logits.device());
+  dispatch_on(logits.device(), logits.dtype(), "topk_correct", [&]<class T, bool kCuda>() {
+    if constexpr (kCuda) {
       kernels::cuda::topk_correct<T>(logits.data<T>(), target.data<int64_t>(), n, c, k,
-                                     correct.data<int64_t>(), cuda_stream(logits));
-    });
-    return int64_t(correct.item());
-  }
-  const int64_t* t = target.data<int64_t>();
-  return dispatch_float(logits.dtype(), "topk_correct", [&]<class T>() {
-    const T* p = logits.data<T>();
-    int64_t correct = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      RG_CHECK(t[i] >= 0 && t[i] < c, "topk_correct: target ", t[i], " at index ", i,
-               " is out of range for ", c, " classes");
-      const T* row = p + i * c;
-      const T v = row[t[i]];
-      // Rank of the target: classes above it, plus equal classes that come before it.
-      int64_t rank = 0;
-      for (int64_t j = 0; j < c; ++j) {
-        rank += ranks_above(row[j], v) || (j < t[i] && ranks_same(row[j], v));
-      }
-      correct += rank < k;
+                                     counts.data<int64_t>(), cuda_stream(logits));
+    } else {
+      kernels::cpu::topk_correct<T>(logits.data<T>(), target.data<int64_t>(), n, c, k,
+                                    counts.data<int64_t>());
     }
-    return correct;
   });
+  const std::vector<int64_t> got = counts.to(Device::cpu()).to_vector<int64_t>();
+  if (got[1] < n) {  // the same error on every device (one more copy, on this path only)
+    const int64_t bad = target.narrow(0, got[1], 1).to(Device::cpu()).to_vector<int64_t>()[0];
+    RG_FAIL("topk_correct: target ", bad, " at index ", got[1], " is out of range for ", c,
+            " classes");
+  }
+  return got[0];
 }
 
 double accuracy(const Tensor& logits, const Tensor& target, int64_t k) {

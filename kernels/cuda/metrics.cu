@@ -10,6 +10,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/cuda/fill_cast.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -113,18 +114,22 @@ __global__ void argmax_columns_kernel(const D* x, int64_t* out, int64_t outer, i
   }
 }
 
-// One block per row; each block adds its hits to *correct once (integer atomics).
+// One block per row; each block adds its hits to counts[0] once and lowers counts[1] to its first
+// row with a bad target (integer atomics).
 template <class D>
 __global__ void topk_correct_kernel(const D* logits, const int64_t* target, int64_t n, int64_t c,
-                                    int64_t k, unsigned long long* correct) {
+                                    int64_t k, unsigned long long* counts) {
   using A = compute_t<D>;
   __shared__ long long scratch[32];
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  unsigned long long hits = 0;
+  unsigned long long hits = 0, first_bad = static_cast<unsigned long long>(n);
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const D* p = logits + row * c;
     const int64_t t = target[row];
     const bool valid = t >= 0 && t < c;
+    // Rows come in increasing order, so the first bad one is this block's smallest.
+    if (!valid && first_bad == static_cast<unsigned long long>(n))
+      first_bad = static_cast<unsigned long long>(row);
     const A v = valid ? load(p[t]) : A(0);
     // Rank of the target: classes above it, plus equal classes that come before it.
     long long rank = 0;
@@ -144,7 +149,9 @@ __global__ void topk_correct_kernel(const D* logits, const int64_t* target, int6
       hits += valid && total < k;
     }
   }
-  if (threadIdx.x == 0 && hits > 0) atomicAdd(correct, hits);
+  if (threadIdx.x == 0 && hits > 0) atomicAdd(counts, hits);
+  if (threadIdx.x == 0 && first_bad < static_cast<unsigned long long>(n))
+    atomicMin(counts + 1, first_bad);
 }
 
 unsigned int row_threads(int64_t len) {
@@ -173,17 +180,18 @@ void argmax(const T* x, int64_t* out, int64_t outer, int64_t c, int64_t inner, v
 
 template <class T>
 void topk_correct(const T* logits, const int64_t* target, int64_t n, int64_t c, int64_t k,
-                  int64_t* correct, void* stream) {
+                  int64_t* counts, void* stream) {
   using D = device_t<T>;
   RG_CHECK(n >= 0 && c > 0, "topk_correct: needs n >= 0 rows of c > 0 classes, got n ", n, ", c ",
            c);
   RG_CHECK(k >= 1 && k <= c, "topk_correct: k = ", k, " must be in [1, ", c, "] for ", c,
            " classes");
   const auto s = as_stream(stream);
-  RG_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int64_t), s));
+  RG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t), s));
+  fill<int64_t>(counts + 1, n, 1, stream);
   if (n == 0) return;
   RG_LAUNCH(topk_correct_kernel<D>, row_grid(n), row_threads(c), 0, s, dev(logits), target, n, c, k,
-            reinterpret_cast<unsigned long long*>(correct));
+            reinterpret_cast<unsigned long long*>(counts));
 }
 
 #define RG_INSTANTIATE_METRICS(T)                                                              \

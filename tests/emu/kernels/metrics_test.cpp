@@ -1,6 +1,7 @@
 // kernels/cuda/metrics.cu under the CUDA emulator: argmax along the last and inner dimensions and
-// top-k hit counts, every storage type, awkward sizes, ties and NaN. There is no CPU metrics
-// kernel (engine/ops/metrics.cpp loops over tensors), so the reference is that file's loops.
+// top-k hit counts (with the first row of a bad target), every storage type, awkward sizes, ties and
+// NaN, against reference loops in double (the half types have no CPU kernel) and, in f32/f64,
+// against kernels/cpu/metrics.
 #include "kernels/cuda/metrics.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
+#include "kernels/cpu/metrics.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
@@ -113,6 +115,11 @@ void check_argmax(const std::array<int64_t, 3>& shape, bool tricky) {
   EXPECT_EQ(got, reference_argmax(x, outer, c, inner))
       << "argmax " << type_name<T>() << (tricky ? " ties/NaN" : "") << " (" << outer << ", " << c
       << ", " << inner << ")";
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    std::vector<int64_t> cpu(got.size(), -1);
+    kernels::cpu::argmax<T>(x.data(), cpu.data(), outer, c, inner);
+    EXPECT_EQ(got, cpu) << "vs the CPU kernel (" << outer << ", " << c << ", " << inner << ")";
+  }
 }
 
 TEST(EmuMetrics, ArgmaxAlongLastDimMatchesEngine) {
@@ -156,18 +163,25 @@ TEST(EmuMetrics, TopkCorrectMatchesEngine) {
         const auto target = random_targets(n, c, uint64_t(n + c));
         for (int64_t k : {int64_t(1), int64_t(5), c}) {
           if (k > c) continue;
-          int64_t got = -1;
-          cu::topk_correct<T>(logits.data(), target.data(), n, c, k, &got, nullptr);
-          EXPECT_EQ(got, reference_topk_correct(logits, target, n, c, k))
+          int64_t got[2] = {-1, -1};
+          cu::topk_correct<T>(logits.data(), target.data(), n, c, k, got, nullptr);
+          EXPECT_EQ(got[0], reference_topk_correct(logits, target, n, c, k))
               << "topk_correct " << type_name<T>() << (tricky ? " ties/NaN" : "") << " n=" << n
               << " c=" << c << " k=" << k;
+          EXPECT_EQ(got[1], n) << "no target is out of range";
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            int64_t cpu[2] = {-1, -1};
+            kernels::cpu::topk_correct<T>(logits.data(), target.data(), n, c, k, cpu);
+            EXPECT_EQ(got[0], cpu[0]) << "vs the CPU kernel, n=" << n << " c=" << c << " k=" << k;
+            EXPECT_EQ(got[1], cpu[1]);
+          }
         }
       }
     }
   });
 }
 
-TEST(EmuMetrics, TopkCorrectCountsEveryRowOnceAndOutOfRangeTargetsMiss) {
+TEST(EmuMetrics, TopkCorrectCountsEveryRowOnceAndNamesTheFirstBadTarget) {
   // Row i's maximum is at class i % c, so every row is a top-1 hit for target i % c.
   const int64_t n = 4097, c = 7;
   std::vector<float> logits(size_t(n * c), 0.f);
@@ -176,15 +190,23 @@ TEST(EmuMetrics, TopkCorrectCountsEveryRowOnceAndOutOfRangeTargetsMiss) {
     logits[size_t(i * c + i % c)] = 1.f;
     target[size_t(i)] = i % c;
   }
-  int64_t got = -1;
-  cu::topk_correct<float>(logits.data(), target.data(), n, c, 1, &got, nullptr);
-  EXPECT_EQ(got, n);
-  target[0] = -1;
-  target[1] = c;
-  cu::topk_correct<float>(logits.data(), target.data(), n, c, c, &got, nullptr);
-  EXPECT_EQ(got, n - 2);
-  cu::topk_correct<float>(logits.data(), target.data(), 0, c, 1, &got, nullptr);
-  EXPECT_EQ(got, 0);
+  int64_t got[2] = {-1, -1}, cpu[2] = {-1, -1};
+  cu::topk_correct<float>(logits.data(), target.data(), n, c, 1, got, nullptr);
+  EXPECT_EQ(got[0], n);
+  EXPECT_EQ(got[1], n);
+  // Bad targets in rows 4000 (in a late block) and 3000: the first one is named, the others
+  // still count.
+  target[4000] = -1;
+  target[3000] = c;
+  cu::topk_correct<float>(logits.data(), target.data(), n, c, c, got, nullptr);
+  kernels::cpu::topk_correct<float>(logits.data(), target.data(), n, c, c, cpu);
+  EXPECT_EQ(got[0], n - 2);
+  EXPECT_EQ(got[1], 3000);
+  EXPECT_EQ(got[0], cpu[0]);
+  EXPECT_EQ(got[1], cpu[1]);
+  cu::topk_correct<float>(logits.data(), target.data(), 0, c, 1, got, nullptr);
+  EXPECT_EQ(got[0], 0);
+  EXPECT_EQ(got[1], 0);
 }
 
 TEST(EmuMetrics, RejectsBadArguments) {
