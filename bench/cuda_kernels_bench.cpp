@@ -629,11 +629,11 @@ void BM_Argmax(benchmark::State& state) {
 void BM_Top5Correct(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), target = device_targets(),
-         correct = device_tensor(1, DType::i64);
-  // Reads logits and targets, writes the i64 count: rows * c * 4 + rows * 8 + 8.
-  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8 + 8, [&](void* s) {
+         counts = device_tensor(2, DType::i64);
+  // Reads logits and targets, writes the two i64 counts: rows * c * 4 + rows * 8 + 16.
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8 + 16, [&](void* s) {
     kc::topk_correct(x.data<float>(), target.data<int64_t>(), kRows, kClasses, 5,
-                     correct.data<int64_t>(), s);
+                     counts.data<int64_t>(), s);
   });
 }
 

@@ -126,9 +126,10 @@ TEST(EmuChecked, ArgmaxAndTopk) {
   kc::argmax(x.data(), idx.data(), outer, c, 1, nullptr);
   for (int64_t o = 0; o < outer; ++o) EXPECT_EQ(idx[size_t(o)], 7 * o + 1);
   const std::vector<int64_t> target = {1, 8, 0};
-  int64_t correct = -1;
-  kc::topk_correct(x.data(), target.data(), outer, c, 1, &correct, nullptr);
-  EXPECT_EQ(correct, 2);
+  int64_t counts[2] = {-1, -1};  // hits, first row with an out-of-range target (none: outer)
+  kc::topk_correct(x.data(), target.data(), outer, c, 1, counts, nullptr);
+  EXPECT_EQ(counts[0], 2);
+  EXPECT_EQ(counts[1], outer);
 }
 
 }  // namespace
