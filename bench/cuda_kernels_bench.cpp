@@ -14,7 +14,7 @@
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/activation.h"
-#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/conv2d.h"

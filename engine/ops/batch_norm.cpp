@@ -18,7 +18,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/unary.h"
 #include "kernels/cpu/batch_norm.h"
-#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -111,7 +111,7 @@ void forward_cudnn(const Tensor& x, const Tensor& running_mean, const Tensor& ru
   running_var.bump_version();
 }
 
-// The CUDA path: cuDNN (forward_cudnn) or our kernels (kernels/cuda/batch_norm_stats.h), with f32
+// The CUDA path: cuDNN (forward_cudnn) or our kernels (kernels/cuda/batch_norm.h), with f32
 // per-channel mean and invstd on the device kept for the backward; f32, f16 and bf16 inputs (the
 // kernels have no f64 instantiation). The backward runs cuDNN's after a cuDNN forward in training
 // mode (its saved mean and invstd are the ones our kernels compute); eval mode's backward is

@@ -11,7 +11,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"

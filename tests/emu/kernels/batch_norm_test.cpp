@@ -1,4 +1,4 @@
-// kernels/cuda/batch_norm_stats.cu under the CUDA emulator against kernels/cpu/batch_norm.h:
+// kernels/cuda/batch_norm.cu under the CUDA emulator against kernels/cpu/batch_norm.h:
 // per-channel statistics, normalize + affine, running-stat update and the backward, in f32, f16
 // and bf16 (the CPU kernel in f32 on the converted inputs), awkward sizes; bit-identical reruns.
 #include "kernels/cpu/batch_norm.h"
@@ -15,7 +15,7 @@
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
-#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {

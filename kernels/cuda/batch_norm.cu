@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/batch_norm_stats.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
