@@ -28,12 +28,13 @@
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
-#include "kernels/cuda/softmax_loss.h"
+#include "kernels/loss.h"
 
 namespace {
 
 using namespace rg;
 namespace kc = rg::kernels::cuda;
+using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -95,7 +96,7 @@ void BM_SoftmaxRowsOf1000(benchmark::State& state) {
   const int64_t c = 1000, rows = kN / c;
   Tensor x = device_tensor(rows * c), y = device_tensor(rows * c);
   run(state, 2.0 * double(rows * c) * 4,
-      [&](void* s) { kc::softmax(x.data<float>(), y.data<float>(), rows, c, 1, s); });
+      [&](void* s) { Loss::softmax(x.data<float>(), y.data<float>(), rows, c, 1, {s}); });
 }
 
 void BM_SgdMomentumStep(benchmark::State& state) {
@@ -336,7 +337,8 @@ void BM_SoftmaxBackward(benchmark::State& state) {
          gi = device_tensor(kRows * kClasses);
   // Reads grad and out, writes grad_in: 3 * rows * c * 4.
   run(state, 3.0 * double(kRows * kClasses) * 4, [&](void* s) {
-    kc::softmax_backward(g.data<float>(), y.data<float>(), gi.data<float>(), kRows, kClasses, 1, s);
+    Loss::softmax_backward(g.data<float>(), y.data<float>(), gi.data<float>(), kRows, kClasses, 1,
+                           {s});
   });
 }
 
@@ -345,7 +347,7 @@ void BM_LogSoftmax(benchmark::State& state) {
   Tensor x = device_tensor(kRows * kClasses), y = device_tensor(kRows * kClasses);
   // Reads x, writes out: 2 * rows * c * 4.
   run(state, 2.0 * double(kRows * kClasses) * 4,
-      [&](void* s) { kc::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, s); });
+      [&](void* s) { Loss::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, {s}); });
 }
 
 void BM_LogSoftmaxBackward(benchmark::State& state) {
@@ -354,17 +356,20 @@ void BM_LogSoftmaxBackward(benchmark::State& state) {
          gi = device_tensor(kRows * kClasses);
   // Reads grad and out, writes grad_in: 3 * rows * c * 4.
   run(state, 3.0 * double(kRows * kClasses) * 4, [&](void* s) {
-    kc::log_softmax_backward(g.data<float>(), y.data<float>(), gi.data<float>(), kRows, kClasses, 1,
-                             s);
+    Loss::log_softmax_backward(g.data<float>(), y.data<float>(), gi.data<float>(), kRows, kClasses,
+                               1, {s});
   });
 }
 
 void BM_NllLoss(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor lp = device_tensor(kRows * kClasses), target = device_targets(), loss = device_tensor(1);
-  // Reads the targets (8 B) and one log-prob (4 B) per row, writes the loss: rows * (8 + 4) + 4.
-  run(state, double(kRows) * (8 + 4) + 4, [&](void* s) {
-    kc::nll_loss(lp.data<float>(), target.data<int64_t>(), loss.data<float>(), kRows, kClasses, s);
+  Tensor bad = device_tensor(1, DType::i64);
+  // Reads the targets (twice: the first-bad-row check) and one log-prob (4 B) per row, writes the
+  // loss and the first bad row: rows * (16 + 4) + 12.
+  run(state, double(kRows) * (16 + 4) + 12, [&](void* s) {
+    Loss::nll_loss(lp.data<float>(), target.data<int64_t>(), loss.data<float>(),
+                   bad.data<int64_t>(), kRows, kClasses, {s});
   });
 }
 
@@ -374,22 +379,23 @@ void BM_NllLossBackward(benchmark::State& state) {
          gi = device_tensor(kRows * kClasses);
   // Reads the targets and grad_loss, writes grad_in: rows * 8 + 4 + rows * c * 4.
   run(state, double(kRows) * 8 + 4 + double(kRows * kClasses) * 4, [&](void* s) {
-    kc::nll_loss_backward(target.data<int64_t>(), grad_loss.data<float>(), gi.data<float>(), kRows,
-                          kClasses, s);
+    Loss::nll_loss_backward(target.data<int64_t>(), grad_loss.data<float>(), gi.data<float>(),
+                            kRows, kClasses, {s});
   });
 }
 
 void BM_CrossEntropy(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), target = device_targets(), lse = device_tensor(kRows),
-         loss = device_tensor(1);
-  Tensor ws =
-      device_tensor(std::max<int64_t>(1, kc::cross_entropy_workspace_bytes(kRows)), DType::u8);
-  // Reads logits and targets, writes lse and the loss: rows * c * 4 + rows * 8 + rows * 4 + 4
-  // (the workspace's per-row losses are not counted).
-  run(state, double(kRows * kClasses) * 4 + double(kRows) * (8 + 4) + 4, [&](void* s) {
-    kc::cross_entropy(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
-                      loss.data<float>(), kRows, kClasses, 0.1, ws.raw_data(), s);
+         loss = device_tensor(1), bad = device_tensor(1, DType::i64);
+  Tensor ws = device_tensor(Loss::cross_entropy_workspace_bytes(kRows), DType::u8);
+  // Reads logits and targets (twice: the first-bad-row check), writes lse, the loss and the first
+  // bad row: rows * c * 4 + rows * 16 + rows * 4 + 12 (the workspace's per-row losses are not
+  // counted).
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * (16 + 4) + 12, [&](void* s) {
+    Loss::cross_entropy(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
+                        loss.data<float>(), bad.data<int64_t>(), kRows, kClasses, 0.1,
+                        {ws.raw_data(), ws.numel()}, {s});
   });
 }
 
@@ -400,8 +406,9 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   // Reads logits, targets, lse and grad_loss, writes grad_in:
   // 2 * rows * c * 4 + rows * (8 + 4) + 4.
   run(state, 2.0 * double(kRows * kClasses) * 4 + double(kRows) * (8 + 4) + 4, [&](void* s) {
-    kc::cross_entropy_backward(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
-                               grad_loss.data<float>(), gi.data<float>(), kRows, kClasses, 0.1, s);
+    Loss::cross_entropy_backward(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
+                                 grad_loss.data<float>(), gi.data<float>(), kRows, kClasses, 0.1,
+                                 {s});
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "engine/device.h"
 #include "engine/dtype.h"
+#include "kernels/backend.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -41,15 +42,23 @@ decltype(auto) dispatch_cuda_float(DType t, const char* op, F&& f) {
   }
 }
 
-// By device and dtype: f.template operator()<T, kCuda>() with kCuda = device.is_cuda(), for
-// f32/f64 on the CPU and f32/f64/f16/bf16 on CUDA. Ops branch with `if constexpr (kCuda)` between
-// kernels::cuda and kernels::cpu, so a CPU kernel is never instantiated for a half type.
+// The one device dispatch of the engine: f.template operator()<T, B>() with B the backend tag of
+// `device` (kernels::Cpu or kernels::Cuda, kernels/backend.h), for f32/f64 on the CPU and
+// f32/f64/f16/bf16 on CUDA (the RG_*_FLOAT_TYPES lists). An op whose kernels have one contract
+// calls them once, `kernels::Loss<B>::nll_loss(..., kernel_ctx(x))`; code that still differs per
+// backend branches with `if constexpr (kOnCuda<B>)`. A CPU kernel is never instantiated for a
+// half type.
+template <class B>
+inline constexpr bool kOnCuda = kernels::is_cuda_backend<B>;
+
 template <class F>
 decltype(auto) dispatch_on(Device device, DType t, const char* op, F&& f) {
   if (device.is_cuda()) {
-    return dispatch_cuda_float(t, op, [&]<class T>() { return f.template operator()<T, true>(); });
+    return dispatch_cuda_float(
+        t, op, [&]<class T>() { return f.template operator()<T, kernels::Cuda>(); });
   }
-  return dispatch_float(t, op, [&]<class T>() { return f.template operator()<T, false>(); });
+  return dispatch_float(t, op,
+                        [&]<class T>() { return f.template operator()<T, kernels::Cpu>(); });
 }
 
 // Every dtype.

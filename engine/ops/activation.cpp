@@ -17,28 +17,28 @@ namespace kcuda = kernels::cuda;
 
 namespace {
 
-// kernel.template operator()<T, kCuda>(in, out, n, stream) on x's device and dtype; stream is
+// kernel.template operator()<T, B>(in, out, n, stream) on x's device and dtype; stream is
 // null on the CPU.
 template <class F>
 Tensor activation_forward(const char* name, const Tensor& x, F&& kernel) {
   check_inputs(name, {x});
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   void* stream = x.device().is_cuda() ? cuda_stream(x) : nullptr;
-  dispatch_on(x.device(), x.dtype(), name, [&]<class T, bool kCuda>() {
-    kernel.template operator()<T, kCuda>(x.data<T>(), out.data<T>(), x.numel(), stream);
+  dispatch_on(x.device(), x.dtype(), name, [&]<class T, class B>() {
+    kernel.template operator()<T, B>(x.data<T>(), out.data<T>(), x.numel(), stream);
   });
   return out;
 }
 
-// kernel.template operator()<T, kCuda>(grad, saved, grad_in, n, stream) for a backward kernel
+// kernel.template operator()<T, B>(grad, saved, grad_in, n, stream) for a backward kernel
 // that reads one saved tensor.
 template <class F>
 std::vector<Tensor> activation_backward(const char* name, const Tensor& grad, const Tensor& saved,
                                         F&& kernel) {
   Tensor grad_in = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
   void* stream = saved.device().is_cuda() ? cuda_stream(saved) : nullptr;
-  dispatch_on(saved.device(), saved.dtype(), name, [&]<class T, bool kCuda>() {
-    kernel.template operator()<T, kCuda>(grad.data<T>(), saved.data<T>(), grad_in.data<T>(),
+  dispatch_on(saved.device(), saved.dtype(), name, [&]<class T, class B>() {
+    kernel.template operator()<T, B>(grad.data<T>(), saved.data<T>(), grad_in.data<T>(),
                                          saved.numel(), stream);
   });
   return {grad_in};
@@ -48,8 +48,8 @@ std::vector<Tensor> activation_backward(const char* name, const Tensor& grad, co
 
 Tensor relu(const Tensor& x) {
   Tensor out =
-      activation_forward("relu", x, []<class T, bool kCuda>(const T* in, T* o, int64_t n, void* s) {
-        if constexpr (kCuda)
+      activation_forward("relu", x, []<class T, class B>(const T* in, T* o, int64_t n, void* s) {
+        if constexpr (kOnCuda<B>)
           kcuda::relu<T>(in, o, n, s);
         else
           kcpu::relu<T>(in, o, n);
@@ -57,8 +57,8 @@ Tensor relu(const Tensor& x) {
   return autograd::record(out, "ReluBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
     return activation_backward(
         "relu_backward", g, so.get(),
-        []<class T, bool kCuda>(const T* gp, const T* y, T* gi, int64_t n, void* s) {
-          if constexpr (kCuda)
+        []<class T, class B>(const T* gp, const T* y, T* gi, int64_t n, void* s) {
+          if constexpr (kOnCuda<B>)
             kcuda::relu_backward<T>(gp, y, gi, n, s);
           else
             kcpu::relu_backward<T>(gp, y, gi, n);
@@ -69,8 +69,8 @@ Tensor relu(const Tensor& x) {
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   Tensor out = activation_forward(
       "leaky_relu", x,
-      [negative_slope]<class T, bool kCuda>(const T* in, T* o, int64_t n, void* s) {
-        if constexpr (kCuda)
+      [negative_slope]<class T, class B>(const T* in, T* o, int64_t n, void* s) {
+        if constexpr (kOnCuda<B>)
           kcuda::leaky_relu<T>(in, o, n, negative_slope, s);
         else
           kcpu::leaky_relu<T>(in, o, n, T(negative_slope));
@@ -79,9 +79,9 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
                           [sx = SavedTensor(x), negative_slope](const Tensor& g) {
                             return activation_backward(
                                 "leaky_relu_backward", g, sx.get(),
-                                [negative_slope]<class T, bool kCuda>(const T* gp, const T* in,
+                                [negative_slope]<class T, class B>(const T* gp, const T* in,
                                                                       T* gi, int64_t n, void* s) {
-                                  if constexpr (kCuda)
+                                  if constexpr (kOnCuda<B>)
                                     kcuda::leaky_relu_backward<T>(gp, in, gi, n, negative_slope, s);
                                   else
                                     kcpu::leaky_relu_backward<T>(gp, in, gi, n, T(negative_slope));
@@ -91,8 +91,8 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 
 Tensor gelu(const Tensor& x, bool approximate) {
   Tensor out = activation_forward(
-      "gelu", x, [approximate]<class T, bool kCuda>(const T* in, T* o, int64_t n, void* s) {
-        if constexpr (kCuda)
+      "gelu", x, [approximate]<class T, class B>(const T* in, T* o, int64_t n, void* s) {
+        if constexpr (kOnCuda<B>)
           kcuda::gelu<T>(in, o, n, approximate, s);
         else
           kcpu::gelu<T>(in, o, n, approximate);
@@ -100,9 +100,9 @@ Tensor gelu(const Tensor& x, bool approximate) {
   return autograd::record(
       out, "GeluBackward", {x}, [sx = SavedTensor(x), approximate](const Tensor& g) {
         return activation_backward("gelu_backward", g, sx.get(),
-                                   [approximate]<class T, bool kCuda>(const T* gp, const T* in,
+                                   [approximate]<class T, class B>(const T* gp, const T* in,
                                                                       T* gi, int64_t n, void* s) {
-                                     if constexpr (kCuda)
+                                     if constexpr (kOnCuda<B>)
                                        kcuda::gelu_backward<T>(gp, in, gi, n, approximate, s);
                                      else
                                        kcpu::gelu_backward<T>(gp, in, gi, n, approximate);
@@ -112,8 +112,8 @@ Tensor gelu(const Tensor& x, bool approximate) {
 
 Tensor sigmoid(const Tensor& x) {
   Tensor out = activation_forward("sigmoid", x,
-                                  []<class T, bool kCuda>(const T* in, T* o, int64_t n, void* s) {
-                                    if constexpr (kCuda)
+                                  []<class T, class B>(const T* in, T* o, int64_t n, void* s) {
+                                    if constexpr (kOnCuda<B>)
                                       kcuda::sigmoid<T>(in, o, n, s);
                                     else
                                       kcpu::sigmoid<T>(in, o, n);
@@ -121,8 +121,8 @@ Tensor sigmoid(const Tensor& x) {
   return autograd::record(out, "SigmoidBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
     return activation_backward(
         "sigmoid_backward", g, so.get(),
-        []<class T, bool kCuda>(const T* gp, const T* y, T* gi, int64_t n, void* s) {
-          if constexpr (kCuda)
+        []<class T, class B>(const T* gp, const T* y, T* gi, int64_t n, void* s) {
+          if constexpr (kOnCuda<B>)
             kcuda::sigmoid_backward<T>(gp, y, gi, n, s);
           else
             kcpu::sigmoid_backward<T>(gp, y, gi, n);
@@ -132,8 +132,8 @@ Tensor sigmoid(const Tensor& x) {
 
 Tensor tanh(const Tensor& x) {
   Tensor out =
-      activation_forward("tanh", x, []<class T, bool kCuda>(const T* in, T* o, int64_t n, void* s) {
-        if constexpr (kCuda)
+      activation_forward("tanh", x, []<class T, class B>(const T* in, T* o, int64_t n, void* s) {
+        if constexpr (kOnCuda<B>)
           kcuda::tanh<T>(in, o, n, s);
         else
           kcpu::tanh<T>(in, o, n);
@@ -141,8 +141,8 @@ Tensor tanh(const Tensor& x) {
   return autograd::record(out, "TanhBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
     return activation_backward(
         "tanh_backward", g, so.get(),
-        []<class T, bool kCuda>(const T* gp, const T* y, T* gi, int64_t n, void* s) {
-          if constexpr (kCuda)
+        []<class T, class B>(const T* gp, const T* y, T* gi, int64_t n, void* s) {
+          if constexpr (kOnCuda<B>)
             kcuda::tanh_backward<T>(gp, y, gi, n, s);
           else
             kcpu::tanh_backward<T>(gp, y, gi, n);

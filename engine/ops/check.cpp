@@ -45,4 +45,8 @@ void* cuda_stream(const Tensor& t) {
   return cuda::current_stream(device).handle();
 }
 
+kernels::Ctx kernel_ctx(const Tensor& t) {
+  return t.device().is_cuda() ? kernels::Ctx{.stream = cuda_stream(t)} : kernels::Ctx{};
+}
+
 }  // namespace rg

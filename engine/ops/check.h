@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "engine/tensor.h"
+#include "kernels/backend.h"
 
 namespace rg {
 
@@ -19,5 +20,9 @@ void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout
 // The calling thread's current stream of t's CUDA device, as the void* (cudaStream_t) the
 // kernels/cuda launchers take; makes t's device the current one, which launches go to.
 void* cuda_stream(const Tensor& t);
+
+// The execution context of a kernel working on t: on CUDA the calling thread's current stream of
+// t's device (as cuda_stream), on the CPU the default thread budget.
+kernels::Ctx kernel_ctx(const Tensor& t);
 
 }  // namespace rg

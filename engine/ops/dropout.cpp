@@ -26,8 +26,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   const uint64_t offset = gen.reserve(uint64_t(n + 3) / 4);
   Tensor mask = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_on(x.device(), x.dtype(), "dropout", [&]<class T, bool kCuda>() {
-    if constexpr (kCuda) {
+  dispatch_on(x.device(), x.dtype(), "dropout", [&]<class T, class B>() {
+    if constexpr (kOnCuda<B>) {
       kernels::cuda::dropout_forward<T>(x.data<T>(), out.data<T>(), mask.data<T>(), n, p,
                                         kernels::cpu::convert<T>(1.0 / (1.0 - p)), gen.seed(),
                                         offset, cuda_stream(x));

@@ -1,5 +1,6 @@
 // Classification losses with class-index targets (mean over the batch, like PyTorch's defaults):
-// log_softmax, nll_loss and a fused cross_entropy with label smoothing.
+// softmax, log_softmax, nll_loss and a fused cross_entropy with label smoothing. A target outside
+// [0, C) is an error naming its row on every device (on CUDA the loss reads one value back).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,9 @@
 #include "engine/tensor.h"
 
 namespace rg {
+
+// exp(x - max) / sum(exp(x - max)) along `dim` (negative counts from the end).
+Tensor softmax(const Tensor& x, int64_t dim);
 
 // Numerically stable log(softmax(x)) along `dim` (negative counts from the end).
 Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -41,11 +41,11 @@ struct GemmDevice {
 
 // c (m x n) = op(a) op(b), or += when accumulate, for densely stored row-major matrices. An empty
 // inner dimension never reaches BLAS, which rejects leading dimensions of 0.
-template <class T, bool kCuda>
+template <class T, class B>
 void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                 const T* a, const T* b, T* c, bool accumulate) {
   if (m == 0 || n == 0) return;
-  if constexpr (kCuda) {
+  if constexpr (kOnCuda<B>) {
     kernels::cuda::gemm<T>(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n,
                            accumulate ? 1.0 : 0.0, c, n, allow_tf32.load(),
                            dev.workspace.raw_data(), dev.workspace.numel(), dev.stream);
@@ -62,18 +62,18 @@ void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, i
 // c_i = op(a_i) op(b_i) for i < batch, matrices `s*` elements apart. A stride of 0 for a or b
 // reuses one matrix for the whole batch; a stride of 0 for c sums all products into one matrix
 // (the backward of that reuse).
-template <class T, bool kCuda>
+template <class T, class B>
 void batched_gemm(const GemmDevice& dev, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                   int64_t k, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t sc) {
   if (batch == 0 && sc == 0) {
-    if constexpr (kCuda) {
+    if constexpr (kOnCuda<B>) {
       kernels::cuda::fill<T>(c, T(0), m * n, dev.stream);
     } else {
       std::fill_n(c, m * n, T(0));
     }
   }
   for (int64_t i = 0; i < batch; ++i) {
-    gemm_dense<T, kCuda>(dev, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc,
+    gemm_dense<T, B>(dev, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc,
                          sc == 0 && i > 0);
   }
 }
@@ -87,8 +87,8 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(a_batched || b_batched ? Shape{batch, m, n} : Shape{m, n}, a.dtype(),
                              a.device());
   const GemmDevice dev(a);
-  dispatch_on(a.device(), a.dtype(), "matmul", [&]<class T, bool kCuda>() {
-    batched_gemm<T, kCuda>(dev, false, false, batch, m, n, k, a.data<T>(), sa, b.data<T>(), sb,
+  dispatch_on(a.device(), a.dtype(), "matmul", [&]<class T, class B>() {
+    batched_gemm<T, B>(dev, false, false, batch, m, n, k, a.data<T>(), sa, b.data<T>(), sb,
                            out.data<T>(), m * n);
   });
   const bool ga = autograd::needs_grad({a}), gb = autograd::needs_grad({b});
@@ -98,15 +98,15 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
        shape_a = a.shape(), shape_b = b.shape(), ga, gb, batch, m, n, k, sa, sb](const Tensor& g) {
         Tensor grad_a, grad_b;
         const GemmDevice dev(g);
-        dispatch_on(g.device(), g.dtype(), "matmul_backward", [&]<class T, bool kCuda>() {
+        dispatch_on(g.device(), g.dtype(), "matmul_backward", [&]<class T, class B>() {
           if (ga) {  // dA_i = dC_i B_i^T
             grad_a = Tensor::empty(shape_a, g.dtype(), g.device());
-            batched_gemm<T, kCuda>(dev, false, true, batch, m, k, n, g.data<T>(), m * n,
+            batched_gemm<T, B>(dev, false, true, batch, m, k, n, g.data<T>(), m * n,
                                    saved_b.get().data<T>(), sb, grad_a.data<T>(), sa);
           }
           if (gb) {  // dB_i = A_i^T dC_i
             grad_b = Tensor::empty(shape_b, g.dtype(), g.device());
-            batched_gemm<T, kCuda>(dev, true, false, batch, k, n, m, saved_a.get().data<T>(), sa,
+            batched_gemm<T, B>(dev, true, false, batch, k, n, m, saved_a.get().data<T>(), sa,
                                    g.data<T>(), m * n, grad_b.data<T>(), sb);
           }
         });
@@ -168,8 +168,8 @@ void matmul_out(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, co
   RG_CHECK(!(GradMode::is_enabled() && out.requires_grad()),
            "matmul_out: writes into a tensor that requires grad");
   const GemmDevice dev(a);
-  dispatch_on(a.device(), a.dtype(), "matmul_out", [&]<class T, bool kCuda>() {
-    gemm_dense<T, kCuda>(dev, trans_a, trans_b, m, n, k, a.data<T>(), b.data<T>(), out.data<T>(),
+  dispatch_on(a.device(), a.dtype(), "matmul_out", [&]<class T, class B>() {
+    gemm_dense<T, B>(dev, trans_a, trans_b, m, n, k, a.data<T>(), b.data<T>(), out.data<T>(),
                          false);
   });
   out.bump_version();
@@ -197,10 +197,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = out_f;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   const GemmDevice dev(x);
-  dispatch_on(x.device(), x.dtype(), "linear", [&]<class T, bool kCuda>() {
+  dispatch_on(x.device(), x.dtype(), "linear", [&]<class T, class B>() {
     T* yp = y.data<T>();
-    if constexpr (kCuda) {  // x W^T, then the bias added to every row in place
-      gemm_dense<T, true>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
+    if constexpr (kOnCuda<B>) {  // x W^T, then the bias added to every row in place
+      gemm_dense<T, B>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
                           false);
       if (has_bias) {
         kernels::cuda::binary_bias<T>(kernels::cpu::BinaryOp::add, yp, bias.data<T>(), yp, lead,
@@ -211,7 +211,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         const T* bp = bias.data<T>();
         for (int64_t r = 0; r < lead; ++r) std::copy_n(bp, out_f, yp + r * out_f);
       }
-      gemm_dense<T, false>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
+      gemm_dense<T, B>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
                            has_bias);
     }
   });
@@ -224,20 +224,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
        out_f](const Tensor& g) {
         Tensor grad_x, grad_w, grad_b;
         const GemmDevice dev(g);
-        dispatch_on(g.device(), g.dtype(), "linear_backward", [&]<class T, bool kCuda>() {
+        dispatch_on(g.device(), g.dtype(), "linear_backward", [&]<class T, class B>() {
           if (gx) {  // dX = dY W
             grad_x = Tensor::empty(shape_x, g.dtype(), g.device());
-            gemm_dense<T, kCuda>(dev, false, false, lead, in, out_f, g.data<T>(),
+            gemm_dense<T, B>(dev, false, false, lead, in, out_f, g.data<T>(),
                                  saved_w.get().data<T>(), grad_x.data<T>(), false);
           }
           if (gw) {  // dW = dY^T X
             grad_w = Tensor::empty(shape_w, g.dtype(), g.device());
-            gemm_dense<T, kCuda>(dev, true, false, out_f, in, lead, g.data<T>(),
+            gemm_dense<T, B>(dev, true, false, out_f, in, lead, g.data<T>(),
                                  saved_x.get().data<T>(), grad_w.data<T>(), false);
           }
           if (gb) {  // db = sum of dY over rows
             grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
-            if constexpr (kCuda) {
+            if constexpr (kOnCuda<B>) {
               kernels::cuda::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead, out_f, dev.stream);
             } else {
               kernels::cpu::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead, out_f);

@@ -33,8 +33,8 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
     }
   }
   Tensor out = Tensor::empty(shape, DType::i64, x.device());
-  dispatch_on(x.device(), x.dtype(), "argmax", [&]<class T, bool kCuda>() {
-    if constexpr (kCuda) {
+  dispatch_on(x.device(), x.dtype(), "argmax", [&]<class T, class B>() {
+    if constexpr (kOnCuda<B>) {
       kernels::cuda::argmax<T>(x.data<T>(), out.data<int64_t>(), outer, c, inner, cuda_stream(x));
     } else {
       kernels::cpu::argmax<T>(x.data<T>(), out.data<int64_t>(), outer, c, inner);
@@ -57,8 +57,8 @@ int64_t topk_correct(const Tensor& logits, const Tensor& target, int64_t k) {
   RG_CHECK(target.device() == logits.device(), "topk_correct: target is on ", target.device().str(),
            " but logits are on ", logits.device().str());
   Tensor counts = Tensor::empty({2}, DType::i64, logits.device());
-  dispatch_on(logits.device(), logits.dtype(), "topk_correct", [&]<class T, bool kCuda>() {
-    if constexpr (kCuda) {
+  dispatch_on(logits.device(), logits.dtype(), "topk_correct", [&]<class T, class B>() {
+    if constexpr (kOnCuda<B>) {
       kernels::cuda::topk_correct<T>(logits.data<T>(), target.data<int64_t>(), n, c, k,
                                      counts.data<int64_t>(), cuda_stream(logits));
     } else {

@@ -20,9 +20,9 @@ const Tensor& orthonormalize_columns_(const Tensor& p) {
   const int64_t n = p.size(0), r = p.size(1);
   if (n == 0 || r == 0) return p;
   const Tensor work = Tensor::empty({n * r}, DType::f64, p.device());
-  dispatch_on(p.device(), p.dtype(), "orthonormalize_columns_", [&]<class T, bool kCuda>() {
+  dispatch_on(p.device(), p.dtype(), "orthonormalize_columns_", [&]<class T, class B>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      if constexpr (kCuda) {
+      if constexpr (kOnCuda<B>) {
         kernels::cuda::orthonormalize_columns<T>(p.data<T>(), n, r, work.data<double>(),
                                                  cuda_stream(p));
       } else {

@@ -65,8 +65,8 @@ constexpr bool kCudnnType = !std::is_same_v<T, BFloat16>;
 Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool count_include_pad) {
   Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
   const bool cudnn = use_cudnn(x, g);
-  dispatch_on(x.device(), x.dtype(), op, [&]<class T, bool kCuda>() {
-    if constexpr (kCuda) {
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    if constexpr (kOnCuda<B>) {
       if constexpr (kCudnnType<T>) {
         if (cudnn) {
           kernels::cuda::cudnn_avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(),
@@ -88,8 +88,8 @@ Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool c
       [g, count_include_pad, cudnn, shape = x.shape(), xs = cudnn ? x.detach() : Tensor(),
        ys = cudnn ? out.detach() : Tensor()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
-        dispatch_on(grad.device(), grad.dtype(), "avg_pool2d backward", [&]<class T, bool kCuda>() {
-          if constexpr (kCuda) {
+        dispatch_on(grad.device(), grad.dtype(), "avg_pool2d backward", [&]<class T, class B>() {
+          if constexpr (kOnCuda<B>) {
             if constexpr (kCudnnType<T>) {
               if (cudnn) {
                 kernels::cuda::cudnn_avg_pool2d_backward<T>(g, xs.data<T>(), ys.data<T>(),
@@ -118,8 +118,8 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   // The argmax is internal to this op (nobody can modify it), so it needs no SavedTensor.
   Tensor argmax = Tensor::empty(out_shape, DType::i64, x.device());
-  dispatch_on(x.device(), x.dtype(), "max_pool2d", [&]<class T, bool kCuda>() {
-    if constexpr (kCuda) {
+  dispatch_on(x.device(), x.dtype(), "max_pool2d", [&]<class T, class B>() {
+    if constexpr (kOnCuda<B>) {
       kernels::cuda::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>(),
                                            cuda_stream(x));
     } else {
@@ -129,8 +129,8 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
   return autograd::record(
       out, "MaxPool2dBackward", {x}, [g, argmax, shape = x.shape()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
-        dispatch_on(grad.device(), grad.dtype(), "max_pool2d backward", [&]<class T, bool kCuda>() {
-          if constexpr (kCuda) {
+        dispatch_on(grad.device(), grad.dtype(), "max_pool2d backward", [&]<class T, class B>() {
+          if constexpr (kOnCuda<B>) {
             kernels::cuda::max_pool2d_backward<T>(g, grad.data<T>(), argmax.data<int64_t>(),
                                                   dx.data<T>(), cuda_stream(grad));
           } else {

@@ -46,8 +46,8 @@ Tensor sum_keepdim_raw(const Tensor& x, const std::vector<int64_t>& dims) {
     Shape os = s;
     os[size_t(d)] = 1;
     Tensor out = Tensor::empty(os, cur.dtype(), cur.device());
-    dispatch_on(cur.device(), cur.dtype(), "sum", [&]<class T, bool kCuda>() {
-      if constexpr (kCuda) {
+    dispatch_on(cur.device(), cur.dtype(), "sum", [&]<class T, class B>() {
+      if constexpr (kOnCuda<B>) {
         kernels::cuda::sum_dim<T>(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner,
                                   cuda_stream(cur));
       } else {
@@ -84,8 +84,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   Tensor out;
   if (dims.size() == size_t(x.dim()) && x.dim() > 0) {
     out = Tensor::empty(keepdim ? keep_dims(x.shape(), dims) : Shape{}, x.dtype(), x.device());
-    dispatch_on(x.device(), x.dtype(), "sum", [&]<class T, bool kCuda>() {
-      if constexpr (kCuda) {
+    dispatch_on(x.device(), x.dtype(), "sum", [&]<class T, class B>() {
+      if constexpr (kOnCuda<B>) {
         const Tensor workspace = Tensor::empty({kernels::cuda::sum_all_workspace_bytes(x.numel())},
                                                DType::u8, x.device());
         kernels::cuda::sum_all<T>(x.data<T>(), x.numel(), out.data<T>(), workspace.raw_data(),

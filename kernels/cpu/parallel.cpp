@@ -52,11 +52,12 @@ void set_num_threads(int n) {
 }
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn) {
+                  const std::function<void(int64_t, int64_t)>& fn, int max_threads) {
   const int64_t n = end - begin;
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
+  const int threads = max_threads > 0 ? std::min(max_threads, num_threads()) : num_threads();
+  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
   if (chunks <= 1 || omp_in_parallel()) {
     fn(begin, end);
     return;

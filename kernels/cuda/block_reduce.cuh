@@ -24,6 +24,13 @@ struct MaxOp {
   }
 };
 
+struct MinOp {
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return b < a ? b : a;
+  }
+};
+
 template <class A, class Op>
 __device__ __forceinline__ A warp_reduce(A v, Op op) {
   for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(kFullMask, v, offset));

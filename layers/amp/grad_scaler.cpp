@@ -79,8 +79,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   };
   std::map<int, DeviceScalars> on_device;
   for (const Tensor& g : grads) {
-    dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, bool kCuda>() {
-      if constexpr (kCuda) {
+    dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, class B>() {
+      if constexpr (kOnCuda<B>) {
         DeviceScalars& d = on_device[g.device().index];
         if (!d.found_inf.defined()) {
           d.found_inf = zeros({1}, DType::f32, g.device());

@@ -111,9 +111,9 @@ void Sgd::step() {
     const bool first = options_.momentum != 0 && !momentum_[i].defined();
     if (first) momentum_[i] = empty_like(p);
     check_grad(p, g, i);
-    dispatch_on(p.device(), p.dtype(), "sgd", [&]<class T, bool kCuda>() {
+    dispatch_on(p.device(), p.dtype(), "sgd", [&]<class T, class B>() {
       T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
-      if constexpr (kCuda) {
+      if constexpr (kOnCuda<B>) {
         kernels::cuda::sgd_step<T>(p.data<T>(), g.data<T>(), buf, p.numel(), s, first,
                                    cuda_stream(p));
       } else {
@@ -170,8 +170,8 @@ void Adam::step() {
     }
     const int64_t step = ++steps_[i];
     check_grad(p, g, i);
-    dispatch_on(p.device(), p.dtype(), name().c_str(), [&]<class T, bool kCuda>() {
-      if constexpr (kCuda) {
+    dispatch_on(p.device(), p.dtype(), name().c_str(), [&]<class T, class B>() {
+      if constexpr (kOnCuda<B>) {
         kernels::cuda::adam_step<T>(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
                                     p.numel(), a, step, cuda_stream(p));
       } else {

@@ -15,8 +15,8 @@
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
-#include "kernels/cuda/softmax_loss.h"
 #include "kernels/emu/device_runtime.h"
+#include "kernels/loss.h"
 
 // The kernels here get plain host memory, read right after each launch: launches wait for their
 // work, as with CUDA_LAUNCH_BLOCKING=1.
@@ -26,6 +26,7 @@ namespace rg {
 namespace {
 
 namespace kc = kernels::cuda;
+using Loss = kernels::Loss<kernels::Cuda>;
 
 std::vector<float> ramp(int64_t n) {  // distinct values, away from ties
   std::vector<float> v(static_cast<size_t>(n));
@@ -55,7 +56,7 @@ TEST(EmuChecked, SoftmaxAndLosses) {
        std::vector<std::array<int64_t, 3>>{{3, 33, 1}, {2, 1000, 1}, {2, 7, 3}}) {
     const auto x = ramp(outer * c * inner);
     std::vector<float> y(x.size()), g(x.size(), 1.f), gx(x.size());
-    kc::softmax(x.data(), y.data(), outer, c, inner, nullptr);
+    Loss::softmax(x.data(), y.data(), outer, c, inner, {});
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
         double s = 0;
@@ -63,29 +64,32 @@ TEST(EmuChecked, SoftmaxAndLosses) {
         EXPECT_NEAR(s, 1.0, 1e-5);
       }
     }
-    kc::softmax_backward(g.data(), y.data(), gx.data(), outer, c, inner, nullptr);
+    Loss::softmax_backward(g.data(), y.data(), gx.data(), outer, c, inner, {});
     for (float v : gx) EXPECT_NEAR(v, 0.f, 1e-6);  // softmax is invariant to a constant shift
-    kc::log_softmax(x.data(), y.data(), outer, c, inner, nullptr);
-    kc::log_softmax_backward(g.data(), y.data(), gx.data(), outer, c, inner, nullptr);
+    Loss::log_softmax(x.data(), y.data(), outer, c, inner, {});
+    Loss::log_softmax_backward(g.data(), y.data(), gx.data(), outer, c, inner, {});
   }
   const int64_t n = 5, c = 33;
   const auto logits = ramp(n * c);
   std::vector<int64_t> target(n);
   std::iota(target.begin(), target.end(), 0);
   std::vector<float> lse(n), grad(static_cast<size_t>(n * c));
-  std::vector<unsigned char> ws(static_cast<size_t>(kc::cross_entropy_workspace_bytes(n)) + 1);
+  std::vector<unsigned char> ws(static_cast<size_t>(Loss::cross_entropy_workspace_bytes(n)));
   float loss = 0, one = 1.f;
-  kc::cross_entropy(logits.data(), target.data(), lse.data(), &loss, n, c, 0.1, ws.data(), nullptr);
+  int64_t bad = -1;
+  Loss::cross_entropy(logits.data(), target.data(), lse.data(), &loss, &bad, n, c, 0.1,
+                      kernels::Workspace{ws.data(), int64_t(ws.size())}, {});
+  EXPECT_EQ(bad, n);
   EXPECT_TRUE(std::isfinite(loss));
-  kc::cross_entropy_backward(logits.data(), target.data(), lse.data(), &one, grad.data(), n, c, 0.1,
-                             nullptr);
+  Loss::cross_entropy_backward(logits.data(), target.data(), lse.data(), &one, grad.data(), n, c,
+                               0.1, {});
   for (int64_t i = 0; i < n; ++i) {  // each row of the gradient sums to 0
     double s = 0;
     for (int64_t j = 0; j < c; ++j) s += grad[size_t(i * c + j)];
     EXPECT_NEAR(s, 0.0, 1e-6);
   }
-  kc::nll_loss(logits.data(), target.data(), &loss, n, c, nullptr);
-  kc::nll_loss_backward(target.data(), &one, grad.data(), n, c, nullptr);
+  Loss::nll_loss(logits.data(), target.data(), &loss, &bad, n, c, {});
+  Loss::nll_loss_backward(target.data(), &one, grad.data(), n, c, {});
   EXPECT_FLOAT_EQ(grad[0], -1.f / float(n));
 }
 

@@ -1,38 +1,42 @@
-// Softmax-family kernels. Rows (inner == 1) take one block each: a block max, then a block sum of
-// exp(x - max), both warp shuffles then shared memory. Other dimensions take one thread per
-// (outer, inner) column, whose reads are coalesced across the threads of a warp. Loss means add
-// per-row values in one finishing block, so they do not depend on timing.
+// The loss kernels on CUDA (kernels/loss.h). Rows (inner == 1) take one block each: a block max,
+// then a block sum of exp(x - max), both warp shuffles then shared memory. Other dimensions take
+// one thread per (outer, inner) column, whose reads are coalesced across the threads of a warp.
+// Loss means add per-row f64 values in one finishing block (a fixed tree), which also finds the
+// first row with an out-of-range target, so results do not depend on timing.
 #include <math.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/softmax_loss.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/loss.h"
 
-namespace rg::kernels::cuda {
+namespace rg::kernels {
 namespace {
 
-using detail::as_stream;
-using detail::block_reduce;
-using detail::blocks_for;
-using detail::compute_t;
-using detail::dev;
-using detail::device_t;
-using detail::exp_;
-using detail::grid_start;
-using detail::grid_stride;
-using detail::kFullMask;
-using detail::kThreads;
-using detail::load;
-using detail::log_;
-using detail::MaxOp;
-using detail::store;
-using detail::SumOp;
+using cuda::detail::MinOp;
+
+using cuda::detail::as_stream;
+using cuda::detail::block_reduce;
+using cuda::detail::blocks_for;
+using cuda::detail::compute_t;
+using cuda::detail::dev;
+using cuda::detail::device_t;
+using cuda::detail::exp_;
+using cuda::detail::grid_start;
+using cuda::detail::grid_stride;
+using cuda::detail::kFullMask;
+using cuda::detail::kThreads;
+using cuda::detail::load;
+using cuda::detail::log_;
+using cuda::detail::MaxOp;
+using cuda::detail::store;
+using cuda::detail::SumOp;
 
 constexpr unsigned int kRowThreads = 256;  // at most, per row block
 constexpr unsigned int kFinishThreads = 1024;
@@ -130,19 +134,35 @@ __global__ void softmax_backward_columns_kernel(const D* grad, const D* out, D* 
   }
 }
 
-// One block: loss = -sum_i log_probs[i, target[i]] / n.
-template <class D>
-__global__ void nll_loss_kernel(const D* log_probs, const int64_t* target, D* loss, int64_t n,
-                                int64_t c) {
-  using A = compute_t<D>;
-  __shared__ A scratch[32];
-  A acc = 0;
+// One block: the first row with an out-of-range target (n when none), from the per-thread first
+// bad rows; every thread calls it.
+__device__ int64_t block_first_bad(const int64_t* target, int64_t n, int64_t c,
+                                   long long* scratch) {
+  long long first = n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t t = target[i];
-    acc -= (t >= 0 && t < c) ? load(log_probs[i * c + t]) : nan_value<A>();
+    if ((t < 0 || t >= c) && first == n) first = i;  // rows in increasing order per thread
   }
-  acc = block_reduce(acc, SumOp{}, A(0), scratch);
-  if (threadIdx.x == 0) *loss = store<D>(acc / static_cast<A>(n));
+  return static_cast<int64_t>(block_reduce(first, MinOp{}, static_cast<long long>(n), scratch));
+}
+
+// One block: loss = -sum_i log_probs[i, target[i]] / n (in f64), first_bad[0].
+template <class D>
+__global__ void nll_loss_kernel(const D* log_probs, const int64_t* target, D* loss,
+                                int64_t* first_bad, int64_t n, int64_t c) {
+  __shared__ double scratch[32];
+  __shared__ long long bad_scratch[32];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t t = target[i];
+    acc -= (t >= 0 && t < c) ? static_cast<double>(load(log_probs[i * c + t])) : nan_value<double>();
+  }
+  acc = block_reduce(acc, SumOp{}, 0.0, scratch);
+  const int64_t bad = block_first_bad(target, n, c, bad_scratch);
+  if (threadIdx.x == 0) {
+    *loss = store<D>(acc / static_cast<double>(n));
+    *first_bad = bad;
+  }
 }
 
 template <class D>
@@ -151,15 +171,14 @@ __global__ void nll_loss_backward_kernel(const int64_t* target, const D* grad_lo
   using A = compute_t<D>;
   const A value = -load(*grad_loss) / static_cast<A>(n);
   for (int64_t idx = grid_start(); idx < n * c; idx += grid_stride()) {
-    grad_in[idx] = store<D>(idx % c == target[idx / c] ? value : A(0));
+    grad_in[idx] = store<D>(idx % c == target[idx / c] ? value : A(0));  // never true when bad
   }
 }
 
 // One block per row: lse[i] and the row's smoothed loss into row_loss[i].
 template <class D>
 __global__ void cross_entropy_rows_kernel(const D* logits, const int64_t* target, D* lse,
-                                          compute_t<D>* row_loss, int64_t n, int64_t c,
-                                          compute_t<D> eps) {
+                                          double* row_loss, int64_t n, int64_t c, double eps) {
   using A = compute_t<D>;
   __shared__ A scratch[32];
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
@@ -182,20 +201,25 @@ __global__ void cross_entropy_rows_kernel(const D* logits, const int64_t* target
       const A nll = (t >= 0 && t < c) ? l - load(p[t]) : nan_value<A>();
       // mean_j(-log_softmax[i, j]) = lse_i - mean_j x[i, j]
       const A smooth = l - sx / static_cast<A>(c);
-      row_loss[row] = (A(1) - eps) * nll + eps * smooth;
+      row_loss[row] = (1.0 - eps) * static_cast<double>(nll) + eps * static_cast<double>(smooth);
     }
   }
 }
 
-// One block: loss = sum_i row_loss[i] / n.
+// One block: loss = sum_i row_loss[i] / n (in f64), first_bad[0].
 template <class D>
-__global__ void mean_rows_kernel(const compute_t<D>* row_loss, D* loss, int64_t n) {
-  using A = compute_t<D>;
-  __shared__ A scratch[32];
-  A acc = 0;
+__global__ void mean_rows_kernel(const double* row_loss, const int64_t* target, D* loss,
+                                 int64_t* first_bad, int64_t n, int64_t c) {
+  __shared__ double scratch[32];
+  __shared__ long long bad_scratch[32];
+  double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += row_loss[i];
-  acc = block_reduce(acc, SumOp{}, A(0), scratch);
-  if (threadIdx.x == 0) *loss = store<D>(acc / static_cast<A>(n));
+  acc = block_reduce(acc, SumOp{}, 0.0, scratch);
+  const int64_t bad = block_first_bad(target, n, c, bad_scratch);
+  if (threadIdx.x == 0) {
+    *loss = store<D>(acc / static_cast<double>(n));
+    *first_bad = bad;
+  }
 }
 
 template <class D>
@@ -208,7 +232,7 @@ __global__ void cross_entropy_backward_kernel(const D* logits, const int64_t* ta
   for (int64_t idx = grid_start(); idx < n * c; idx += grid_stride()) {
     const int64_t i = idx / c;
     A v = exp_(load(logits[idx]) - load(lse[i])) - uniform;
-    if (idx % c == target[i]) v -= A(1) - eps;
+    if (idx % c == target[i]) v -= A(1) - eps;  // never true when target[i] is out of range
     grad_in[idx] = store<D>(v * scale);
   }
 }
@@ -220,25 +244,11 @@ unsigned int row_threads(int64_t len) {
 
 unsigned int row_grid(int64_t rows) { return static_cast<unsigned int>(std::min(rows, kMaxGrid)); }
 
-void check_sizes(const char* op, int64_t outer, int64_t c, int64_t inner) {
-  RG_CHECK(outer >= 0 && c >= 0 && inner >= 0, op, ": sizes must be non-negative, got outer ",
-           outer, ", c ", c, ", inner ", inner);
-}
-
-void check_rows(const char* op, int64_t n, int64_t c) {
-  RG_CHECK(n >= 0 && c > 0, op, ": needs n >= 0 rows of c > 0 classes, got n ", n, ", c ", c);
-}
-
-void check_smoothing(const char* op, double label_smoothing) {
-  RG_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
-           ": label_smoothing must be in [0, 1], got ", label_smoothing);
-}
-
 template <class T>
 void softmax_forward(const char* op, const T* x, T* out, int64_t outer, int64_t c, int64_t inner,
                      bool log_out, void* stream) {
   using D = device_t<T>;
-  check_sizes(op, outer, c, inner);
+  detail::check_softmax_sizes(op, outer, c, inner);
   if (outer == 0 || c == 0 || inner == 0) return;
   const auto s = as_stream(stream);
   if (inner == 1) {
@@ -254,7 +264,7 @@ template <class T>
 void softmax_grad(const char* op, const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
                   int64_t inner, bool log_out, void* stream) {
   using D = device_t<T>;
-  check_sizes(op, outer, c, inner);
+  detail::check_softmax_sizes(op, outer, c, inner);
   if (outer == 0 || c == 0 || inner == 0) return;
   const auto s = as_stream(stream);
   if (inner == 1) {
@@ -268,98 +278,97 @@ void softmax_grad(const char* op, const T* grad, const T* out, T* grad_in, int64
 
 }  // namespace
 
+template <>
 template <class T>
-void softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner, void* stream) {
-  softmax_forward("softmax", x, out, outer, c, inner, false, stream);
+void Loss<Cuda>::softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner, Ctx ctx) {
+  softmax_forward("softmax", x, out, outer, c, inner, false, ctx.stream);
 }
 
+template <>
 template <class T>
-void softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
-                      int64_t inner, void* stream) {
-  softmax_grad("softmax_backward", grad, out, grad_in, outer, c, inner, false, stream);
+void Loss<Cuda>::softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer,
+                                  int64_t c, int64_t inner, Ctx ctx) {
+  softmax_grad("softmax_backward", grad, out, grad_in, outer, c, inner, false, ctx.stream);
 }
 
+template <>
 template <class T>
-void log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner, void* stream) {
-  softmax_forward("log_softmax", x, out, outer, c, inner, true, stream);
+void Loss<Cuda>::log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner,
+                             Ctx ctx) {
+  softmax_forward("log_softmax", x, out, outer, c, inner, true, ctx.stream);
 }
 
+template <>
 template <class T>
-void log_softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
-                          int64_t inner, void* stream) {
-  softmax_grad("log_softmax_backward", grad, out, grad_in, outer, c, inner, true, stream);
+void Loss<Cuda>::log_softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer,
+                                      int64_t c, int64_t inner, Ctx ctx) {
+  softmax_grad("log_softmax_backward", grad, out, grad_in, outer, c, inner, true, ctx.stream);
 }
 
+template <>
 template <class T>
-void nll_loss(const T* log_probs, const int64_t* target, T* loss, int64_t n, int64_t c,
-              void* stream) {
+void Loss<Cuda>::nll_loss(const T* log_probs, const int64_t* target, T* loss, int64_t* first_bad,
+                          int64_t n, int64_t c, Ctx ctx) {
   using D = device_t<T>;
-  check_rows("nll_loss", n, c);
-  RG_LAUNCH(nll_loss_kernel<D>, 1u, kFinishThreads, 0, as_stream(stream), dev(log_probs), target,
-            dev(loss), n, c);
+  detail::check_loss_rows("nll_loss", n, c);
+  RG_LAUNCH(nll_loss_kernel<D>, 1u, kFinishThreads, 0, as_stream(ctx.stream), dev(log_probs),
+            target, dev(loss), first_bad, n, c);
 }
 
+template <>
 template <class T>
-void nll_loss_backward(const int64_t* target, const T* grad_loss, T* grad_in, int64_t n, int64_t c,
-                       void* stream) {
+void Loss<Cuda>::nll_loss_backward(const int64_t* target, const T* grad_loss, T* grad_in,
+                                   int64_t n, int64_t c, Ctx ctx) {
   using D = device_t<T>;
-  check_rows("nll_loss_backward", n, c);
+  detail::check_loss_rows("nll_loss_backward", n, c);
   if (n == 0) return;
-  RG_LAUNCH(nll_loss_backward_kernel<D>, blocks_for(n * c), kThreads, 0, as_stream(stream), target,
-            dev(grad_loss), dev(grad_in), n, c);
+  RG_LAUNCH(nll_loss_backward_kernel<D>, blocks_for(n * c), kThreads, 0, as_stream(ctx.stream),
+            target, dev(grad_loss), dev(grad_in), n, c);
 }
 
-int64_t cross_entropy_workspace_bytes(int64_t n) {
-  return std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(double));
-}
-
+template <>
 template <class T>
-void cross_entropy(const T* logits, const int64_t* target, T* lse, T* loss, int64_t n, int64_t c,
-                   double label_smoothing, void* workspace, void* stream) {
+void Loss<Cuda>::cross_entropy(const T* logits, const int64_t* target, T* lse, T* loss,
+                               int64_t* first_bad, int64_t n, int64_t c, double label_smoothing,
+                               Workspace workspace, Ctx ctx) {
   using D = device_t<T>;
-  using A = compute_t<D>;
-  check_rows("cross_entropy", n, c);
-  check_smoothing("cross_entropy", label_smoothing);
-  RG_CHECK(workspace != nullptr, "cross_entropy: needs a workspace of ",
-           cross_entropy_workspace_bytes(n), " bytes, got null");
-  const auto s = as_stream(stream);
-  A* row_loss = static_cast<A*>(workspace);
+  detail::check_loss_rows("cross_entropy", n, c);
+  detail::check_label_smoothing("cross_entropy", label_smoothing);
+  detail::check_workspace("cross_entropy", workspace, cross_entropy_workspace_bytes(n));
+  const auto s = as_stream(ctx.stream);
+  double* row_loss = static_cast<double*>(workspace.data);
   if (n > 0) {
     RG_LAUNCH(cross_entropy_rows_kernel<D>, row_grid(n), row_threads(c), 0, s, dev(logits), target,
-              dev(lse), row_loss, n, c, static_cast<A>(label_smoothing));
+              dev(lse), row_loss, n, c, label_smoothing);
   }
-  RG_LAUNCH(mean_rows_kernel<D>, 1u, kFinishThreads, 0, s, row_loss, dev(loss), n);
+  RG_LAUNCH(mean_rows_kernel<D>, 1u, kFinishThreads, 0, s, row_loss, target, dev(loss), first_bad,
+            n, c);
 }
 
+template <>
 template <class T>
-void cross_entropy_backward(const T* logits, const int64_t* target, const T* lse,
-                            const T* grad_loss, T* grad_in, int64_t n, int64_t c,
-                            double label_smoothing, void* stream) {
+void Loss<Cuda>::cross_entropy_backward(const T* logits, const int64_t* target, const T* lse,
+                                        const T* grad_loss, T* grad_in, int64_t n, int64_t c,
+                                        double label_smoothing, Ctx ctx) {
   using D = device_t<T>;
   using A = compute_t<D>;
-  check_rows("cross_entropy_backward", n, c);
-  check_smoothing("cross_entropy_backward", label_smoothing);
+  detail::check_loss_rows("cross_entropy_backward", n, c);
+  detail::check_label_smoothing("cross_entropy_backward", label_smoothing);
   if (n == 0) return;
-  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0, as_stream(stream),
-            dev(logits), target, dev(lse), dev(grad_loss), dev(grad_in), n, c,
-            static_cast<A>(label_smoothing));
+  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0,
+            as_stream(ctx.stream), dev(logits), target, dev(lse), dev(grad_loss), dev(grad_in), n,
+            c, static_cast<A>(label_smoothing));
 }
 
-#define RG_INSTANTIATE_SOFTMAX_LOSS(T)                                                             \
-  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, void*);                        \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, void*);     \
-  template void log_softmax<T>(const T*, T*, int64_t, int64_t, int64_t, void*);                    \
-  template void log_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, void*); \
-  template void nll_loss<T>(const T*, const int64_t*, T*, int64_t, int64_t, void*);                \
-  template void nll_loss_backward<T>(const int64_t*, const T*, T*, int64_t, int64_t, void*);       \
-  template void cross_entropy<T>(const T*, const int64_t*, T*, T*, int64_t, int64_t, double,       \
-                                 void*, void*);                                                    \
-  template void cross_entropy_backward<T>(const T*, const int64_t*, const T*, const T*, T*,        \
-                                          int64_t, int64_t, double, void*);
-RG_INSTANTIATE_SOFTMAX_LOSS(float)
-RG_INSTANTIATE_SOFTMAX_LOSS(double)
-RG_INSTANTIATE_SOFTMAX_LOSS(Half)
-RG_INSTANTIATE_SOFTMAX_LOSS(BFloat16)
-#undef RG_INSTANTIATE_SOFTMAX_LOSS
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_loss_kernels() {
+  using K = Loss<Cuda>;
+  return std::tuple{&K::log_softmax<T>,    &K::log_softmax_backward<T>,
+                    &K::softmax<T>,        &K::softmax_backward<T>,
+                    &K::nll_loss<T>,       &K::nll_loss_backward<T>,
+                    &K::cross_entropy<T>,  &K::cross_entropy_backward<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_loss_kernels)
 
-}  // namespace rg::kernels::cuda
+}  // namespace rg::kernels
