@@ -14,7 +14,6 @@
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/activation.h"
-#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/conv2d.h"
@@ -28,6 +27,7 @@
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/batch_norm.h"
 #include "kernels/loss.h"
 
 namespace {
@@ -35,6 +35,7 @@ namespace {
 using namespace rg;
 namespace kc = rg::kernels::cuda;
 using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
+using BatchNorm = rg::kernels::BatchNorm<rg::kernels::Cuda>;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -503,55 +504,57 @@ void BM_AdaptiveAvgPool1x1Backward(benchmark::State& state) {
   });
 }
 
-// ---- Batch norm on the NCHW activations (per-channel arrays of C floats). The stats and backward
+// ---- Batch norm on the NCHW activations (per-channel arrays of C doubles). The stats and backward
 // kernels read x (and gy) twice, in two passes over each channel; the formulas count one read. ----
 
 void BM_BatchNormStats(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC), var = device_tensor(kImgC),
-         invstd = device_tensor(kImgC);
-  // Reads x, writes mean, var and invstd: N*C*HW * 4 + 3 * C * 4.
-  run(state, double(kImgNumel) * 4 + 3.0 * kImgC * 4, [&](void* s) {
-    kc::batch_norm_stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<float>(),
-                         var.data<float>(), invstd.data<float>(), 1e-5, s);
+  Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC, DType::f64),
+         var = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64);
+  // Reads x, writes mean, var and invstd: N*C*HW * 4 + 3 * C * 8.
+  run(state, double(kImgNumel) * 4 + 3.0 * kImgC * 8, [&](void* s) {
+    BatchNorm::stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
+                     var.data<double>(), invstd.data<double>(), 1e-5, {s});
   });
 }
 
 void BM_BatchNormApply(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC), invstd = device_tensor(kImgC),
-         w = device_tensor(kImgC), b = device_tensor(kImgC), y = device_tensor(kImgNumel);
-  // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 4 * C * 4.
-  run(state, 2.0 * double(kImgNumel) * 4 + 4.0 * kImgC * 4, [&](void* s) {
-    kc::batch_norm_apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<float>(),
-                         invstd.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(),
-                         s);
+  Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC, DType::f64),
+         invstd = device_tensor(kImgC, DType::f64), w = device_tensor(kImgC),
+         b = device_tensor(kImgC), y = device_tensor(kImgNumel);
+  // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 2 * C * (8 + 4).
+  run(state, 2.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 12, [&](void* s) {
+    BatchNorm::apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
+                     invstd.data<double>(), w.data<float>(), b.data<float>(), y.data<float>(),
+                     {s});
   });
 }
 
 void BM_BatchNormBackward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  Tensor gy = device_tensor(kImgNumel), x = device_tensor(kImgNumel), mean = device_tensor(kImgC),
-         invstd = device_tensor(kImgC), w = device_tensor(kImgC), gx = device_tensor(kImgNumel),
-         gw = device_tensor(kImgC), gb = device_tensor(kImgC);
+  Tensor gy = device_tensor(kImgNumel), x = device_tensor(kImgNumel),
+         mean = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64),
+         w = device_tensor(kImgC), gx = device_tensor(kImgNumel), gw = device_tensor(kImgC),
+         gb = device_tensor(kImgC);
   // Training mode. Reads gy, x, mean, invstd and weight, writes gx, gweight and gbias:
-  // 3 * N*C*HW * 4 + 5 * C * 4.
-  run(state, 3.0 * double(kImgNumel) * 4 + 5.0 * kImgC * 4, [&](void* s) {
-    kc::batch_norm_backward(gy.data<float>(), x.data<float>(), kImgN, kImgC, kImgHW,
-                            mean.data<float>(), invstd.data<float>(), w.data<float>(), true,
-                            gx.data<float>(), gw.data<float>(), gb.data<float>(), s);
+  // 3 * N*C*HW * 4 + 2 * C * 8 + 3 * C * 4.
+  run(state, 3.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 8 + 3.0 * kImgC * 4, [&](void* s) {
+    BatchNorm::backward(gy.data<float>(), x.data<float>(), kImgN, kImgC, kImgHW,
+                        mean.data<double>(), invstd.data<double>(), w.data<float>(), true,
+                        gx.data<float>(), gw.data<float>(), gb.data<float>(), {s});
   });
 }
 
 void BM_BatchNormUpdateRunning(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  Tensor rm = device_tensor(kImgC), rv = device_tensor(kImgC), mean = device_tensor(kImgC),
-         var = device_tensor(kImgC);
-  // Reads running_mean, running_var, mean and var, writes both running stats: 6 * C * 4 (C = 64:
-  // launch-latency bound, the GB/s is tiny by nature).
-  run(state, 6.0 * kImgC * 4, [&](void* s) {
-    kc::batch_norm_update_running(rm.data<float>(), rv.data<float>(), mean.data<float>(),
-                                  var.data<float>(), kImgC, kImgN * kImgHW, 0.1, s);
+  Tensor rm = device_tensor(kImgC), rv = device_tensor(kImgC),
+         mean = device_tensor(kImgC, DType::f64), var = device_tensor(kImgC, DType::f64);
+  // Reads running_mean, running_var, mean and var, writes both running stats: 4 * C * 4 +
+  // 2 * C * 8 (C = 64: launch-latency bound, the GB/s is tiny by nature).
+  run(state, 4.0 * kImgC * 4 + 2.0 * kImgC * 8, [&](void* s) {
+    BatchNorm::update_running(rm.data<float>(), rv.data<float>(), mean.data<double>(),
+                              var.data<double>(), kImgC, kImgN * kImgHW, 0.1, {s});
   });
 }
 

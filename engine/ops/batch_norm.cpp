@@ -1,6 +1,6 @@
-// batch_norm forward and backward through kernels::cpu::batch_norm or, on CUDA, cuDNN or our
-// kernels::cuda ones (f32 stats; engine/ops/cudnn.h switches). The per-channel mean and
-// 1/sqrt(var + eps) used by the forward are kept (in double on the CPU) for the backward.
+// batch_norm forward and backward through kernels/batch_norm.h's kernels on both devices (f64
+// per-channel statistics) or, on CUDA, cuDNN (f32 statistics; engine/ops/cudnn.h switches). The
+// per-channel mean and 1/sqrt(var + eps) used by the forward are kept for the backward.
 #include "engine/ops/batch_norm.h"
 
 #include <array>
@@ -17,8 +17,8 @@
 #include "engine/ops/cudnn.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/unary.h"
-#include "kernels/cpu/batch_norm.h"
-#include "kernels/cuda/batch_norm.h"
+#include "kernels/batch_norm.h"
+#include "kernels/cuda/batch_norm_cudnn.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -41,22 +41,6 @@ std::array<Tensor, 3> gradient_outputs(const Tensor& grad, const Shape& x_shape,
     return wanted ? Tensor::empty(s, grad.dtype(), grad.device()) : Tensor();
   };
   return {make(gx, x_shape), make(gw, {c}), make(gb, {c})};
-}
-
-// f32, f16 and bf16: the instantiations of the CUDA batch-norm kernels.
-template <class F>
-void dispatch_batch_norm_cuda(DType t, F&& f) {
-  switch (t) {
-    case DType::f32:
-      return f.template operator()<float>();
-    case DType::f16:
-      return f.template operator()<Half>();
-    case DType::bf16:
-      return f.template operator()<BFloat16>();
-    default:
-      RG_FAIL("batch_norm: ", dtype_name(t),
-              " is not implemented on CUDA yet; use f32, f16 or bf16");
-  }
 }
 
 // The storage types cuDNN's batch norm is asked for: f32, and f16 with f32 parameters. bf16 stays
@@ -111,78 +95,77 @@ void forward_cudnn(const Tensor& x, const Tensor& running_mean, const Tensor& ru
   running_var.bump_version();
 }
 
-// The CUDA path: cuDNN (forward_cudnn) or our kernels (kernels/cuda/batch_norm.h), with f32
-// per-channel mean and invstd on the device kept for the backward; f32, f16 and bf16 inputs (the
-// kernels have no f64 instantiation). The backward runs cuDNN's after a cuDNN forward in training
-// mode (its saved mean and invstd are the ones our kernels compute); eval mode's backward is
-// always ours, as cuDNN has none (PyTorch does the same).
-Tensor batch_norm_cuda(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                       double eps, int64_t n, int64_t c, int64_t hw) {
-  void* stream = cuda_stream(x);
+// f64 mean and invstd = 1 / sqrt(running_var + eps) from the running statistics (eval mode).
+std::array<Tensor, 2> running_statistics(const Tensor& running_mean, const Tensor& running_var,
+                                         double eps) {
+  NoGradGuard no_grad;
+  return {running_mean.to(DType::f64), rdiv(sqrt(add(running_var.to(DType::f64), eps)), 1.0)};
+}
+
+// The backward of our kernels from f64 mean and invstd, on either device.
+autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, Tensor mean,
+                                      Tensor invstd, bool training, bool gx, bool gw, bool gb,
+                                      int64_t n, int64_t c, int64_t hw) {
+  return [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
+          hw](const Tensor& grad) -> std::vector<Tensor> {
+    const Tensor xv = sx.get(), wv = sw.get();
+    auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
+    dispatch_on(grad.device(), grad.dtype(), "batch_norm backward", [&]<class T, class B>() {
+      kernels::BatchNorm<B>::backward(
+          grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
+          wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,
+          gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr, kernel_ctx(grad));
+    });
+    return {dx, dw, db};
+  };
+}
+
+// The cuDNN path (forward_cudnn), with f32 per-channel mean and invstd on the device kept for the
+// backward, which runs cuDNN's after a training-mode forward that wants the input gradient (its
+// saved mean and invstd are the ones our kernels compute); otherwise ours, as cuDNN has no
+// eval-mode backward (PyTorch does the same).
+Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                        double eps, int64_t n, int64_t c, int64_t hw) {
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
-  const bool cudnn = use_cudnn(x.dtype(), n, c, hw, eps, training);
   Tensor mean = Tensor::empty({c}, DType::f32, x.device());
   Tensor invstd = Tensor::empty({c}, DType::f32, x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (!training && (!cudnn || gx || gw || gb)) {  // invstd = 1 / sqrt(running_var + eps), in f32
-    NoGradGuard no_grad;
-    mean.copy_(running_mean);
-    invstd.copy_(rdiv(sqrt(add(running_var.to(DType::f32), eps)), 1.0));
-  }
-  dispatch_batch_norm_cuda(x.dtype(), [&]<class T>() {
+  dispatch_cuda_float(x.dtype(), "batch_norm", [&]<class T>() {
     if constexpr (kCudnnType<T>) {
-      if (cudnn) {
-        forward_cudnn<T>(x, running_mean, running_var, weight, bias, training, momentum, eps, n, c,
-                         hw, out, mean, invstd);
-        return;
-      }
+      forward_cudnn<T>(x, running_mean, running_var, weight, bias, training, momentum, eps, n, c,
+                       hw, out, mean, invstd);
     }
-    if (training) {
-      Tensor var = Tensor::empty({c}, DType::f32, x.device());
-      kernels::cuda::batch_norm_stats<T>(x.data<T>(), n, c, hw, mean.data<float>(),
-                                         var.data<float>(), invstd.data<float>(), eps, stream);
-      if (running_mean.defined()) {
-        kernels::cuda::batch_norm_update_running<T>(running_mean.data<T>(), running_var.data<T>(),
-                                                    mean.data<float>(), var.data<float>(), c,
-                                                    n * hw, momentum, stream);
-        running_mean.bump_version();
-        running_var.bump_version();
-      }
-    }
-    kernels::cuda::batch_norm_apply<T>(
-        x.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
-        weight.defined() ? weight.data<T>() : nullptr, bias.defined() ? bias.data<T>() : nullptr,
-        out.data<T>(), stream);
   });
+  if (!gx && !gw && !gb) return out;
+  if (!training || !gx) {
+    auto [mean64, invstd64] = training ? std::array<Tensor, 2>{mean.to(DType::f64),
+                                                               invstd.to(DType::f64)}
+                                       : running_statistics(running_mean, running_var, eps);
+    return autograd::record(out, "BatchNormBackward", {x, weight, bias},
+                            kernels_backward(x, weight, mean64, invstd64, training, gx, gw, gb, n,
+                                             c, hw));
+  }
   return autograd::record(
       out, "BatchNormBackward", {x, weight, bias},
-      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, cudnn, eps, gx, gw,
-       gb, n, c, hw](const Tensor& grad) -> std::vector<Tensor> {
+      [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, eps, gw, gb, n, c,
+       hw](const Tensor& grad) -> std::vector<Tensor> {
         const Tensor xv = sx.get(), wv = sw.get();
-        auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
-        dispatch_batch_norm_cuda(grad.dtype(), [&]<class T>() {
+        auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, true, gw, gb);
+        dispatch_cuda_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
           if constexpr (kCudnnType<T>) {
-            // cuDNN always writes gx: without an input gradient our kernel does less.
-            if (cudnn && training && gx) {
-              NoGradGuard no_grad;
-              const Tensor w32 = f32_param(wv, c, 1.0, grad.device());
-              Tensor gw32 = Tensor::empty({c}, DType::f32, grad.device());
-              Tensor gb32 = Tensor::empty({c}, DType::f32, grad.device());
-              kernels::cuda::cudnn_batch_norm_backward<T>(
-                  xv.data<T>(), grad.data<T>(), n, c, hw, w32.data<float>(), mean.data<float>(),
-                  invstd.data<float>(), eps, dx.data<T>(), gw32.data<float>(), gb32.data<float>(),
-                  cuda_stream(grad));
-              if (gw) dw = gw32.to(grad.dtype());
-              if (gb) db = gb32.to(grad.dtype());
-              return;
-            }
+            NoGradGuard no_grad;
+            const Tensor w32 = f32_param(wv, c, 1.0, grad.device());
+            Tensor gw32 = Tensor::empty({c}, DType::f32, grad.device());
+            Tensor gb32 = Tensor::empty({c}, DType::f32, grad.device());
+            kernels::cuda::cudnn_batch_norm_backward<T>(
+                xv.data<T>(), grad.data<T>(), n, c, hw, w32.data<float>(), mean.data<float>(),
+                invstd.data<float>(), eps, dx.data<T>(), gw32.data<float>(), gb32.data<float>(),
+                cuda_stream(grad));
+            if (gw) dw = gw32.to(grad.dtype());
+            if (gb) db = gb32.to(grad.dtype());
           }
-          kernels::cuda::batch_norm_backward<T>(
-              grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<float>(), invstd.data<float>(),
-              wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,
-              gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr, cuda_stream(grad));
         });
         return {dx, dw, db};
       });
@@ -217,57 +200,48 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
              ": running_mean and running_var are required in evaluation mode (training=false)");
   }
 
-  if (x.device().is_cuda()) {
-    return batch_norm_cuda(x, running_mean, running_var, weight, bias, training, momentum, eps, n,
-                           c, hw);
+  if (x.device().is_cuda() && use_cudnn(x.dtype(), n, c, hw, eps, training)) {
+    return batch_norm_cudnn(x, running_mean, running_var, weight, bias, training, momentum, eps, n,
+                            c, hw);
   }
 
-  // mean and invstd per channel, shared with the backward.
-  auto mean = std::make_shared<std::vector<double>>(size_t(c));
-  auto invstd = std::make_shared<std::vector<double>>(size_t(c));
+  // Our kernels, on either device: f64 mean and invstd per channel, kept for the backward.
+  Tensor mean, invstd;
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_float(x.dtype(), op, [&]<class T>() {
-    std::vector<double> var(static_cast<size_t>(c));
-    if (training) {
-      kernels::cpu::batch_norm_stats<T>(x.data<T>(), n, c, hw, mean->data(), var.data());
+  if (training) {
+    mean = Tensor::empty({c}, DType::f64, x.device());
+    invstd = Tensor::empty({c}, DType::f64, x.device());
+    const Tensor var = Tensor::empty({c}, DType::f64, x.device());
+    dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+      using K = kernels::BatchNorm<B>;
+      K::stats(x.data<T>(), n, c, hw, mean.data<double>(), var.data<double>(),
+               invstd.data<double>(), eps, kernel_ctx(x));
       if (running_mean.defined()) {
-        kernels::cpu::batch_norm_update_running<T>(running_mean.data<T>(), running_var.data<T>(),
-                                                   mean->data(), var.data(), c, count, momentum);
-        running_mean.bump_version();
-        running_var.bump_version();
+        K::update_running(running_mean.data<T>(), running_var.data<T>(), mean.data<double>(),
+                          var.data<double>(), c, count, momentum, kernel_ctx(x));
       }
-    } else {
-      const T* rm = running_mean.data<T>();
-      const T* rv = running_var.data<T>();
-      for (int64_t ch = 0; ch < c; ++ch) {
-        (*mean)[size_t(ch)] = double(rm[ch]);
-        var[size_t(ch)] = double(rv[ch]);
-      }
+    });
+    if (running_mean.defined()) {
+      running_mean.bump_version();
+      running_var.bump_version();
     }
-    for (int64_t ch = 0; ch < c; ++ch) {
-      (*invstd)[size_t(ch)] = 1.0 / std::sqrt(var[size_t(ch)] + eps);
-    }
-    kernels::cpu::batch_norm_apply<T>(x.data<T>(), n, c, hw, mean->data(), invstd->data(),
-                                      weight.defined() ? weight.data<T>() : nullptr,
-                                      bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
+  } else {
+    const auto stats = running_statistics(running_mean, running_var, eps);
+    mean = stats[0];
+    invstd = stats[1];
+  }
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    kernels::BatchNorm<B>::apply(x.data<T>(), n, c, hw, mean.data<double>(),
+                                 invstd.data<double>(),
+                                 weight.defined() ? weight.data<T>() : nullptr,
+                                 bias.defined() ? bias.data<T>() : nullptr, out.data<T>(),
+                                 kernel_ctx(x));
   });
-
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
   return autograd::record(out, "BatchNormBackward", {x, weight, bias},
-                          [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training,
-                           gx, gw, gb, n, c, hw](const Tensor& grad) -> std::vector<Tensor> {
-                            const Tensor xv = sx.get(), wv = sw.get();
-                            auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
-                            dispatch_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
-                              kernels::cpu::batch_norm_backward<T>(
-                                  grad.data<T>(), xv.data<T>(), n, c, hw, mean->data(),
-                                  invstd->data(), wv.defined() ? wv.data<T>() : nullptr, training,
-                                  gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
-                                  gb ? db.data<T>() : nullptr);
-                            });
-                            return {dx, dw, db};
-                          });
+                          kernels_backward(x, weight, mean, invstd, training, gx, gw, gb, n, c,
+                                           hw));
 }
 
 }  // namespace rg

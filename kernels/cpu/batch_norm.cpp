@@ -1,10 +1,13 @@
-// Batch-norm loops, parallel over channels: a channel's n * hw values are n runs of hw
-// contiguous elements, summed in double so that large batches do not lose precision.
-#include "kernels/cpu/batch_norm.h"
+// The batch-norm kernels on the CPU (kernels/batch_norm.h): loops parallel over channels, where a
+// channel's n * hw values are n runs of hw contiguous elements, summed in f64.
+#include "kernels/batch_norm.h"
+
+#include <cmath>
+#include <tuple>
 
 #include "kernels/cpu/parallel.h"
 
-namespace rg::kernels::cpu {
+namespace rg::kernels {
 namespace {
 
 // Channels per parallel task: enough values that a task outweighs its scheduling.
@@ -15,10 +18,14 @@ int64_t channel_grain(int64_t n, int64_t hw) {
 
 }  // namespace
 
+template <>
 template <class T>
-void batch_norm_stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var) {
+void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var,
+                           double* invstd, double eps, Ctx ctx) {
+  detail::check_batch_norm_sizes("batch_norm_stats", n, c, hw);
+  RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
   const double count = double(n * hw);
-  parallel_for(0, c, channel_grain(n, hw), [&](int64_t lo, int64_t hi) {
+  cpu::parallel_for(0, c, channel_grain(n, hw), [&](int64_t lo, int64_t hi) {
     for (int64_t ch = lo; ch < hi; ++ch) {
       double sum = 0;
       for (int64_t s = 0; s < n; ++s) {
@@ -37,14 +44,17 @@ void batch_norm_stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean
       }
       mean[ch] = m;
       var[ch] = sq / count;
+      if (invstd) invstd[ch] = 1.0 / std::sqrt(var[ch] + eps);
     }
-  });
+  }, ctx.threads);
 }
 
+template <>
 template <class T>
-void batch_norm_apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                      const double* invstd, const T* weight, const T* bias, T* y) {
-  parallel_for(0, n * c, channel_grain(1, hw), [&](int64_t lo, int64_t hi) {
+void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
+                           const double* invstd, const T* weight, const T* bias, T* y, Ctx ctx) {
+  detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
+  cpu::parallel_for(0, n * c, channel_grain(1, hw), [&](int64_t lo, int64_t hi) {
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t ch = job % c;
       // Centre first, in T: folding the mean into one shift (x * scale + shift) would cancel
@@ -56,12 +66,15 @@ void batch_norm_apply(const T* x, int64_t n, int64_t c, int64_t hw, const double
       T* q = y + job * hw;
       for (int64_t i = 0; i < hw; ++i) q[i] = (p[i] - m) * scale + shift;
     }
-  });
+  }, ctx.threads);
 }
 
+template <>
 template <class T>
-void batch_norm_update_running(T* running_mean, T* running_var, const double* mean,
-                               const double* var, int64_t c, int64_t count, double momentum) {
+void BatchNorm<Cpu>::update_running(T* running_mean, T* running_var, const double* mean,
+                                    const double* var, int64_t c, int64_t count, double momentum,
+                                    Ctx) {
+  RG_CHECK(c >= 0 && count >= 0, "batch_norm_update_running: c and count must be non-negative");
   const double unbias = count > 1 ? double(count) / double(count - 1) : 1.0;
   for (int64_t ch = 0; ch < c; ++ch) {
     if (running_mean) {
@@ -73,12 +86,14 @@ void batch_norm_update_running(T* running_mean, T* running_var, const double* me
   }
 }
 
+template <>
 template <class T>
-void batch_norm_backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                         const double* mean, const double* invstd, const T* weight,
-                         bool batch_stats, T* gx, T* gweight, T* gbias) {
+void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                              const double* mean, const double* invstd, const T* weight,
+                              bool batch_stats, T* gx, T* gweight, T* gbias, Ctx ctx) {
+  detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   const double count = double(n * hw);
-  parallel_for(0, c, channel_grain(n, hw), [&](int64_t lo, int64_t hi) {
+  cpu::parallel_for(0, c, channel_grain(n, hw), [&](int64_t lo, int64_t hi) {
     for (int64_t ch = lo; ch < hi; ++ch) {
       const double m = mean[ch], is = invstd[ch];
       // sum(gy) and sum(gy * xhat) with xhat = (x - mean) * invstd.
@@ -110,24 +125,15 @@ void batch_norm_backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t 
         for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
       }
     }
-  });
+  }, ctx.threads);
 }
 
-template void batch_norm_stats<float>(const float*, int64_t, int64_t, int64_t, double*, double*);
-template void batch_norm_apply<float>(const float*, int64_t, int64_t, int64_t, const double*,
-                                      const double*, const float*, const float*, float*);
-template void batch_norm_update_running<float>(float*, float*, const double*, const double*,
-                                               int64_t, int64_t, double);
-template void batch_norm_backward<float>(const float*, const float*, int64_t, int64_t, int64_t,
-                                         const double*, const double*, const float*, bool, float*,
-                                         float*, float*);
-template void batch_norm_stats<double>(const double*, int64_t, int64_t, int64_t, double*, double*);
-template void batch_norm_apply<double>(const double*, int64_t, int64_t, int64_t, const double*,
-                                       const double*, const double*, const double*, double*);
-template void batch_norm_update_running<double>(double*, double*, const double*, const double*,
-                                                int64_t, int64_t, double);
-template void batch_norm_backward<double>(const double*, const double*, int64_t, int64_t, int64_t,
-                                          const double*, const double*, const double*, bool,
-                                          double*, double*, double*);
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cpu_batch_norm_kernels() {
+  using K = BatchNorm<Cpu>;
+  return std::tuple{&K::stats<T>, &K::apply<T>, &K::update_running<T>, &K::backward<T>};
+}
+RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_batch_norm_kernels)
 
-}  // namespace rg::kernels::cpu
+}  // namespace rg::kernels

@@ -8,7 +8,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "kernels/cuda/batch_norm.h"
+#include "kernels/cuda/batch_norm_cudnn.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cudnn_common.h"
 #include "kernels/error.h"

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/batch_norm.h"
+#include "kernels/batch_norm.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/pool.h"
@@ -342,6 +342,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
 namespace {
 
 namespace cpu = rg::kernels::cpu;
+using rg::kernels::BatchNorm;
+using rg::kernels::Cpu;
 
 // Calls f.template operator()<T, P>() with the storage type T of a batch-norm or pooling data type
 // and its compute type P, which is also the type of batch norm's parameters (f32 for half data,
@@ -426,8 +428,9 @@ template <class T, class P>
 void normalize(const BnShape& s, const std::vector<P>& xv, const std::vector<double>& mean,
                const std::vector<double>& invstd, const void* scale, const void* bias, void* y) {
   std::vector<P> out(xv.size());
-  cpu::batch_norm_apply<P>(xv.data(), s.n, s.c, s.hw, mean.data(), invstd.data(),
-                           static_cast<const P*>(scale), static_cast<const P*>(bias), out.data());
+  BatchNorm<Cpu>::apply<P>(xv.data(), s.n, s.c, s.hw, mean.data(), invstd.data(),
+                           static_cast<const P*>(scale), static_cast<const P*>(bias), out.data(),
+                           {});
   cpu::cast<P, T>(out.data(), static_cast<T*>(y), int64_t(out.size()));
 }
 
@@ -486,14 +489,15 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
           [=] {
             const std::vector<P> xv = widen<T, P>(x, s.n * s.c * s.hw);
             std::vector<double> mean(size_t(s.c)), var(size_t(s.c));
-            cpu::batch_norm_stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data());
+            BatchNorm<Cpu>::stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data(), nullptr,
+                                     0.0, {});
             const std::vector<double> invstd = inverse_std(var, epsilon);
             normalize<T, P>(s, xv, mean, invstd, scale, bias, y);
             // cuDNN's running variance takes the unbiased batch variance, as
-            // batch_norm_update_running does.
-            cpu::batch_norm_update_running<P>(
+            // BatchNorm<B>::update_running does.
+            BatchNorm<Cpu>::update_running<P>(
                 static_cast<P*>(result_running_mean), static_cast<P*>(result_running_variance),
-                mean.data(), var.data(), s.c, s.n * s.hw, exponential_average_factor);
+                mean.data(), var.data(), s.c, s.n * s.hw, exponential_average_factor, {});
             if (result_save_mean != nullptr) {
               for (int64_t ch = 0; ch < s.c; ++ch) {
                 static_cast<P*>(result_save_mean)[ch] = P(mean[size_t(ch)]);
@@ -578,14 +582,15 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
               invstd = channel_values<P>(saved_inv_variance, s.c);
             } else {  // recomputed from x, as cuDNN does without the cache
               std::vector<double> var(size_t(s.c));
-              cpu::batch_norm_stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data());
+              BatchNorm<Cpu>::stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data(), nullptr,
+                                     0.0, {});
               invstd = inverse_std(var, epsilon);
             }
             std::vector<P> gx(static_cast<size_t>(total));
-            cpu::batch_norm_backward<P>(gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(),
+            BatchNorm<Cpu>::backward<P>(gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(),
                                         invstd.data(), static_cast<const P*>(scale), true,
                                         gx.data(), static_cast<P*>(scale_diff),
-                                        static_cast<P*>(bias_diff));
+                                        static_cast<P*>(bias_diff), {});
             cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), total);
           });
     return CUDNN_STATUS_SUCCESS;

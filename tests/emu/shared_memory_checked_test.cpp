@@ -11,11 +11,11 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/emu/device_runtime.h"
+#include "kernels/batch_norm.h"
 #include "kernels/loss.h"
 
 // The kernels here get plain host memory, read right after each launch: launches wait for their
@@ -96,13 +96,15 @@ TEST(EmuChecked, SoftmaxAndLosses) {
 TEST(EmuChecked, BatchNorm) {
   const int64_t n = 2, c = 3, hw = 33;
   const auto x = ramp(n * c * hw);
-  std::vector<float> mean(c), var(c), invstd(c), y(x.size()), gx(x.size()), gw(c), gb(c);
+  using BatchNorm = kernels::BatchNorm<kernels::Cuda>;
+  std::vector<double> mean(c), var(c), invstd(c);
+  std::vector<float> y(x.size()), gx(x.size()), gw(c), gb(c);
   const std::vector<float> w(c, 1.f), b(c, 0.f), gy(x.size(), 1.f);
-  kc::batch_norm_stats(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), 1e-5, nullptr);
-  kc::batch_norm_apply(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(), y.data(),
-                       nullptr);
-  kc::batch_norm_backward(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), true,
-                          gx.data(), gw.data(), gb.data(), nullptr);
+  BatchNorm::stats(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), 1e-5, {});
+  BatchNorm::apply(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(), y.data(),
+                   {});
+  BatchNorm::backward(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), true,
+                      gx.data(), gw.data(), gb.data(), {});
   for (float v : gb) EXPECT_FLOAT_EQ(v, float(n * hw));
   for (float v : gx) EXPECT_NEAR(v, 0.f, 1e-4);  // a constant gy has no gradient through the mean
 }

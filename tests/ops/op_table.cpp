@@ -441,7 +441,6 @@ OpEntry batch_norm_entry() {
   OpEntry e;
   e.name = "batch_norm";
   e.forward = bn(true, true, false);
-  e.cuda_dtypes = {f32, f16, bf16};  // f64 is not implemented on CUDA
   e.half_tolerance_scale = 4;        // statistics over a batch, normalized by them
   e.samples = [] {
     Generator gen(18);

@@ -1,7 +1,8 @@
-// kernels/cuda/batch_norm.cu under the CUDA emulator against kernels/cpu/batch_norm.h:
-// per-channel statistics, normalize + affine, running-stat update and the backward, in f32, f16
-// and bf16 (the CPU kernel in f32 on the converted inputs), awkward sizes; bit-identical reruns.
-#include "kernels/cpu/batch_norm.h"
+// kernels/batch_norm.h: BatchNorm<Cuda> (kernels/cuda/batch_norm.cu under the CUDA emulator)
+// against BatchNorm<Cpu> on the same arguments: per-channel statistics, normalize + affine,
+// running-stat update and the backward, in f32, f64, f16 and bf16 (the CPU kernel in f32 on the
+// converted half inputs), awkward sizes; f64 statistics on both; bit-identical reruns.
+#include "kernels/batch_norm.h"
 
 #include <gtest/gtest.h>
 
@@ -15,19 +16,17 @@
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
-#include "kernels/cuda/batch_norm.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
 namespace {
 
-namespace cu = kernels::cuda;
-namespace cpu = kernels::cpu;
+using Cu = kernels::BatchNorm<kernels::Cuda>;
+using Cpu = kernels::BatchNorm<kernels::Cpu>;
 
-// The CUDA kernels exist for f32 and the half types (statistics are f32 either way).
 template <class F>
 void for_each_type(F&& f) {
-  for_types<float, Half, BFloat16>(f);
+  for_each_float_type(f);
 }
 
 // (n, c, hw): channels of 1, 31, 33, 1000 and 4097 values, [N, C] inputs (hw = 1), many channels.
@@ -46,23 +45,17 @@ std::string describe(const char* op, const char* type, const std::array<int64_t,
 
 constexpr double kEps = 1e-5;
 
-// The CPU statistics of x (in f32 on the converted values), in double and as f32.
+// The CPU kernel's f64 statistics of x (f32 or f64: the reference type of the values).
 struct Stats {
   std::vector<double> mean, var, invstd;
-  std::vector<float> mean_f, invstd_f;
 };
 
-Stats cpu_stats(const std::vector<float>& x, int64_t n, int64_t c, int64_t hw) {
+template <class R>
+Stats cpu_stats(const std::vector<R>& x, int64_t n, int64_t c, int64_t hw) {
   Stats s{std::vector<double>(static_cast<size_t>(c)),
           std::vector<double>(static_cast<size_t>(c)),
-          std::vector<double>(static_cast<size_t>(c)),
-          {},
-          {}};
-  cpu::batch_norm_stats<float>(x.data(), n, c, hw, s.mean.data(), s.var.data());
-  for (int64_t ch = 0; ch < c; ++ch)
-    s.invstd[size_t(ch)] = 1.0 / std::sqrt(s.var[size_t(ch)] + kEps);
-  s.mean_f = convert_all<float>(s.mean);
-  s.invstd_f = convert_all<float>(s.invstd);
+          std::vector<double>(static_cast<size_t>(c))};
+  Cpu::stats<R>(x.data(), n, c, hw, s.mean.data(), s.var.data(), s.invstd.data(), kEps, {});
   return s;
 }
 
@@ -71,16 +64,16 @@ void check_stats(const std::array<int64_t, 3>& shape) {
   const auto [n, c, hw] = shape;
   // Offset values: a large mean next to the spread is where one-pass variance would cancel.
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 1), 3.f, 7.f);
-  std::vector<float> mean(static_cast<size_t>(c)), var(static_cast<size_t>(c)),
+  std::vector<double> mean(static_cast<size_t>(c)), var(static_cast<size_t>(c)),
       invstd(static_cast<size_t>(c));
-  cu::batch_norm_stats<T>(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), kEps,
-                          nullptr);
-  const Stats want = cpu_stats(convert_all<float>(x), n, c, hw);
-  // f32 statistics whatever the storage type.
-  expect_close(mean, want.mean, 1e-6, 1e-5,
+  Cu::stats<T>(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), kEps, {});
+  const Stats want = cpu_stats(convert_all<ref_t<T>>(x), n, c, hw);
+  // f64 sums on both backends over the same values: only the summation order differs.
+  expect_close(mean, want.mean, 1e-13, 1e-12,
                describe("batch_norm_stats mean", type_name<T>(), shape));
-  expect_close(var, want.var, 1e-6, 1e-4, describe("batch_norm_stats var", type_name<T>(), shape));
-  expect_close(invstd, want.invstd, 1e-6, 1e-4,
+  expect_close(var, want.var, 1e-13, 1e-11,
+               describe("batch_norm_stats var", type_name<T>(), shape));
+  expect_close(invstd, want.invstd, 1e-13, 1e-11,
                describe("batch_norm_stats invstd", type_name<T>(), shape));
 }
 
@@ -90,17 +83,16 @@ void check_apply(const std::array<int64_t, 3>& shape, bool affine) {
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 2));
   const auto weight = random_values<T>(c, uint64_t(c + 3), 0.5f, 1.5f);
   const auto bias = random_values<T>(c, uint64_t(c + 4));
-  const auto xf = convert_all<float>(x);
+  const auto xf = convert_all<ref_t<T>>(x);
   const Stats st = cpu_stats(xf, n, c, hw);
   std::vector<T> y(x.size());
-  cu::batch_norm_apply<T>(x.data(), n, c, hw, st.mean_f.data(), st.invstd_f.data(),
-                          affine ? weight.data() : nullptr, affine ? bias.data() : nullptr,
-                          y.data(), nullptr);
-  const auto wf = convert_all<float>(weight), bf = convert_all<float>(bias);
-  std::vector<float> want(x.size());
-  cpu::batch_norm_apply<float>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                               affine ? wf.data() : nullptr, affine ? bf.data() : nullptr,
-                               want.data());
+  Cu::apply<T>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+               affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, y.data(), {});
+  const auto wf = convert_all<ref_t<T>>(weight), bf = convert_all<ref_t<T>>(bias);
+  std::vector<ref_t<T>> want(x.size());
+  Cpu::apply<ref_t<T>>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                       affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, want.data(),
+                       {});
   expect_close(
       y, want, 1e-5, default_rtol<T>(),
       describe(affine ? "batch_norm_apply affine" : "batch_norm_apply", type_name<T>(), shape));
@@ -115,18 +107,18 @@ void check_backward(const std::array<int64_t, 3>& shape, bool affine, bool batch
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 5));
   const auto gy = random_values<T>(n * c * hw, uint64_t(n * c * hw + 6));
   const auto weight = random_values<T>(c, uint64_t(c + 7), 0.5f, 1.5f);
-  const auto xf = convert_all<float>(x), gyf = convert_all<float>(gy),
-             wf = convert_all<float>(weight);
+  const auto xf = convert_all<ref_t<T>>(x), gyf = convert_all<ref_t<T>>(gy),
+             wf = convert_all<ref_t<T>>(weight);
   const Stats st = cpu_stats(xf, n, c, hw);
   std::vector<T> gx(x.size()), gw(static_cast<size_t>(c)), gb(static_cast<size_t>(c));
-  cu::batch_norm_backward<T>(gy.data(), x.data(), n, c, hw, st.mean_f.data(), st.invstd_f.data(),
-                             affine ? weight.data() : nullptr, batch_stats, gx.data(), gw.data(),
-                             gb.data(), nullptr);
-  std::vector<float> want_gx(x.size()), want_gw(static_cast<size_t>(c)),
+  Cu::backward<T>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                  affine ? weight.data() : nullptr, batch_stats, gx.data(), gw.data(), gb.data(),
+                  {});
+  std::vector<ref_t<T>> want_gx(x.size()), want_gw(static_cast<size_t>(c)),
       want_gb(static_cast<size_t>(c));
-  cpu::batch_norm_backward<float>(gyf.data(), xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                                  affine ? wf.data() : nullptr, batch_stats, want_gx.data(),
-                                  want_gw.data(), want_gb.data());
+  Cpu::backward<ref_t<T>>(gyf.data(), xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                          affine ? wf.data() : nullptr, batch_stats, want_gx.data(),
+                          want_gw.data(), want_gb.data(), {});
   // Sums over the m values of a channel carry m roundings of terms of size ~1.
   const double sum_atol = 2e-6 * double(m);
   expect_close(gb, want_gb, sum_atol, default_rtol<T>(),
@@ -170,40 +162,36 @@ TEST(EmuBatchNorm, BackwardWithoutGxOrParameterGrads) {
   const auto gy = random_values<float>(n * c * hw, 2);
   const Stats st = cpu_stats(x, n, c, hw);
   std::vector<float> gx(x.size(), 7.f), gb(static_cast<size_t>(c));
-  cu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, st.mean_f.data(),
-                                 st.invstd_f.data(), nullptr, true, nullptr, nullptr, gb.data(),
-                                 nullptr);
+  Cu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
+                      true, nullptr, nullptr, gb.data(), {});
   std::vector<float> want_gb(static_cast<size_t>(c));
-  cpu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                                  nullptr, true, nullptr, nullptr, want_gb.data());
-  expect_close(gb, want_gb, 1e-4, 1e-5, "gbias only");
-  cu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, st.mean_f.data(),
-                                 st.invstd_f.data(), nullptr, true, gx.data(), nullptr, nullptr,
-                                 nullptr);
+  Cpu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
+                       true, nullptr, nullptr, want_gb.data(), {});
+  expect_close(gb, want_gb, 1e-6, 1e-6, "gbias only");
+  Cu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
+                      true, gx.data(), nullptr, nullptr, {});
   EXPECT_NE(gx[0], 7.f);
 }
 
 TEST(EmuBatchNorm, UpdateRunningMatchesCpu) {
   for_each_type([]<class T>() {
     for (int64_t c : kAwkwardSizes) {
-      const auto mean = random_values<float>(c, uint64_t(c + 1));
-      const auto var = random_values<float>(c, uint64_t(c + 2), 0.f, 3.f);
+      const auto mean = convert_all<double>(random_values<float>(c, uint64_t(c + 1)));
+      const auto var = convert_all<double>(random_values<float>(c, uint64_t(c + 2), 0.f, 3.f));
       const auto rm0 = random_values<T>(c, uint64_t(c + 3));
       const auto rv0 = random_values<T>(c, uint64_t(c + 4), 0.f, 3.f);
       for (int64_t count : {int64_t(1), int64_t(64)}) {
         auto rm = rm0, rv = rv0;
-        cu::batch_norm_update_running<T>(rm.data(), rv.data(), mean.data(), var.data(), c, count,
-                                         0.1, nullptr);
-        auto want_rm = convert_all<float>(rm0), want_rv = convert_all<float>(rv0);
-        cpu::batch_norm_update_running<float>(want_rm.data(), want_rv.data(),
-                                              convert_all<double>(mean).data(),
-                                              convert_all<double>(var).data(), c, count, 0.1);
+        Cu::update_running<T>(rm.data(), rv.data(), mean.data(), var.data(), c, count, 0.1, {});
+        auto want_rm = convert_all<ref_t<T>>(rm0), want_rv = convert_all<ref_t<T>>(rv0);
+        Cpu::update_running<ref_t<T>>(want_rm.data(), want_rv.data(), mean.data(), var.data(), c,
+                                      count, 0.1, {});
         const std::string what = ::rg::detail::cat(type_name<T>(), " c=", c, " count=", count);
         expect_close(rm, want_rm, 1e-6, default_rtol<T>(), "running_mean " + what);
         expect_close(rv, want_rv, 1e-6, default_rtol<T>(), "running_var " + what);
         auto only_var = rv0;
-        cu::batch_norm_update_running<T>(nullptr, only_var.data(), mean.data(), var.data(), c,
-                                         count, 0.1, nullptr);
+        Cu::update_running<T>(nullptr, only_var.data(), mean.data(), var.data(), c, count, 0.1,
+                              {});
         expect_close(only_var, want_rv, 1e-6, default_rtol<T>(), "running_var alone " + what);
       }
     }
@@ -214,37 +202,55 @@ TEST(EmuBatchNorm, StatsAndBackwardAreDeterministic) {
   const int64_t n = 7, c = 3, hw = 4097;
   const auto x = random_values<float>(n * c * hw, 11, -50.f, 50.f);
   const auto gy = random_values<float>(n * c * hw, 12);
-  std::array<std::vector<float>, 2> mean, var, invstd, gw, gb;
+  std::array<std::vector<double>, 2> mean, var, invstd;
+  std::array<std::vector<float>, 2> gw, gb;
   for (int run = 0; run < 2; ++run) {
     mean[run].resize(static_cast<size_t>(c));
     var[run].resize(static_cast<size_t>(c));
     invstd[run].resize(static_cast<size_t>(c));
     gw[run].resize(static_cast<size_t>(c));
     gb[run].resize(static_cast<size_t>(c));
-    cu::batch_norm_stats<float>(x.data(), n, c, hw, mean[run].data(), var[run].data(),
-                                invstd[run].data(), kEps, nullptr);
-    cu::batch_norm_backward<float>(gy.data(), x.data(), n, c, hw, mean[run].data(),
-                                   invstd[run].data(), nullptr, true, nullptr, gw[run].data(),
-                                   gb[run].data(), nullptr);
+    Cu::stats<float>(x.data(), n, c, hw, mean[run].data(), var[run].data(), invstd[run].data(),
+                     kEps, {});
+    Cu::backward<float>(gy.data(), x.data(), n, c, hw, mean[run].data(), invstd[run].data(),
+                        nullptr, true, nullptr, gw[run].data(), gb[run].data(), {});
   }
   const size_t bytes = size_t(c) * sizeof(float);
-  EXPECT_EQ(std::memcmp(mean[0].data(), mean[1].data(), bytes), 0);
-  EXPECT_EQ(std::memcmp(var[0].data(), var[1].data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(mean[0].data(), mean[1].data(), 2 * bytes), 0);
+  EXPECT_EQ(std::memcmp(var[0].data(), var[1].data(), 2 * bytes), 0);
   EXPECT_EQ(std::memcmp(gw[0].data(), gw[1].data(), bytes), 0);
   EXPECT_EQ(std::memcmp(gb[0].data(), gb[1].data(), bytes), 0);
 }
 
-TEST(EmuBatchNorm, RejectsBadArguments) {
-  std::vector<float> x(8), mean(2), var(2);
-  EXPECT_THROW(cu::batch_norm_stats<float>(x.data(), 2, -2, 2, mean.data(), var.data(), nullptr,
-                                           kEps, nullptr),
-               Error);
-  EXPECT_THROW(
-      cu::batch_norm_stats<float>(x.data(), 2, 2, 2, nullptr, var.data(), nullptr, kEps, nullptr),
-      Error);
-  EXPECT_THROW(cu::batch_norm_stats<float>(x.data(), 2, 2, 2, mean.data(), var.data(), nullptr,
-                                           -1.0, nullptr),
-               Error);
+// The statistics accumulate in f64 on both backends (CUDA used f32): a channel whose f32 sum
+// would lose its small values to one large one gets the CPU's mean to the last bits of an f64.
+TEST(EmuBatchNorm, StatisticsAccumulateInDoubleOnBothBackends) {
+  const int64_t n = 1, c = 1, hw = 1 << 16;
+  std::vector<float> x(size_t(hw), 1e-3f);
+  x[0] = 4096.f;
+  double mean = 0, var = 0, want_mean = 0, want_var = 0;
+  Cu::stats<float>(x.data(), n, c, hw, &mean, &var, nullptr, kEps, {});
+  Cpu::stats<float>(x.data(), n, c, hw, &want_mean, &want_var, nullptr, kEps, {});
+  const double exact = (4096.0 + double(hw - 1) * double(1e-3f)) / double(hw);
+  EXPECT_NEAR(want_mean, exact, 1e-15);
+  EXPECT_NEAR(mean, exact, 1e-15);
+  EXPECT_NEAR(var, want_var, 1e-12 * want_var);
+}
+
+TEST(EmuBatchNorm, RejectsBadArgumentsOnBothBackends) {
+  std::vector<float> x(8);
+  std::vector<double> mean(2), var(2);
+  const auto both = [&]<class K>() {
+    EXPECT_THROW(K::template stats<float>(x.data(), 2, -2, 2, mean.data(), var.data(), nullptr,
+                                          kEps, {}),
+                 Error);
+    EXPECT_THROW(K::template stats<float>(x.data(), 2, 2, 2, mean.data(), var.data(), nullptr,
+                                          -1.0, {}),
+                 Error);
+  };
+  both.template operator()<Cu>();
+  both.template operator()<Cpu>();
+  EXPECT_THROW(Cu::stats<float>(x.data(), 2, 2, 2, nullptr, var.data(), nullptr, kEps, {}), Error);
 }
 
 }  // namespace

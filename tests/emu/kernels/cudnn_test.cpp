@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "emu/kernels/kernel_test_util.h"
-#include "kernels/cuda/batch_norm.h"
+#include "kernels/cuda/batch_norm_cudnn.h"
 #include "kernels/cuda/conv2d.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/error.h"

@@ -1,0 +1,55 @@
+// The batch-norm kernels, one contract for both backends (kernels/backend.h), on arrays viewed as
+// [n, c, hw] (hw = 1 for [N, C] inputs): per-channel statistics, normalize + affine, the
+// running-statistics update and the backward. kernels/cpu/batch_norm.cpp defines BatchNorm<Cpu>
+// (f32, f64), kernels/cuda/batch_norm.cu BatchNorm<Cuda> (f32, f64, f16, bf16); cuDNN's batch
+// norm, a CUDA-only alternative with its own f32 statistics, is kernels/cuda/batch_norm_cudnn.h.
+//
+// Shared rules: per-channel sums accumulate in f64 and the statistics (mean, var, invstd) are f64
+// arrays on the device, as PyTorch's CPU batch norm keeps them; per-channel coefficients are
+// formed in f64 and rounded once to the compute type (f64 for f64, f32 otherwise), in which the
+// elementwise parts run. Results do not depend on the thread count or timing.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "kernels/error.h"
+
+namespace rg::kernels {
+
+template <class B>
+struct BatchNorm {
+  // mean[ch] and the biased variance var[ch] over the n * hw values of each channel (two passes:
+  // the variance sums squares around the mean); invstd[ch] = 1 / sqrt(var[ch] + eps) unless
+  // invstd is null.
+  template <class T>
+  static void stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var,
+                    double* invstd, double eps, Ctx ctx);
+  // y = (x - mean) * (invstd * weight) + bias; weight/bias may be null (1 and 0).
+  template <class T>
+  static void apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
+                    const double* invstd, const T* weight, const T* bias, T* y, Ctx ctx);
+  // running = (1 - momentum) * running + momentum * batch (in f64), with the unbiased batch
+  // variance var * count / (count - 1) for running_var (PyTorch's formula); either may be null.
+  template <class T>
+  static void update_running(T* running_mean, T* running_var, const double* mean,
+                             const double* var, int64_t c, int64_t count, double momentum,
+                             Ctx ctx);
+  // From gy: gx (null: not wanted), gweight and gbias (null: not wanted). With batch statistics
+  // (training) gx = weight * invstd / m * (m * gy - sum(gy) - xhat * sum(gy * xhat)) over the
+  // m = n * hw values of a channel; with running statistics gx = gy * weight * invstd.
+  template <class T>
+  static void backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                       const double* mean, const double* invstd, const T* weight, bool batch_stats,
+                       T* gx, T* gweight, T* gbias, Ctx ctx);
+};
+
+namespace detail {
+
+inline void check_batch_norm_sizes(const char* op, int64_t n, int64_t c, int64_t hw) {
+  RG_CHECK(n >= 0 && c >= 0 && hw >= 0, op, ": sizes must be non-negative, got n ", n, ", c ", c,
+           ", hw ", hw);
+}
+
+}  // namespace detail
+}  // namespace rg::kernels
