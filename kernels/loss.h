@@ -1,7 +1,7 @@
 // The loss kernels, one contract for both backends (kernels/backend.h): softmax and log_softmax
-// over one dimension of an array viewed as (outer, c, inner), forward and backward, and the
+// over one dimension of an array viewed as (outer, c, inner), forward and backward, the
 // class-index losses nll_loss and cross_entropy (with label smoothing) on [n, c] rows, mean over
-// the batch as engine/ops/loss.h. kernels/cpu/loss.cpp defines Loss<Cpu> (f32, f64) and
+// the batch as engine/ops/loss.h, and the regression loss mse_loss. kernels/cpu/loss.cpp defines Loss<Cpu> (f32, f64) and
 // kernels/cuda/loss.cu Loss<Cuda> (f32, f64, f16, bf16); every pointer is on the backend's device.
 //
 // Shared rules:
@@ -64,6 +64,21 @@ struct Loss {
   static void cross_entropy_backward(const T* logits, const int64_t* target, const T* lse,
                                      const T* grad_loss, T* grad_in, int64_t n, int64_t c,
                                      double label_smoothing, Ctx ctx);
+
+  // Blocks of partial sums mse_loss adds (a fixed number, so the sum's order depends on n only).
+  static constexpr int64_t kMseBlocks = 64;
+  // Scratch bytes mse_loss needs (the f64 partial sums).
+  static int64_t mse_loss_workspace_bytes(int64_t) {
+    return kMseBlocks * static_cast<int64_t>(sizeof(double));
+  }
+  // loss[0] = mean_i (x[i] - y[i])^2 over n values: squares summed in f64 over kMseBlocks
+  // contiguous chunks, then the chunks in order (NaN when n == 0, as PyTorch's mean).
+  template <class T>
+  static void mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace workspace, Ctx ctx);
+  // gx[i] = 2 * (x[i] - y[i]) * grad_loss[0] / n and gy[i] = -gx[i]; either may be null.
+  template <class T>
+  static void mse_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
+                                int64_t n, Ctx ctx);
 };
 
 namespace detail {

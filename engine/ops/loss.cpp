@@ -147,4 +147,33 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
       });
 }
 
+Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  check_inputs("mse_loss", {input, target});
+  RG_CHECK(input.shape() == target.shape(), "mse_loss: input shape ", shape_str(input.shape()),
+           " does not match target shape ", shape_str(target.shape()));
+  const Tensor& x = input, &y = target;
+  const int64_t n = x.numel();
+  Tensor out = Tensor::empty({}, x.dtype(), x.device());
+  dispatch_on(x.device(), x.dtype(), "mse_loss", [&]<class T, class B>() {
+    using K = kernels::Loss<B>;
+    const Tensor ws = Tensor::empty({K::mse_loss_workspace_bytes(n)}, DType::u8, x.device());
+    K::mse_loss(x.data<T>(), y.data<T>(), out.data<T>(), n,
+                kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(x));
+  });
+  const bool gx = autograd::needs_grad({input}), gy = autograd::needs_grad({target});
+  return autograd::record(
+      out, "MseLossBackward", {input, target},
+      [sx = SavedTensor(x), sy = SavedTensor(y), n, gx, gy](const Tensor& g) {
+        const Tensor xv = sx.get(), yv = sy.get();
+        Tensor dx = gx ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+        Tensor dy = gy ? Tensor::empty(yv.shape(), yv.dtype(), yv.device()) : Tensor();
+        dispatch_on(xv.device(), xv.dtype(), "mse_loss_backward", [&]<class T, class B>() {
+          kernels::Loss<B>::mse_loss_backward(xv.data<T>(), yv.data<T>(), g.data<T>(),
+                                              gx ? dx.data<T>() : nullptr,
+                                              gy ? dy.data<T>() : nullptr, n, kernel_ctx(xv));
+        });
+        return std::vector<Tensor>{dx, dy};
+      });
+}
+
 }  // namespace rg

@@ -1,5 +1,5 @@
 // Classification losses with class-index targets (mean over the batch, like PyTorch's defaults):
-// softmax, log_softmax, nll_loss and a fused cross_entropy with label smoothing. A target outside
+// softmax, log_softmax, nll_loss, a fused cross_entropy with label smoothing, and mse_loss. A target outside
 // [0, C) is an error naming its row on every device (on CUDA the loss reads one value back).
 #pragma once
 
@@ -21,5 +21,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target);
 // nll_loss(log_softmax(logits, 1), target) in one pass, with PyTorch's label smoothing:
 // (1 - eps) * nll + eps * mean_i mean_j(-log_softmax(logits)[i, j]); eps must be in [0, 1].
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
+
+// mean((input - target)^2) over all elements, as torch.nn.functional.mse_loss; input and target
+// have the same shape (no broadcasting) and both may require grad; a 0-d result.
+Tensor mse_loss(const Tensor& input, const Tensor& target);
 
 }  // namespace rg

@@ -231,6 +231,49 @@ void Loss<Cpu>::cross_entropy_backward(const T* logits, const int64_t* target, c
   });
 }
 
+template <>
+template <class T>
+void Loss<Cpu>::mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace workspace,
+                         Ctx ctx) {
+  RG_CHECK(n >= 0, "mse_loss: n must be non-negative, got ", n);
+  detail::check_workspace("mse_loss", workspace, mse_loss_workspace_bytes(n));
+  double* partial = static_cast<double*>(workspace.data);
+  cpu::parallel_for(
+      0, kMseBlocks, 1,
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t b = lo; b < hi; ++b) {
+          double acc = 0;
+          for (int64_t i = n * b / kMseBlocks; i < n * (b + 1) / kMseBlocks; ++i) {
+            const double d = double(x[i]) - double(y[i]);
+            acc += d * d;
+          }
+          partial[b] = acc;
+        }
+      },
+      ctx.threads);
+  double total = 0;
+  for (int64_t b = 0; b < kMseBlocks; ++b) total += partial[b];
+  loss[0] = T(total / double(n));
+}
+
+template <>
+template <class T>
+void Loss<Cpu>::mse_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
+                                  int64_t n, Ctx ctx) {
+  RG_CHECK(n >= 0, "mse_loss_backward: n must be non-negative, got ", n);
+  const T scale = T(2.0 * double(grad_loss[0]) / double(n));
+  cpu::parallel_for(
+      0, n, kGrain,
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          const T g = (x[i] - y[i]) * scale;
+          if (gx) gx[i] = g;
+          if (gy) gy[i] = -g;
+        }
+      },
+      ctx.threads);
+}
+
 // Not in an unnamed namespace: an internal function that nothing calls need not be emitted, and
 // with it the kernels it names. The name says the backend: the CUDA file has its own list.
 template <class T>
@@ -239,7 +282,8 @@ auto cpu_loss_kernels() {
   return std::tuple{&K::log_softmax<T>,    &K::log_softmax_backward<T>,
                     &K::softmax<T>,        &K::softmax_backward<T>,
                     &K::nll_loss<T>,       &K::nll_loss_backward<T>,
-                    &K::cross_entropy<T>,  &K::cross_entropy_backward<T>};
+                    &K::cross_entropy<T>,  &K::cross_entropy_backward<T>,
+                    &K::mse_loss<T>,       &K::mse_loss_backward<T>};
 }
 RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_loss_kernels)
 

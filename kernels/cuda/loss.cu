@@ -237,6 +237,42 @@ __global__ void cross_entropy_backward_kernel(const D* logits, const int64_t* ta
   }
 }
 
+// Block b of kLoss::kMseBlocks: the f64 sum of (x - y)^2 over its contiguous chunk.
+template <class D>
+__global__ void mse_partial_kernel(const D* x, const D* y, double* partial, int64_t n,
+                                   int64_t blocks) {
+  __shared__ double scratch[32];
+  const int64_t b = blockIdx.x;
+  double acc = 0;
+  for (int64_t i = n * b / blocks + threadIdx.x; i < n * (b + 1) / blocks; i += blockDim.x) {
+    const double d = static_cast<double>(load(x[i])) - static_cast<double>(load(y[i]));
+    acc += d * d;
+  }
+  acc = block_reduce(acc, SumOp{}, 0.0, scratch);
+  if (threadIdx.x == 0) partial[b] = acc;
+}
+
+// One thread: the partial sums in order, as the CPU adds them.
+template <class D>
+__global__ void mse_finish_kernel(const double* partial, D* loss, int64_t n, int64_t blocks) {
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) total += partial[b];
+  *loss = store<D>(total / static_cast<double>(n));
+}
+
+template <class D>
+__global__ void mse_backward_kernel(const D* x, const D* y, const D* grad_loss, D* gx, D* gy,
+                                    int64_t n) {
+  using A = compute_t<D>;
+  const A scale = static_cast<A>(2.0 * static_cast<double>(load(*grad_loss)) /
+                                 static_cast<double>(n));
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const A g = (load(x[i]) - load(y[i])) * scale;
+    if (gx) gx[i] = store<D>(g);
+    if (gy) gy[i] = store<D>(-g);
+  }
+}
+
 // Threads for a row of `len` elements: whole warps, at most kRowThreads.
 unsigned int row_threads(int64_t len) {
   return static_cast<unsigned int>(std::clamp<int64_t>((len + 31) / 32 * 32, 32, kRowThreads));
@@ -360,6 +396,31 @@ void Loss<Cuda>::cross_entropy_backward(const T* logits, const int64_t* target, 
             c, static_cast<A>(label_smoothing));
 }
 
+template <>
+template <class T>
+void Loss<Cuda>::mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace workspace,
+                          Ctx ctx) {
+  using D = device_t<T>;
+  RG_CHECK(n >= 0, "mse_loss: n must be non-negative, got ", n);
+  detail::check_workspace("mse_loss", workspace, mse_loss_workspace_bytes(n));
+  const auto s = as_stream(ctx.stream);
+  double* partial = static_cast<double*>(workspace.data);
+  RG_LAUNCH(mse_partial_kernel<D>, static_cast<unsigned int>(kMseBlocks), kRowThreads, 0, s,
+            dev(x), dev(y), partial, n, kMseBlocks);
+  RG_LAUNCH(mse_finish_kernel<D>, 1u, 1u, 0, s, partial, dev(loss), n, kMseBlocks);
+}
+
+template <>
+template <class T>
+void Loss<Cuda>::mse_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
+                                   int64_t n, Ctx ctx) {
+  using D = device_t<T>;
+  RG_CHECK(n >= 0, "mse_loss_backward: n must be non-negative, got ", n);
+  if (n == 0) return;
+  RG_LAUNCH(mse_backward_kernel<D>, blocks_for(n), kThreads, 0, as_stream(ctx.stream), dev(x),
+            dev(y), dev(grad_loss), dev(gx), dev(gy), n);
+}
+
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
 auto cuda_loss_kernels() {
@@ -367,7 +428,8 @@ auto cuda_loss_kernels() {
   return std::tuple{&K::log_softmax<T>,    &K::log_softmax_backward<T>,
                     &K::softmax<T>,        &K::softmax_backward<T>,
                     &K::nll_loss<T>,       &K::nll_loss_backward<T>,
-                    &K::cross_entropy<T>,  &K::cross_entropy_backward<T>};
+                    &K::cross_entropy<T>,  &K::cross_entropy_backward<T>,
+                    &K::mse_loss<T>,       &K::mse_loss_backward<T>};
 }
 RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_loss_kernels)
 

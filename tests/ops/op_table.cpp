@@ -538,6 +538,33 @@ OpEntry softmax_entry(const std::string& name, Tensor (*op)(const Tensor&, int64
   return e;
 }
 
+OpEntry mse_loss_entry() {
+  OpEntry e;
+  e.name = "mse_loss";
+  e.forward = [](const V& x) { return mse_loss(x[0], x[1]); };
+  e.half_tolerance_scale = 4;  // a mean over every element
+  e.samples = [] {
+    Generator gen(21);
+    auto pair = [&](const Shape& s) { return V{uniform(s, gen, -2, 2), uniform(s, gen, -2, 2)}; };
+    return std::vector<OpSample>{
+        sample("[5]", pair({5})),
+        sample("[33, 10]", pair({33, 10})),
+        sample("[2, 3, 4, 5]", pair({2, 3, 4, 5})),
+        sample("0-d", pair({})),
+        model_shape("[1000, 7] (more values than partial sums)", pair({1000, 7})),
+        empty_batch("[0, 4]", pair({0, 4})),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("mse_loss", {zeros({2, 3}), zeros({2, 3})});
+    bad.push_back({"shape mismatch", {zeros({2, 3}), zeros({3, 2})},
+                   "mse_loss: input shape [2, 3] does not match target shape [3, 2]"});
+    bad.push_back({"no broadcasting", {zeros({2, 3}), zeros({3})}, "does not match target shape"});
+    return bad;
+  };
+  return e;
+}
+
 // The bad targets of nll_loss and cross_entropy (inputs: [N, C] scores and i64 targets).
 std::vector<OpBadInput> class_target_bad_inputs(const std::string& op) {
   const Tensor x = zeros({2, 3}), t = from_vector<int64_t>({0, 2}, {2});
@@ -968,6 +995,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(flatten_entry());
   t.push_back(softmax_entry("softmax", softmax, 18));
   t.push_back(softmax_entry("log_softmax", log_softmax, 19));
+  t.push_back(mse_loss_entry());
   t.push_back(nll_loss_entry());
   t.push_back(cross_entropy_entry());
   t.push_back(argmax_entry());
