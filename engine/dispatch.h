@@ -45,7 +45,7 @@ decltype(auto) dispatch_cuda_float(DType t, const char* op, F&& f) {
 // The one device dispatch of the engine: f.template operator()<T, B>() with B the backend tag of
 // `device` (kernels::Cpu or kernels::Cuda, kernels/backend.h), for f32/f64 on the CPU and
 // f32/f64/f16/bf16 on CUDA (the RG_*_FLOAT_TYPES lists). An op whose kernels have one contract
-// calls them once, `kernels::Loss<B>::nll_loss(..., kernel_ctx(x))`; code that still differs per
+// calls them once, `kernels::Loss<B>::some_kernel(..., kernel_ctx(x))`; code that still differs per
 // backend branches with `if constexpr (kOnCuda<B>)`. A CPU kernel is never instantiated for a
 // half type.
 template <class B>

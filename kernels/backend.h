@@ -1,6 +1,6 @@
 // What every kernel of ringgrad shares across the two backends (DESIGN.md section 3):
 //   - the backend tags Cpu and Cuda. An op's kernels are declared once, as static member templates
-//     of a class template over the backend (kernels/loss.h: Loss<B>::cross_entropy), and defined
+//     of a class template over the backend (kernels/loss.h: Loss<B>::softmax), and defined
 //     by kernels/cpu/<op>.cpp for Loss<Cpu> and kernels/cuda/<op>.cu for Loss<Cuda>, so both
 //     backends have the same signature by construction and the engine calls Loss<B>::... once;
 //   - Ctx, the execution context every kernel takes last: the stream on CUDA, the thread budget
@@ -51,7 +51,7 @@ struct Workspace {
 // RG_INSTANTIATE(LIST, fn): explicit instantiation of `template <class T> auto fn()` for every
 // type of LIST (RG_CPU_FLOAT_TYPES or RG_CUDA_FLOAT_TYPES). fn returns the addresses of the
 // kernels to instantiate, e.g.
-//   template <class T> auto cpu_loss_kernels() { return std::tuple{&Loss<Cpu>::nll_loss<T>}; }
+//   template <class T> auto cpu_loss_kernels() { return std::tuple{&Loss<Cpu>::softmax<T>}; }
 //   RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_loss_kernels)
 // Taking a kernel's address instantiates it in this translation unit, where its definition is,
 // so a kernel's parameters are never restated for its instantiations. fn must have external
