@@ -88,11 +88,11 @@ void conv_kernel(benchmark::State& state, const Conv2dGeometry& g, bool backward
   Tensor y = empty({g.n, g.o, g.ho, g.wo}), gx = empty(x.shape()), gw = empty(w.shape());
   const auto start = Clock::now();
   for (auto _ : state) {
-    kernels::cpu::conv2d_forward<float>(g, x.data<float>(), w.data<float>(), nullptr,
-                                        y.data<float>());
+    using K = kernels::Conv2d<kernels::Cpu>;
+    K::forward<float>(g, x.data<float>(), w.data<float>(), nullptr, y.data<float>(), false, {}, {});
     if (backward) {
-      kernels::cpu::conv2d_backward<float>(g, x.data<float>(), w.data<float>(), gy.data<float>(),
-                                           gx.data<float>(), gw.data<float>(), nullptr);
+      K::backward<float>(g, x.data<float>(), w.data<float>(), gy.data<float>(), gx.data<float>(),
+                         gw.data<float>(), nullptr, false, {}, {});
     }
     benchmark::ClobberMemory();
   }

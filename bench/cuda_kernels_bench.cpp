@@ -16,7 +16,6 @@
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
-#include "kernels/cuda/conv2d.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
@@ -28,6 +27,7 @@
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/batch_norm.h"
+#include "kernels/conv2d.h"
 #include "kernels/loss.h"
 
 namespace {
@@ -745,43 +745,48 @@ BENCHMARK(BM_GemmF16)->Name("cuda/cublas_gemm_4096_f16")->UseManualTime();
 
 // ResNet-18's CIFAR 3x3 convolutions (batch 32, stride 1, padding 1) through cuDNN, f32 with
 // TF32 allowed (PyTorch's default), per pass: the CPU benchmarks' shapes.
-void BM_CudnnConv(benchmark::State& state, int64_t channels, int64_t hw, kc::ConvPass pass) {
+enum class BenchPass { forward, backward_data, backward_weight };
+void BM_CudnnConv(benchmark::State& state, int64_t channels, int64_t hw, BenchPass pass) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Conv2dGeometry g{32, channels, hw, hw, channels, 3, 3, 1, 1, 1, 1, 1, 1, hw, hw};
+  using K = rg::kernels::Conv2d<rg::kernels::Cuda>;
+  const rg::kernels::Conv2dGeometry g{32, channels, hw, hw, channels, 3, 3, 1, 1, 1, 1, 1, 1, hw, hw};
   const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * g.c * g.kh * g.kw;
   Tensor x = device_tensor(nx), w = device_tensor(nw), y = device_tensor(nx);
   x.fill_(0.5);
   w.fill_(0.01);
   y.fill_(0.25);
   void* s0 = cuda::current_stream(0).handle();
-  Tensor ws = device_tensor(kc::conv2d_workspace_bytes<float>(g, pass, true, s0), DType::u8);
+  const auto kernel_pass = pass == BenchPass::forward ? rg::kernels::ConvPass::forward
+                                                      : rg::kernels::ConvPass::backward;
+  Tensor ws = device_tensor(K::workspace_bytes<float>(g, kernel_pass, true, {s0}), DType::u8);
+  const rg::kernels::Workspace workspace{ws.raw_data(), ws.numel()};
   const double flops = 2.0 * double(g.n * g.o * g.ho * g.wo) * double(g.c * g.kh * g.kw);
   run_flops(state, flops, [&](void* s) {
     switch (pass) {
-      case kc::ConvPass::forward:
-        kc::conv2d_forward<float>(g, x.data<float>(), w.data<float>(), y.data<float>(), true,
-                                  ws.raw_data(), ws.numel(), s);
+      case BenchPass::forward:
+        K::forward<float>(g, x.data<float>(), w.data<float>(), nullptr, y.data<float>(), true,
+                          workspace, {s});
         break;
-      case kc::ConvPass::backward_data:
-        kc::conv2d_backward_data<float>(g, w.data<float>(), y.data<float>(), x.data<float>(), true,
-                                        ws.raw_data(), ws.numel(), s);
+      case BenchPass::backward_data:
+        K::backward<float>(g, nullptr, w.data<float>(), y.data<float>(), x.data<float>(), nullptr,
+                           nullptr, true, workspace, {s});
         break;
-      case kc::ConvPass::backward_weight:
-        kc::conv2d_backward_weight<float>(g, x.data<float>(), y.data<float>(), w.data<float>(),
-                                          true, ws.raw_data(), ws.numel(), s);
+      case BenchPass::backward_weight:
+        K::backward<float>(g, x.data<float>(), nullptr, y.data<float>(), nullptr, w.data<float>(),
+                           nullptr, true, workspace, {s});
         break;
     }
   });
 }
-#define RG_CONV_BENCH(ch, hw)                                                     \
-  BENCHMARK_CAPTURE(BM_CudnnConv, fwd_##ch, ch, hw, kc::ConvPass::forward)        \
-      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/forward")           \
-      ->UseManualTime();                                                          \
-  BENCHMARK_CAPTURE(BM_CudnnConv, dx_##ch, ch, hw, kc::ConvPass::backward_data)   \
-      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_data")     \
-      ->UseManualTime();                                                          \
-  BENCHMARK_CAPTURE(BM_CudnnConv, dw_##ch, ch, hw, kc::ConvPass::backward_weight) \
-      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_weight")   \
+#define RG_CONV_BENCH(ch, hw)                                                      \
+  BENCHMARK_CAPTURE(BM_CudnnConv, fwd_##ch, ch, hw, BenchPass::forward)            \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/forward")            \
+      ->UseManualTime();                                                           \
+  BENCHMARK_CAPTURE(BM_CudnnConv, dx_##ch, ch, hw, BenchPass::backward_data)       \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_data")      \
+      ->UseManualTime();                                                           \
+  BENCHMARK_CAPTURE(BM_CudnnConv, dw_##ch, ch, hw, BenchPass::backward_weight)     \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_weight")    \
       ->UseManualTime();
 RG_CONV_BENCH(64, 32)
 RG_CONV_BENCH(128, 16)

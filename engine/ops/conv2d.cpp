@@ -1,6 +1,6 @@
-// conv2d forward and backward through kernels::cpu::conv2d (im2col + GEMM; the backward is one
-// kernel call that produces only the gradients the inputs need) or, on CUDA, cuDNN
-// (kernels::cuda::conv2d) with the bias as a per-channel add and a sum.
+// conv2d forward and backward through kernels/conv2d.h's Conv2d<B> on either device (im2col +
+// GEMM on the CPU, cuDNN on CUDA; the bias inside the kernels on both). The backward is one kernel
+// call that produces only the gradients the inputs need.
 #include "engine/ops/conv2d.h"
 
 #include <atomic>
@@ -8,16 +8,13 @@
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
-#include "engine/ops/reduce.h"
-#include "kernels/cpu/conv2d.h"
-#include "kernels/cuda/conv2d.h"
-#include "kernels/cuda/elementwise.h"
+#include "kernels/conv2d.h"
 #include "kernels/error.h"
 
 namespace rg {
 
 using autograd::SavedTensor;
-using kernels::cpu::Conv2dGeometry;
+using kernels::Conv2dGeometry;
 
 namespace {
 
@@ -68,30 +65,16 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tens
 
 std::atomic<bool> cudnn_tf32{true};
 
-// A u8 scratch tensor on t's device for `pass` of geometry g (cuDNN's algorithm choice, cached).
-template <class T>
-Tensor conv_workspace(const Conv2dGeometry& g, kernels::cuda::ConvPass pass, const Tensor& t) {
+// A u8 scratch tensor on t's device for `pass` of geometry g (on CUDA cuDNN's algorithm choice,
+// cached; empty on the CPU).
+template <class T, class B>
+Tensor conv_workspace(const Conv2dGeometry& g, kernels::ConvPass pass, const Tensor& t) {
   return Tensor::empty(
-      {kernels::cuda::conv2d_workspace_bytes<T>(g, pass, cudnn_tf32.load(), cuda_stream(t))},
+      {kernels::Conv2d<B>::template workspace_bytes<T>(g, pass, cudnn_tf32.load(), kernel_ctx(t))},
       DType::u8, t.device());
 }
 
-// The CUDA forward: cuDNN's convolution, then the bias as a per-channel add.
-Tensor conv2d_forward_cuda(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight,
-                           const Tensor& bias) {
-  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
-  dispatch_cuda_float(x.dtype(), "conv2d", [&]<class T>() {
-    const Tensor ws = conv_workspace<T>(g, kernels::cuda::ConvPass::forward, x);
-    kernels::cuda::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(), out.data<T>(),
-                                     cudnn_tf32.load(), ws.raw_data(), ws.numel(), cuda_stream(x));
-    if (bias.defined()) {
-      kernels::cuda::binary_per_channel<T>(kernels::cpu::BinaryOp::add, out.data<T>(),
-                                           bias.data<T>(), out.data<T>(), g.n, g.o, g.ho * g.wo,
-                                           false, cuda_stream(x));
-    }
-  });
-  return out;
-}
+kernels::Workspace as_workspace(const Tensor& ws) { return {ws.raw_data(), ws.numel()}; }
 
 }  // namespace
 
@@ -102,16 +85,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
               std::array<int64_t, 2> dilation) {
   const Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
-  Tensor out;
-  if (x.device().is_cuda()) {
-    out = conv2d_forward_cuda(g, x, weight, bias);
-  } else {
-    out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
-    dispatch_float(x.dtype(), "conv2d", [&]<class T>() {
-      kernels::cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(),
-                                      bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
-    });
-  }
+  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
+  dispatch_on(x.device(), x.dtype(), "conv2d", [&]<class T, class B>() {
+    const Tensor ws = conv_workspace<T, B>(g, kernels::ConvPass::forward, x);
+    kernels::Conv2d<B>::forward(g, x.data<T>(), weight.data<T>(),
+                                bias.defined() ? bias.data<T>() : nullptr, out.data<T>(),
+                                cudnn_tf32.load(), as_workspace(ws), kernel_ctx(x));
+  });
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
   // x is needed only for the weight gradient, weight only for the input gradient.
@@ -123,31 +103,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         Tensor dx =
             gx ? Tensor::empty({g.n, g.c, g.h, g.w}, grad.dtype(), grad.device()) : Tensor();
         Tensor dw = gw ? Tensor::empty(wshape, grad.dtype(), grad.device()) : Tensor();
-        if (grad.device().is_cuda()) {
-          namespace kc = kernels::cuda;
-          dispatch_cuda_float(grad.dtype(), "conv2d backward", [&]<class T>() {
-            if (gx) {
-              const Tensor ws = conv_workspace<T>(g, kc::ConvPass::backward_data, grad);
-              kc::conv2d_backward_data<T>(g, wv.data<T>(), grad.data<T>(), dx.data<T>(),
-                                          cudnn_tf32.load(), ws.raw_data(), ws.numel(),
-                                          cuda_stream(grad));
-            }
-            if (gw) {
-              const Tensor ws = conv_workspace<T>(g, kc::ConvPass::backward_weight, grad);
-              kc::conv2d_backward_weight<T>(g, xv.data<T>(), grad.data<T>(), dw.data<T>(),
-                                            cudnn_tf32.load(), ws.raw_data(), ws.numel(),
-                                            cuda_stream(grad));
-            }
-          });
-          // The bias gradient: gy summed over the batch and the pixels.
-          return {dx, dw, gb ? sum(grad.detach(), {0, 2, 3}) : Tensor()};
-        }
         Tensor db = gb ? Tensor::empty({g.o}, grad.dtype(), grad.device()) : Tensor();
-        dispatch_float(grad.dtype(), "conv2d backward", [&]<class T>() {
-          kernels::cpu::conv2d_backward<T>(g, gw ? xv.data<T>() : nullptr,
-                                           gx ? wv.data<T>() : nullptr, grad.data<T>(),
-                                           gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
-                                           gb ? db.data<T>() : nullptr);
+        dispatch_on(grad.device(), grad.dtype(), "conv2d backward", [&]<class T, class B>() {
+          const Tensor ws = gx || gw ? conv_workspace<T, B>(g, kernels::ConvPass::backward, grad)
+                                     : Tensor::empty({0}, DType::u8, grad.device());
+          kernels::Conv2d<B>::backward(g, gw ? xv.data<T>() : nullptr,
+                                       gx ? wv.data<T>() : nullptr, grad.data<T>(),
+                                       gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
+                                       gb ? db.data<T>() : nullptr, cudnn_tf32.load(),
+                                       as_workspace(ws), kernel_ctx(grad));
         });
         return {dx, dw, db};
       });

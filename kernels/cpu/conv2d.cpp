@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -454,6 +455,8 @@ GemmShape conv2d_weight_grad_gemm(const Conv2dGeometry& g, int64_t element_size)
   return {g.o, p.k, p.nb * p.rows * g.wo};
 }
 
+namespace {
+
 template <class T>
 void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   if (g.n == 0) return;
@@ -482,8 +485,6 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bi
     }
   });
 }
-
-namespace {
 
 // gx from gy. For stride 1 the input gradient is itself a convolution: gy, padded by
 // d*(k-1) - p, correlated with the weights transposed to [c, o] and flipped in space. That runs
@@ -593,8 +594,6 @@ void conv2d_weight_grad(const Conv2dGeometry& g, const T* x, const T* gy, T* gw)
   }
 }
 
-}  // namespace
-
 template <class T>
 void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw,
                      T* gb) {
@@ -619,13 +618,37 @@ void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* g
   if (gw) conv2d_weight_grad(g, x, gy, gw);
 }
 
-template void conv2d_forward<float>(const Conv2dGeometry&, const float*, const float*, const float*,
-                                    float*);
-template void conv2d_forward<double>(const Conv2dGeometry&, const double*, const double*,
-                                     const double*, double*);
-template void conv2d_backward<float>(const Conv2dGeometry&, const float*, const float*,
-                                     const float*, float*, float*, float*);
-template void conv2d_backward<double>(const Conv2dGeometry&, const double*, const double*,
-                                      const double*, double*, double*, double*);
-
+}  // namespace
 }  // namespace rg::kernels::cpu
+
+namespace rg::kernels {
+
+template <>
+template <class T>
+int64_t Conv2d<Cpu>::workspace_bytes(const Conv2dGeometry&, ConvPass, bool, Ctx) {
+  return 0;  // the CPU convolution allocates its own scratch
+}
+
+template <>
+template <class T>
+void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
+                          bool, Workspace, Ctx) {
+  cpu::conv2d_forward(g, x, w, bias, y);
+}
+
+template <>
+template <class T>
+void Conv2d<Cpu>::backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx,
+                           T* gw, T* gb, bool, Workspace, Ctx) {
+  cpu::conv2d_backward(g, x, w, gy, gx, gw, gb);
+}
+
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cpu_conv2d_kernels() {
+  using K = Conv2d<Cpu>;
+  return std::tuple{&K::workspace_bytes<T>, &K::forward<T>, &K::backward<T>};
+}
+RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_conv2d_kernels)
+
+}  // namespace rg::kernels

@@ -1,6 +1,9 @@
-// cuDNN convolution: RAII descriptors and handles (kernels/cuda/cudnn_common.h), and each pass's
-// algorithm cached by shape. Uses cuDNN 9's convolution C API (cudnn_cnn.h; deprecated in favour
-// of the graph API, but complete and stable).
+// Conv2d<Cuda> (kernels/conv2d.h): cuDNN's convolution with RAII descriptors and handles
+// (kernels/cuda/cudnn_common.h) and each pass's algorithm cached by shape, plus our bias kernels
+// (a per-channel add after the forward; the bias gradient as one block per channel summing in
+// f64, as the CPU does). Uses cuDNN 9's convolution C API (cudnn_cnn.h; deprecated in favour of
+// the graph API, but complete and stable).
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -8,13 +11,18 @@
 #include <type_traits>
 
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/conv2d.h"
+#include "kernels/conv2d.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/cuda/cudnn_common.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
 namespace rg::kernels::cuda {
 namespace {
+
+// The cuDNN passes, each with its own algorithm choice and workspace.
+enum class CudnnPass { forward, backward_data, backward_weight };
 
 using cudnn::as_int;
 using cudnn::data_type;
@@ -95,7 +103,7 @@ using CacheKey = std::tuple<int, int, std::array<int64_t, 15>, int, bool>;
 // The cached algorithm of (current device, geometry, dtype, pass, math), chosen on first use.
 // Called with h's mutex held.
 template <class T>
-Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g, ConvPass pass,
+Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g, CudnnPass pass,
               bool allow_tf32) {
   static std::map<CacheKey, Choice> cache;
   int device = 0;
@@ -113,12 +121,12 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   constexpr int kMax = 16;
   int count = 0;
   Choice c{};
-  if (pass == ConvPass::forward) {
+  if (pass == CudnnPass::forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
                                                          &count, perf));
     c = pick(perf, count, "forward");
-  } else if (pass == ConvPass::backward_data) {
+  } else if (pass == CudnnPass::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     RG_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d,
                                                               kMax, &count, perf));
@@ -138,14 +146,12 @@ template <class T>
 void check_workspace(Choice c, void* workspace, int64_t bytes) {
   RG_CHECK(bytes >= int64_t(c.workspace) && (workspace != nullptr || c.workspace == 0),
            "cuda::conv2d: the algorithm needs a workspace of ", c.workspace, " bytes, got ", bytes,
-           " (size it with conv2d_workspace_bytes)");
+           " (size it with Conv2d<Cuda>::workspace_bytes)");
 }
 
-}  // namespace
-
 template <class T>
-int64_t conv2d_workspace_bytes(const Conv2dGeometry& g, ConvPass pass, bool allow_tf32,
-                               void* stream) {
+int64_t pass_workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, bool allow_tf32,
+                             void* stream) {
   if (empty(g)) return 0;
   const LockedHandle h(stream);
   const Descriptors<T> d(g, allow_tf32);
@@ -164,7 +170,7 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
   const LockedHandle handle(stream);
   const Descriptors<T> d(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, ConvPass::forward, allow_tf32);
+  const Choice c = choose<T>(h, d, g, CudnnPass::forward, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionForward(h, &one, d.x.d, x, d.w.d, w, d.conv.d,
@@ -185,7 +191,7 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
   const LockedHandle handle(stream);
   const Descriptors<T> d(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, ConvPass::backward_data, allow_tf32);
+  const Choice c = choose<T>(h, d, g, CudnnPass::backward_data, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionBackwardData(h, &one, d.w.d, w, d.y.d, gy, d.conv.d,
@@ -208,7 +214,7 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
   const LockedHandle handle(stream);
   const Descriptors<T> d(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, ConvPass::backward_weight, allow_tf32);
+  const Choice c = choose<T>(h, d, g, CudnnPass::backward_weight, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionBackwardFilter(h, &one, d.x.d, x, d.y.d, gy, d.conv.d,
@@ -216,18 +222,90 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
                                                size_t(workspace_bytes), &zero, d.w.d, gw));
 }
 
-#define RG_INSTANTIATE(T)                                                                      \
-  template int64_t conv2d_workspace_bytes<T>(const Conv2dGeometry&, ConvPass, bool, void*);    \
-  template void conv2d_forward<T>(const Conv2dGeometry&, const T*, const T*, T*, bool, void*,  \
-                                  int64_t, void*);                                             \
-  template void conv2d_backward_data<T>(const Conv2dGeometry&, const T*, const T*, T*, bool,   \
-                                        void*, int64_t, void*);                                \
-  template void conv2d_backward_weight<T>(const Conv2dGeometry&, const T*, const T*, T*, bool, \
-                                          void*, int64_t, void*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-RG_INSTANTIATE(Half)
-RG_INSTANTIATE(BFloat16)
-#undef RG_INSTANTIATE
+// y[i, oc, :] += bias[oc], in the compute type.
+template <class D>
+__global__ void add_bias_kernel(D* y, const D* bias, int64_t o, int64_t hw, int64_t total) {
+  for (int64_t idx = detail::grid_start(); idx < total; idx += detail::grid_stride()) {
+    y[idx] = detail::store<D>(detail::load(y[idx]) + detail::load(bias[idx / hw % o]));
+  }
+}
 
+// gb[oc] = sum over the batch and pixels of gy[:, oc, :], one block per channel, in f64.
+template <class D>
+__global__ void bias_grad_kernel(const D* gy, D* gb, int64_t n, int64_t o, int64_t hw) {
+  __shared__ double scratch[32];
+  for (int64_t oc = blockIdx.x; oc < o; oc += gridDim.x) {
+    double acc = 0;
+    for (int64_t j = threadIdx.x; j < n * hw; j += blockDim.x) {
+      acc += static_cast<double>(detail::load(gy[(j / hw * o + oc) * hw + j % hw]));
+    }
+    acc = detail::block_sum(acc, scratch);
+    if (threadIdx.x == 0) gb[oc] = detail::store<D>(acc);
+  }
+}
+
+constexpr unsigned int kBiasThreads = 256;
+constexpr int64_t kMaxGrid = 65535;
+
+}  // namespace
 }  // namespace rg::kernels::cuda
+
+namespace rg::kernels {
+
+using cuda::CudnnPass;
+
+template <>
+template <class T>
+int64_t Conv2d<Cuda>::workspace_bytes(const Conv2dGeometry& g, ConvPass pass, bool allow_tf32,
+                                      Ctx ctx) {
+  if (pass == ConvPass::forward) {
+    return cuda::pass_workspace_bytes<T>(g, CudnnPass::forward, allow_tf32, ctx.stream);
+  }
+  return std::max(
+      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_data, allow_tf32, ctx.stream),
+      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_weight, allow_tf32, ctx.stream));
+}
+
+template <>
+template <class T>
+void Conv2d<Cuda>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
+                           bool allow_tf32, Workspace workspace, Ctx ctx) {
+  using D = cuda::detail::device_t<T>;
+  cuda::conv2d_forward(g, x, w, y, allow_tf32, workspace.data, workspace.bytes, ctx.stream);
+  const int64_t hw = g.ho * g.wo, total = g.n * g.o * hw;
+  if (bias == nullptr || total == 0) return;
+  RG_LAUNCH(cuda::add_bias_kernel<D>, cuda::detail::blocks_for(total), cuda::detail::kThreads, 0,
+            cuda::detail::as_stream(ctx.stream), cuda::detail::dev(y), cuda::detail::dev(bias),
+            g.o, hw, total);
+}
+
+template <>
+template <class T>
+void Conv2d<Cuda>::backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx,
+                            T* gw, T* gb, bool allow_tf32, Workspace workspace, Ctx ctx) {
+  using D = cuda::detail::device_t<T>;
+  if (gb != nullptr && g.o > 0) {
+    RG_LAUNCH(cuda::bias_grad_kernel<D>,
+              static_cast<unsigned int>(std::min<int64_t>(g.o, cuda::kMaxGrid)),
+              cuda::kBiasThreads, 0, cuda::detail::as_stream(ctx.stream), cuda::detail::dev(gy),
+              cuda::detail::dev(gb), g.n, g.o, g.ho * g.wo);
+  }
+  if (gx != nullptr) {
+    cuda::conv2d_backward_data(g, w, gy, gx, allow_tf32, workspace.data, workspace.bytes,
+                               ctx.stream);
+  }
+  if (gw != nullptr) {
+    cuda::conv2d_backward_weight(g, x, gy, gw, allow_tf32, workspace.data, workspace.bytes,
+                                 ctx.stream);
+  }
+}
+
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_conv2d_kernels() {
+  using K = Conv2d<Cuda>;
+  return std::tuple{&K::workspace_bytes<T>, &K::forward<T>, &K::backward<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_conv2d_kernels)
+
+}  // namespace rg::kernels

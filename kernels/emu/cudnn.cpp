@@ -18,7 +18,7 @@
 
 #include "kernels/batch_norm.h"
 #include "kernels/cpu/cast.h"
-#include "kernels/cpu/conv2d.h"
+#include "kernels/conv2d.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
@@ -157,7 +157,8 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cud
 
 namespace {
 
-using rg::kernels::cpu::Conv2dGeometry;
+using rg::kernels::Conv2dGeometry;
+using ConvCpu = rg::kernels::Conv2d<rg::kernels::Cpu>;
 
 // The geometry the descriptors describe, checked as cuDNN does: one data type, matching channel
 // counts and batch, and y's spatial size the convolution's.
@@ -217,13 +218,15 @@ void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void*
   std::vector<C> o(static_cast<size_t>(nout));
   switch (pass) {
     case Pass::forward:
-      cpu::conv2d_forward<C>(g, av.data(), bv.data(), nullptr, o.data());
+      ConvCpu::forward<C>(g, av.data(), bv.data(), nullptr, o.data(), false, {}, {});
       break;
     case Pass::data:
-      cpu::conv2d_backward<C>(g, nullptr, av.data(), bv.data(), o.data(), nullptr, nullptr);
+      ConvCpu::backward<C>(g, nullptr, av.data(), bv.data(), o.data(), nullptr, nullptr, false, {},
+                           {});
       break;
     case Pass::weight:
-      cpu::conv2d_backward<C>(g, av.data(), nullptr, bv.data(), nullptr, o.data(), nullptr);
+      ConvCpu::backward<C>(g, av.data(), nullptr, bv.data(), nullptr, o.data(), nullptr, false, {},
+                           {});
       break;
   }
   cpu::cast<C, T>(o.data(), static_cast<T*>(out), nout);

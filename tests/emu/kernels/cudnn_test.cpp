@@ -5,12 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
 #include "emu/kernels/kernel_test_util.h"
+#include "kernels/conv2d.h"
 #include "kernels/cuda/batch_norm_cudnn.h"
-#include "kernels/cuda/conv2d.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/error.h"
 
@@ -18,23 +19,23 @@ namespace rg::emu_kernel_test {
 namespace {
 
 namespace cu = kernels::cuda;
+using ConvCuda = kernels::Conv2d<kernels::Cuda>;
 
 TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
   // x's batch does not fit cuDNN's int: the wrapper throws after creating x's descriptor.
-  cu::Conv2dGeometry g{int64_t(1) << 40, 3, 9, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1, 9, 11};
+  kernels::Conv2dGeometry g{int64_t(1) << 40, 3, 9, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1, 9, 11};
   const int before = emu::cudnn_live_descriptors();
-  EXPECT_THROW(cu::conv2d_workspace_bytes<float>(g, cu::ConvPass::forward, true, nullptr),
-               rg::Error);
+  EXPECT_THROW(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), rg::Error);
   EXPECT_EQ(emu::cudnn_live_descriptors(), before);
   // A geometry cuDNN itself refuses (y's size disagrees with the convolution's): a failed call.
   g.n = 2;
   g.ho = 4;
-  EXPECT_THROW(cu::conv2d_workspace_bytes<float>(g, cu::ConvPass::backward_data, true, nullptr),
+  EXPECT_THROW(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::backward, true, {}),
                rg::Error);
   EXPECT_EQ(emu::cudnn_live_descriptors(), before);
   // And a good one, for contrast: its descriptors live only during the call.
   g.ho = 9;
-  EXPECT_EQ(cu::conv2d_workspace_bytes<float>(g, cu::ConvPass::forward, true, nullptr), 0);
+  EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), 0);
   EXPECT_EQ(emu::cudnn_live_descriptors(), before);
 }
 
@@ -69,6 +70,41 @@ TEST(CudnnWrappers, PoolLimits) {
   EXPECT_FALSE(cu::cudnn_pool2d_supported(huge));
   EXPECT_THROW(cu::cudnn_avg_pool2d_forward<float>(empty, nullptr, nullptr, true, nullptr),
                rg::Error);
+}
+
+// One contract for conv2d: both backends take the bias in forward and return its gradient (f64
+// sums) from backward, with the same arguments (CUDA's kernel used to take no bias: the engine
+// added it and summed its gradient itself).
+TEST(Conv2dKernels, BothBackendsTakeTheBiasAndGiveItsGradient) {
+  using ConvCpu = kernels::Conv2d<kernels::Cpu>;
+  const kernels::Conv2dGeometry g{3, 2, 7, 6, 4, 3, 3, 2, 1, 1, 0, 1, 1, 4, 4};
+  const auto x = random_values<double>(g.n * g.c * g.h * g.w, 1);
+  const auto w = random_values<double>(g.o * g.c * g.kh * g.kw, 2);
+  const auto b = random_values<double>(g.o, 3);
+  const auto gy = random_values<double>(g.n * g.o * g.ho * g.wo, 4);
+  std::vector<double> y(gy.size()), want_y(gy.size());
+  const int64_t fwd = ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::forward, false, {});
+  const int64_t bwd = ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::backward, false, {});
+  EXPECT_EQ(ConvCpu::workspace_bytes<double>(g, kernels::ConvPass::forward, false, {}), 0);
+  std::vector<unsigned char> ws(size_t(std::max<int64_t>({fwd, bwd, 1})));
+  const kernels::Workspace workspace{ws.data(), int64_t(ws.size())};
+  ConvCuda::forward<double>(g, x.data(), w.data(), b.data(), y.data(), false, workspace, {});
+  ConvCpu::forward<double>(g, x.data(), w.data(), b.data(), want_y.data(), false, {}, {});
+  expect_close(y, want_y, 1e-12, 1e-12, "conv2d forward with bias");
+  std::vector<double> gx(x.size()), gw(w.size()), gb(b.size()), want_gx(x.size()),
+      want_gw(w.size()), want_gb(b.size());
+  ConvCuda::backward<double>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data(),
+                             false, workspace, {});
+  ConvCpu::backward<double>(g, x.data(), w.data(), gy.data(), want_gx.data(), want_gw.data(),
+                            want_gb.data(), false, {}, {});
+  expect_close(gx, want_gx, 1e-12, 1e-12, "conv2d gx");
+  expect_close(gw, want_gw, 1e-12, 1e-12, "conv2d gw");
+  expect_close(gb, want_gb, 1e-12, 1e-12, "conv2d gb");
+  // The bias gradient alone: no workspace, the other passes skipped.
+  std::vector<double> only_gb(b.size());
+  ConvCuda::backward<double>(g, nullptr, nullptr, gy.data(), nullptr, nullptr, only_gb.data(),
+                             false, {}, {});
+  expect_close(only_gb, want_gb, 1e-12, 1e-12, "conv2d gb alone");
 }
 
 }  // namespace
