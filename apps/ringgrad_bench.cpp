@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
     if (allreduce->parsed()) return rg::apps::run_allreduce_bench(ar);
     if (overlap->parsed()) return rg::apps::run_overlap_bench(ov);
     if (timeline->parsed()) return rg::apps::run_timeline(tl);
+  } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
+    std::cerr << "ringgrad-bench: " << e.what() << "\n";
+    return 70;
   } catch (const rg::Error& e) {
     std::cerr << "ringgrad-bench: error: " << e.what() << "\n";
     return 1;

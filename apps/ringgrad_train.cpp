@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) rg::kernels::cpu::set_num_threads(threads);
     rg::app::train(c, std::cout);
+  } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
+    std::cout.flush();
+    std::cerr << "ringgrad-train: " << e.what() << "\n";
+    return 70;
   } catch (const rg::Error& e) {
     std::cout.flush();
     std::cerr << "ringgrad-train: error: " << e.what() << "\n";
@@ -115,7 +119,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cout.flush();
     std::cerr << "ringgrad-train: internal error: " << e.what() << "\n";
-    return 1;
+    return 70;
   }
   return 0;
 }

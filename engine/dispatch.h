@@ -80,7 +80,8 @@ decltype(auto) dispatch_all(DType t, F&& f) {
     case DType::u8:
       return f.template operator()<uint8_t>();
   }
-  RG_FAIL("unknown dtype");
+  RG_ASSERT(false, "dtype enum value ", static_cast<int>(t), " is not a DType");
+  __builtin_unreachable();
 }
 
 }  // namespace rg

@@ -44,7 +44,8 @@ const char* format_dtype(DType t) {
     case DType::u8:
       return "U8";
   }
-  RG_FAIL("unknown dtype");
+  RG_ASSERT(false, "dtype enum value ", static_cast<int>(t), " is not a DType");
+  __builtin_unreachable();
 }
 
 bool parse_dtype(const std::string& s, DType& out) {

@@ -3,4 +3,9 @@
 
 namespace rg::detail {
 void throw_error(const std::string& message) { throw Error(message); }
+
+void throw_internal_error(const char* file, int line, const std::string& message) {
+  throw InternalError(cat("internal error (a bug in ringgrad; please report it) at ", file, ":",
+                          line, ": ", message));
+}
 }  // namespace rg::detail
