@@ -17,7 +17,6 @@
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fill_cast.h"
 #include "kernels/cuda/gemm.h"
@@ -28,6 +27,7 @@
 #include "kernels/cuda/reduce.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv2d.h"
+#include "kernels/dropout.h"
 #include "kernels/loss.h"
 
 namespace {
@@ -421,21 +421,24 @@ constexpr float kDropScale = float(1 / (1 - kDropP));
 void BM_DropoutMask(benchmark::State& state) {
   // Writes mask: n * 4.
   run_elementwise<1>(state, 1, [](auto& p, void* s) {
-    kc::dropout_mask(p[0], kN, kDropP, kDropScale, 1234, 0, s);
+    rg::kernels::Dropout<rg::kernels::Cuda>::mask(p[0], kN, kDropP, kDropScale, 1234, 0, {s});
   });
 }
 
 void BM_DropoutForward(benchmark::State& state) {
   // Reads x, writes out and mask: 3 * n * 4.
   run_elementwise<3>(state, 3, [](auto& p, void* s) {
-    kc::dropout_forward(p[0], p[1], p[2], kN, kDropP, kDropScale, 1234, 0, s);
+    rg::kernels::Dropout<rg::kernels::Cuda>::forward(p[0], p[1], p[2], kN, kDropP, kDropScale, 1234,
+                                                   0, {s});
   });
 }
 
 void BM_DropoutBackward(benchmark::State& state) {
   // Reads grad and mask, writes grad_in: 3 * n * 4.
   run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::dropout_backward(p[0], p[1], p[2], kN, s); });
+                     [](auto& p, void* s) {
+                       rg::kernels::Dropout<rg::kernels::Cuda>::backward(p[0], p[1], p[2], kN, {s});
+                     });
 }
 
 // ---- Pooling on the NCHW activations (x: planes * h * w, y: planes * ho * wo) ----

@@ -6,10 +6,8 @@
 #include "engine/dispatch.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
-#include "kernels/cpu/binary.h"
 #include "kernels/cpu/cast.h"
-#include "kernels/cpu/random.h"
-#include "kernels/cuda/dropout.h"
+#include "kernels/dropout.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -27,19 +25,18 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   Tensor mask = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), "dropout", [&]<class T, class B>() {
-    if constexpr (kOnCuda<B>) {
-      kernels::cuda::dropout_forward<T>(x.data<T>(), out.data<T>(), mask.data<T>(), n, p,
-                                        kernels::cpu::convert<T>(1.0 / (1.0 - p)), gen.seed(),
-                                        offset, cuda_stream(x));
-    } else {
-      kernels::cpu::dropout_mask<T>(mask.data<T>(), n, p, kernels::cpu::convert<T>(1.0 / (1.0 - p)),
-                                    gen.seed(), offset);
-      kernels::cpu::binary<T>(kernels::cpu::BinaryOp::mul, x.data<T>(), mask.data<T>(),
-                              out.data<T>(), n);
-    }
+    kernels::Dropout<B>::forward(x.data<T>(), out.data<T>(), mask.data<T>(), n, p,
+                                 kernels::cpu::convert<T>(1.0 / (1.0 - p)), gen.seed(), offset,
+                                 kernel_ctx(x));
   });
   return autograd::record(out, "DropoutBackward", {x}, [sm = SavedTensor(mask)](const Tensor& g) {
-    return std::vector<Tensor>{mul(g, sm.get())};
+    const Tensor m = sm.get();
+    Tensor grad_in = Tensor::empty(m.shape(), m.dtype(), m.device());
+    dispatch_on(m.device(), m.dtype(), "dropout backward", [&]<class T, class B>() {
+      kernels::Dropout<B>::backward(g.data<T>(), m.data<T>(), grad_in.data<T>(), m.numel(),
+                                    kernel_ctx(m));
+    });
+    return std::vector<Tensor>{grad_in};
   });
 }
 

@@ -31,24 +31,9 @@ void normal(T* out, int64_t n, T mean, T stddev, uint64_t seed, uint64_t offset)
   });
 }
 
-template <class T>
-void dropout_mask(T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset) {
-  const int64_t groups = (n + 3) / 4;
-  parallel_for(0, groups, 4096, [&](int64_t lo, int64_t hi) {
-    for (int64_t g = lo; g < hi; ++g) {
-      const philox::U32x4 r = philox::block(seed, offset + uint64_t(g));
-      for (int64_t j = 0; j < 4 && 4 * g + j < n; ++j) {
-        mask[4 * g + j] = double(philox::to_uniform(r.v[j])) >= p ? scale : T(0);
-      }
-    }
-  });
-}
-
 template void uniform<float>(float*, int64_t, float, float, uint64_t, uint64_t);
 template void uniform<double>(double*, int64_t, double, double, uint64_t, uint64_t);
 template void normal<float>(float*, int64_t, float, float, uint64_t, uint64_t);
 template void normal<double>(double*, int64_t, double, double, uint64_t, uint64_t);
-template void dropout_mask<float>(float*, int64_t, double, float, uint64_t, uint64_t);
-template void dropout_mask<double>(double*, int64_t, double, double, uint64_t, uint64_t);
 
 }  // namespace rg::kernels::cpu

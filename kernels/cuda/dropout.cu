@@ -1,9 +1,11 @@
-// Dropout kernels: each thread draws one Philox block per group of four elements, exactly as the
-// CPU's dropout_mask, and compares 24-bit integers instead of floats (see keep_threshold).
+// Dropout<Cuda> (kernels/dropout.h): each thread draws one Philox block per group of four
+// elements, exactly as Dropout<Cpu>, and compares 24-bit integers instead of floats (see
+// keep_threshold).
 #include <cmath>
+#include <tuple>
 
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/dropout.h"
+#include "kernels/dropout.h"
 #include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/error.h"
 #include "kernels/philox.h"
@@ -45,8 +47,7 @@ __global__ void dropout_backward_kernel(const D* grad, const D* mask, D* grad_in
 template <bool kForward, class T>
 void launch_dropout(const char* name, const T* x, T* out, T* mask, int64_t n, double p, T scale,
                     uint64_t seed, uint64_t offset, void* stream) {
-  RG_CHECK(n >= 0, "cuda::", name, ": element count must be >= 0, got ", n);
-  RG_CHECK(p >= 0.0 && p <= 1.0, "cuda::", name, ": probability p must be in [0, 1], got ", p);
+  kernels::detail::check_dropout(name, n, p);
   if (n == 0) return;
   using D = device_t<T>;
   const int64_t groups = (n + 3) / 4;
@@ -55,38 +56,44 @@ void launch_dropout(const char* name, const T* x, T* out, T* mask, int64_t n, do
 }
 
 }  // namespace
+}  // namespace rg::kernels::cuda
 
+namespace rg::kernels {
+
+template <>
 template <class T>
-void dropout_mask(T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset,
-                  void* stream) {
-  launch_dropout<false>("dropout_mask", static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                        mask, n, p, scale, seed, offset, stream);
+void Dropout<Cuda>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset,
+                         Ctx ctx) {
+  cuda::launch_dropout<false>("dropout_mask", static_cast<const T*>(nullptr),
+                              static_cast<T*>(nullptr), mask, n, p, scale, seed, offset,
+                              ctx.stream);
 }
 
+template <>
 template <class T>
-void dropout_forward(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t seed,
-                     uint64_t offset, void* stream) {
-  launch_dropout<true>("dropout_forward", x, out, mask, n, p, scale, seed, offset, stream);
+void Dropout<Cuda>::forward(const T* x, T* out, T* mask, int64_t n, double p, T scale,
+                            uint64_t seed, uint64_t offset, Ctx ctx) {
+  cuda::launch_dropout<true>("dropout_forward", x, out, mask, n, p, scale, seed, offset,
+                             ctx.stream);
 }
 
+template <>
 template <class T>
-void dropout_backward(const T* grad, const T* mask, T* grad_in, int64_t n, void* stream) {
-  RG_CHECK(n >= 0, "cuda::dropout_backward: element count must be >= 0, got ", n);
+void Dropout<Cuda>::backward(const T* grad, const T* mask, T* grad_in, int64_t n, Ctx ctx) {
+  using namespace cuda::detail;
+  kernels::detail::check_dropout("dropout_backward", n, 0.0);
   if (n == 0) return;
   using D = device_t<T>;
-  RG_LAUNCH(dropout_backward_kernel<D>, blocks_for(n), kThreads, 0, as_stream(stream), dev(grad),
-            dev(mask), dev(grad_in), n);
+  RG_LAUNCH(cuda::dropout_backward_kernel<D>, blocks_for(n), kThreads, 0, as_stream(ctx.stream),
+            dev(grad), dev(mask), dev(grad_in), n);
 }
 
-#define RG_INSTANTIATE(T)                                                                    \
-  template void dropout_mask<T>(T*, int64_t, double, T, uint64_t, uint64_t, void*);          \
-  template void dropout_forward<T>(const T*, T*, T*, int64_t, double, T, uint64_t, uint64_t, \
-                                   void*);                                                   \
-  template void dropout_backward<T>(const T*, const T*, T*, int64_t, void*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-RG_INSTANTIATE(Half)
-RG_INSTANTIATE(BFloat16)
-#undef RG_INSTANTIATE
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_dropout_kernels() {
+  using K = Dropout<Cuda>;
+  return std::tuple{&K::mask<T>, &K::forward<T>, &K::backward<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_dropout_kernels)
 
-}  // namespace rg::kernels::cuda
+}  // namespace rg::kernels
