@@ -18,7 +18,7 @@
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
 #include "kernels/cuda/metrics.h"

@@ -16,7 +16,7 @@
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
 #include "kernels/cpu/cast.h"
-#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/cast.h"
 #include "kernels/error.h"
 
 namespace rg {

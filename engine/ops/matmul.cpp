@@ -12,7 +12,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/error.h"

@@ -10,7 +10,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/error.h"
 #include "kernels/half.h"

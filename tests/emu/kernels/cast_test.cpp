@@ -1,8 +1,8 @@
-// kernels/cuda/fill_cast.cu under the CUDA emulator: fill in every type, and casts among f32, f64,
+// kernels/cuda/cast.cu under the CUDA emulator: fill in every type, and casts among f32, f64,
 // f16 and bf16 bit-identical with kernels/cpu/cast on random bit patterns (NaN, inf, subnormals and
 // rounding ties included); casts from integers on random bit patterns, and from floating types to
 // integers on values where the conversion is defined.
-#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/cast.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // the result is the CPU's bit for bit.
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/fill_cast.h"
+#include "kernels/cuda/cast.h"
 #include "kernels/error.h"
 
 namespace rg::kernels::cuda {
