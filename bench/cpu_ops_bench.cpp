@@ -10,11 +10,11 @@
 #include "engine/ops/conv2d.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/unary.h"
-#include "kernels/cpu/binary.h"
+#include "kernels/binary.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/unary.h"
+#include "kernels/unary.h"
 
 // OpenBLAS picks its kernels by CPU model; reported so that results can be judged.
 extern "C" char* openblas_get_corename(void);
@@ -130,11 +130,12 @@ void elementwise(benchmark::State& state, Elementwise op, int64_t n, bool engine
       Tensor r = op == Elementwise::add ? add(a, b) : op == Elementwise::mul ? mul(a, b) : exp(a);
       benchmark::DoNotOptimize(r.raw_data());
     } else if (op == Elementwise::exp) {
-      kernels::cpu::unary<float>(kernels::cpu::UnaryOp::exp, a.data<float>(), out.data<float>(), n);
+      kernels::Unary<kernels::Cpu>::unary<float>(kernels::UnaryOp::exp, a.data<float>(),
+                                                 out.data<float>(), n, {});
     } else {
-      kernels::cpu::binary<float>(
-          op == Elementwise::add ? kernels::cpu::BinaryOp::add : kernels::cpu::BinaryOp::mul,
-          a.data<float>(), b.data<float>(), out.data<float>(), n);
+      kernels::Binary<kernels::Cpu>::binary<float>(
+          op == Elementwise::add ? kernels::BinaryOp::add : kernels::BinaryOp::mul,
+          a.data<float>(), b.data<float>(), out.data<float>(), n, {});
     }
     benchmark::ClobberMemory();
   }

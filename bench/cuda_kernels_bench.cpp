@@ -13,22 +13,23 @@
 #include "engine/cuda/event.h"
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
+#include "kernels/batch_norm.h"
+#include "kernels/binary.h"
+#include "kernels/conv2d.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/bucket.h"
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/cast.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
-#include "kernels/batch_norm.h"
-#include "kernels/conv2d.h"
 #include "kernels/dropout.h"
 #include "kernels/loss.h"
+#include "kernels/unary.h"
 
 namespace {
 
@@ -36,6 +37,10 @@ using namespace rg;
 namespace kc = rg::kernels::cuda;
 using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
 using BatchNorm = rg::kernels::BatchNorm<rg::kernels::Cuda>;
+using Binary = rg::kernels::Binary<rg::kernels::Cuda>;
+using Unary = rg::kernels::Unary<rg::kernels::Cuda>;
+using rg::kernels::BinaryOp;
+using rg::kernels::UnaryOp;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -72,8 +77,7 @@ void BM_BinaryAdd(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor a = device_tensor(kN), b = device_tensor(kN), c = device_tensor(kN);
   run(state, 3.0 * kN * 4, [&](void* s) {
-    kc::binary(kernels::cpu::BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(), kN,
-               s);
+    Binary::binary(BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(), kN, {s});
   });
 }
 
@@ -175,18 +179,19 @@ void run_elementwise(benchmark::State& state, int accesses, F&& launch) {
 void BM_UnaryExp(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
   run_elementwise<2>(state, 2,
-                     [](auto& p, void* s) { kc::unary(kc::UnaryOp::exp, p[0], p[1], kN, s); });
+                     [](auto& p, void* s) { Unary::unary(UnaryOp::exp, p[0], p[1], kN, {s}); });
 }
 
 void BM_PowScalar(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::pow_scalar(p[0], 3.0, p[1], kN, s); });
+  run_elementwise<2>(state, 2,
+                     [](auto& p, void* s) { Unary::pow_scalar(p[0], 3.0, p[1], kN, {s}); });
 }
 
 void BM_BinaryScalarMul(benchmark::State& state) {
   // Reads a, writes out: 2 * n * 4.
   run_elementwise<2>(state, 2, [](auto& p, void* s) {
-    kc::binary_scalar(kc::BinaryOp::mul, p[0], 0.5, p[1], kN, false, s);
+    Binary::binary_scalar(BinaryOp::mul, p[0], 0.5, p[1], kN, false, {s});
   });
 }
 
@@ -196,8 +201,8 @@ void BM_BinaryPerChannelAdd(benchmark::State& state) {
   Tensor a = device_tensor(kImgNumel), b = device_tensor(kImgC), c = device_tensor(kImgNumel);
   // Reads a and b, writes out: (2 * N*C*HW + C) * 4.
   run(state, (2.0 * kImgNumel + kImgC) * 4, [&](void* s) {
-    kc::binary_per_channel(kc::BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(),
-                           kImgN, kImgC, kImgHW, false, s);
+    Binary::binary_per_channel(BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(),
+                               kImgN, kImgC, kImgHW, false, {s});
   });
 }
 
@@ -208,8 +213,8 @@ void BM_BinaryBiasAdd(benchmark::State& state) {
   Tensor a = device_tensor(rows * cols), b = device_tensor(cols), c = device_tensor(rows * cols);
   // Reads a and b, writes out: (2 * rows * cols + cols) * 4.
   run(state, (2.0 * double(rows * cols) + double(cols)) * 4, [&](void* s) {
-    kc::binary_bias(kc::BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(), rows,
-                    cols, false, s);
+    Binary::binary_per_channel(BinaryOp::add, a.data<float>(), b.data<float>(), c.data<float>(),
+                               rows, cols, 1, false, {s});
   });
 }
 
@@ -221,14 +226,14 @@ void BM_BinaryBroadcastMul(benchmark::State& state) {
                 b_strides[] = {kImgC, 1, 0, 0};
   // Reads a and b, writes out: (2 * N*C*HW + N*C) * 4.
   run(state, (2.0 * kImgNumel + kImgPlanes) * 4, [&](void* s) {
-    kc::binary_broadcast(kc::BinaryOp::mul, a.data<float>(), a_strides, b.data<float>(), b_strides,
-                         c.data<float>(), shape, 4, s);
+    Binary::binary_broadcast(BinaryOp::mul, a.data<float>(), a_strides, b.data<float>(), b_strides,
+                             c.data<float>(), shape, 4, {s});
   });
 }
 
 void BM_Axpy(benchmark::State& state) {
   // Reads x and out, writes out: 3 * n * 4.
-  run_elementwise<2>(state, 3, [](auto& p, void* s) { kc::axpy(0.5, p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 3, [](auto& p, void* s) { Binary::axpy(0.5, p[0], p[1], kN, {s}); });
 }
 
 void BM_Fill(benchmark::State& state) {
@@ -347,8 +352,9 @@ void BM_LogSoftmax(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), y = device_tensor(kRows * kClasses);
   // Reads x, writes out: 2 * rows * c * 4.
-  run(state, 2.0 * double(kRows * kClasses) * 4,
-      [&](void* s) { Loss::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, {s}); });
+  run(state, 2.0 * double(kRows * kClasses) * 4, [&](void* s) {
+    Loss::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, {s});
+  });
 }
 
 void BM_LogSoftmaxBackward(benchmark::State& state) {
@@ -429,16 +435,15 @@ void BM_DropoutForward(benchmark::State& state) {
   // Reads x, writes out and mask: 3 * n * 4.
   run_elementwise<3>(state, 3, [](auto& p, void* s) {
     rg::kernels::Dropout<rg::kernels::Cuda>::forward(p[0], p[1], p[2], kN, kDropP, kDropScale, 1234,
-                                                   0, {s});
+                                                     0, {s});
   });
 }
 
 void BM_DropoutBackward(benchmark::State& state) {
   // Reads grad and mask, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) {
-                       rg::kernels::Dropout<rg::kernels::Cuda>::backward(p[0], p[1], p[2], kN, {s});
-                     });
+  run_elementwise<3>(state, 3, [](auto& p, void* s) {
+    rg::kernels::Dropout<rg::kernels::Cuda>::backward(p[0], p[1], p[2], kN, {s});
+  });
 }
 
 // ---- Pooling on the NCHW activations (x: planes * h * w, y: planes * ho * wo) ----
@@ -516,8 +521,8 @@ void BM_BatchNormStats(benchmark::State& state) {
          var = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64);
   // Reads x, writes mean, var and invstd: N*C*HW * 4 + 3 * C * 8.
   run(state, double(kImgNumel) * 4 + 3.0 * kImgC * 8, [&](void* s) {
-    BatchNorm::stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
-                     var.data<double>(), invstd.data<double>(), 1e-5, {s});
+    BatchNorm::stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(), var.data<double>(),
+                     invstd.data<double>(), 1e-5, {s});
   });
 }
 
@@ -529,8 +534,7 @@ void BM_BatchNormApply(benchmark::State& state) {
   // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 2 * C * (8 + 4).
   run(state, 2.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 12, [&](void* s) {
     BatchNorm::apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
-                     invstd.data<double>(), w.data<float>(), b.data<float>(), y.data<float>(),
-                     {s});
+                     invstd.data<double>(), w.data<float>(), b.data<float>(), y.data<float>(), {s});
   });
 }
 
@@ -752,15 +756,16 @@ enum class BenchPass { forward, backward_data, backward_weight };
 void BM_CudnnConv(benchmark::State& state, int64_t channels, int64_t hw, BenchPass pass) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   using K = rg::kernels::Conv2d<rg::kernels::Cuda>;
-  const rg::kernels::Conv2dGeometry g{32, channels, hw, hw, channels, 3, 3, 1, 1, 1, 1, 1, 1, hw, hw};
+  const rg::kernels::Conv2dGeometry g{32, channels, hw, hw, channels, 3,  3, 1,
+                                      1,  1,        1,  1,  1,        hw, hw};
   const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * g.c * g.kh * g.kw;
   Tensor x = device_tensor(nx), w = device_tensor(nw), y = device_tensor(nx);
   x.fill_(0.5);
   w.fill_(0.01);
   y.fill_(0.25);
   void* s0 = cuda::current_stream(0).handle();
-  const auto kernel_pass = pass == BenchPass::forward ? rg::kernels::ConvPass::forward
-                                                      : rg::kernels::ConvPass::backward;
+  const auto kernel_pass =
+      pass == BenchPass::forward ? rg::kernels::ConvPass::forward : rg::kernels::ConvPass::backward;
   Tensor ws = device_tensor(K::workspace_bytes<float>(g, kernel_pass, true, {s0}), DType::u8);
   const rg::kernels::Workspace workspace{ws.raw_data(), ws.numel()};
   const double flops = 2.0 * double(g.n * g.o * g.ho * g.wo) * double(g.c * g.kh * g.kw);
@@ -781,15 +786,15 @@ void BM_CudnnConv(benchmark::State& state, int64_t channels, int64_t hw, BenchPa
     }
   });
 }
-#define RG_CONV_BENCH(ch, hw)                                                      \
-  BENCHMARK_CAPTURE(BM_CudnnConv, fwd_##ch, ch, hw, BenchPass::forward)            \
-      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/forward")            \
-      ->UseManualTime();                                                           \
-  BENCHMARK_CAPTURE(BM_CudnnConv, dx_##ch, ch, hw, BenchPass::backward_data)       \
-      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_data")      \
-      ->UseManualTime();                                                           \
-  BENCHMARK_CAPTURE(BM_CudnnConv, dw_##ch, ch, hw, BenchPass::backward_weight)     \
-      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_weight")    \
+#define RG_CONV_BENCH(ch, hw)                                                   \
+  BENCHMARK_CAPTURE(BM_CudnnConv, fwd_##ch, ch, hw, BenchPass::forward)         \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/forward")         \
+      ->UseManualTime();                                                        \
+  BENCHMARK_CAPTURE(BM_CudnnConv, dx_##ch, ch, hw, BenchPass::backward_data)    \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_data")   \
+      ->UseManualTime();                                                        \
+  BENCHMARK_CAPTURE(BM_CudnnConv, dw_##ch, ch, hw, BenchPass::backward_weight)  \
+      ->Name("cuda/cudnn_conv2d_" #ch "ch_" #hw "x" #hw "_b32/backward_weight") \
       ->UseManualTime();
 RG_CONV_BENCH(64, 32)
 RG_CONV_BENCH(128, 16)

@@ -1,5 +1,6 @@
-// add/sub/mul/div: forward through kernels::cpu::binary*, backward reduces broadcast gradients
-// back to each input's shape with sum_to.
+// add/sub/mul/div: forward through kernels/binary.h's Binary<B> (same shape, per-channel block,
+// or general strided broadcast; the same choice on both devices), backward reduces broadcast
+// gradients back to each input's shape with sum_to.
 #include "engine/ops/binary.h"
 
 #include <algorithm>
@@ -9,14 +10,13 @@
 #include "engine/ops/check.h"
 #include "engine/ops/reduce.h"
 #include "engine/ops/unary.h"
-#include "kernels/cpu/binary.h"
-#include "kernels/cuda/elementwise.h"
+#include "kernels/binary.h"
 #include "kernels/error.h"
 
 namespace rg {
 
 using autograd::SavedTensor;
-using kernels::cpu::BinaryOp;
+using kernels::BinaryOp;
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const size_t n = std::max(a.size(), b.size());
@@ -82,62 +82,30 @@ bool channel_block(const Shape& b, const Shape& out, int64_t& outer, int64_t& ch
   return true;
 }
 
-Tensor binary_forward_cuda(BinaryOp op, const char* name, const Tensor& a, const Tensor& b,
-                           const Shape& shape) {
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  void* stream = cuda_stream(a);
-  int64_t outer = 0, channels = 0, inner = 0;
-  dispatch_cuda_float(a.dtype(), name, [&]<class T>() {
-    if (a.shape() == b.shape()) {
-      kernels::cuda::binary<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(), stream);
-    } else if (a.shape() == shape && channel_block(b.shape(), shape, outer, channels, inner)) {
-      kernels::cuda::binary_per_channel<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), outer,
-                                           channels, inner, false, stream);
-    } else if (b.shape() == shape && channel_block(a.shape(), shape, outer, channels, inner)) {
-      kernels::cuda::binary_per_channel<T>(op, b.data<T>(), a.data<T>(), out.data<T>(), outer,
-                                           channels, inner, true, stream);
-    } else {
-      const auto as = broadcast_strides(a.shape(), shape);
-      const auto bs = broadcast_strides(b.shape(), shape);
-      kernels::cuda::binary_broadcast<T>(op, a.data<T>(), as.data(), b.data<T>(), bs.data(),
-                                         out.data<T>(), shape.data(), int(shape.size()), stream);
-    }
-  });
-  return out;
-}
-
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = op_name(op);
   check_inputs(name, {a, b});
   const Shape shape =
       a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
-  if (a.device().is_cuda()) return binary_forward_cuda(op, name, a, b, shape);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  if (a.shape() == b.shape()) {
-    dispatch_float(a.dtype(), name, [&]<class T>() {
-      kernels::cpu::binary<T>(op, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
-    });
-    return out;
-  }
-  if (b.numel() == 1 && shape == a.shape()) {
-    dispatch_float(a.dtype(), name, [&]<class T>() {
-      kernels::cpu::binary_scalar<T>(op, a.data<T>(), b.data<T>()[0], out.data<T>(), a.numel(),
-                                     false);
-    });
-    return out;
-  }
-  if (a.numel() == 1 && shape == b.shape()) {
-    dispatch_float(a.dtype(), name, [&]<class T>() {
-      kernels::cpu::binary_scalar<T>(op, b.data<T>(), a.data<T>()[0], out.data<T>(), b.numel(),
-                                     true);
-    });
-    return out;
-  }
-  const auto as = broadcast_strides(a.shape(), shape);
-  const auto bs = broadcast_strides(b.shape(), shape);
-  dispatch_float(a.dtype(), name, [&]<class T>() {
-    kernels::cpu::binary_broadcast<T>(op, a.data<T>(), as.data(), b.data<T>(), bs.data(),
-                                      out.data<T>(), shape.data(), int(shape.size()));
+  int64_t outer = 0, channels = 0, inner = 0;
+  dispatch_on(a.device(), a.dtype(), name, [&]<class T, class B>() {
+    using K = kernels::Binary<B>;
+    const kernels::Ctx ctx = kernel_ctx(a);
+    if (a.shape() == b.shape()) {
+      K::binary(op, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(), ctx);
+    } else if (a.shape() == shape && channel_block(b.shape(), shape, outer, channels, inner)) {
+      K::binary_per_channel(op, a.data<T>(), b.data<T>(), out.data<T>(), outer, channels, inner,
+                            false, ctx);
+    } else if (b.shape() == shape && channel_block(a.shape(), shape, outer, channels, inner)) {
+      K::binary_per_channel(op, b.data<T>(), a.data<T>(), out.data<T>(), outer, channels, inner,
+                            true, ctx);
+    } else {
+      const auto as = broadcast_strides(a.shape(), shape);
+      const auto bs = broadcast_strides(b.shape(), shape);
+      K::binary_broadcast(op, a.data<T>(), as.data(), b.data<T>(), bs.data(), out.data<T>(),
+                          shape.data(), int(shape.size()), ctx);
+    }
   });
   return out;
 }
@@ -146,15 +114,9 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
   const char* name = op_name(op);
   check_inputs(name, {a});
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  if (a.device().is_cuda()) {
-    dispatch_cuda_float(a.dtype(), name, [&]<class T>() {
-      kernels::cuda::binary_scalar<T>(op, a.data<T>(), s, out.data<T>(), a.numel(), scalar_first,
-                                      cuda_stream(a));
-    });
-    return out;
-  }
-  dispatch_float(a.dtype(), name, [&]<class T>() {
-    kernels::cpu::binary_scalar<T>(op, a.data<T>(), T(s), out.data<T>(), a.numel(), scalar_first);
+  dispatch_on(a.device(), a.dtype(), name, [&]<class T, class B>() {
+    kernels::Binary<B>::binary_scalar(op, a.data<T>(), s, out.data<T>(), a.numel(), scalar_first,
+                                      kernel_ctx(a));
   });
   return out;
 }
@@ -241,15 +203,9 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
            shape_str(b.shape()), " differ");
   RG_CHECK(!autograd::needs_grad({a}),
            "add_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
-  if (a.device().is_cuda()) {
-    dispatch_cuda_float(a.dtype(), "add_", [&]<class T>() {
-      kernels::cuda::axpy<T>(alpha, b.data<T>(), a.data<T>(), a.numel(), cuda_stream(a));
-    });
-  } else {
-    dispatch_float(a.dtype(), "add_", [&]<class T>() {
-      kernels::cpu::axpy<T>(T(alpha), b.data<T>(), a.data<T>(), a.numel());
-    });
-  }
+  dispatch_on(a.device(), a.dtype(), "add_", [&]<class T, class B>() {
+    kernels::Binary<B>::axpy(alpha, b.data<T>(), a.data<T>(), a.numel(), kernel_ctx(a));
+  });
   a.bump_version();
   return a;
 }
@@ -258,17 +214,10 @@ Tensor& mul_(Tensor& a, double s) {
   check_inputs("mul_", {a});
   RG_CHECK(!autograd::needs_grad({a}),
            "mul_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
-  if (a.device().is_cuda()) {
-    dispatch_cuda_float(a.dtype(), "mul_", [&]<class T>() {
-      kernels::cuda::binary_scalar<T>(BinaryOp::mul, a.data<T>(), s, a.data<T>(), a.numel(), false,
-                                      cuda_stream(a));
-    });
-  } else {
-    dispatch_float(a.dtype(), "mul_", [&]<class T>() {
-      kernels::cpu::binary_scalar<T>(BinaryOp::mul, a.data<T>(), T(s), a.data<T>(), a.numel(),
-                                     false);
-    });
-  }
+  dispatch_on(a.device(), a.dtype(), "mul_", [&]<class T, class B>() {
+    kernels::Binary<B>::binary_scalar(BinaryOp::mul, a.data<T>(), s, a.data<T>(), a.numel(), false,
+                                      kernel_ctx(a));
+  });
   a.bump_version();
   return a;
 }

@@ -11,7 +11,7 @@
 #include "engine/ops/check.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reduce.h"
-#include "kernels/cuda/elementwise.h"
+#include "kernels/binary.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/reduce.h"
@@ -203,8 +203,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       gemm_dense<T, B>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
                           false);
       if (has_bias) {
-        kernels::cuda::binary_bias<T>(kernels::cpu::BinaryOp::add, yp, bias.data<T>(), yp, lead,
-                                      out_f, false, dev.stream);
+        kernels::Binary<B>::binary_per_channel(kernels::BinaryOp::add, yp, bias.data<T>(), yp,
+                                               lead, out_f, 1, false, {.stream = dev.stream});
       }
     } else {
       if (has_bias) {  // start every row at the bias, then accumulate x W^T onto it

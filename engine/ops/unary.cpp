@@ -1,30 +1,23 @@
-// neg/exp/log/sqrt/pow forward through kernels::cpu::unary, with their derivatives.
+// neg/exp/log/sqrt/pow forward through kernels/unary.h's Unary<B>, with their derivatives.
 #include "engine/ops/unary.h"
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
-#include "kernels/cpu/unary.h"
-#include "kernels/cuda/elementwise.h"
+#include "kernels/unary.h"
 
 namespace rg {
 
 using autograd::SavedTensor;
-using kernels::cpu::UnaryOp;
+using kernels::UnaryOp;
 
 namespace {
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x) {
   check_inputs(name, {x});
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cuda()) {
-    dispatch_cuda_float(x.dtype(), name, [&]<class T>() {
-      kernels::cuda::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), cuda_stream(x));
-    });
-    return out;
-  }
-  dispatch_float(x.dtype(), name, [&]<class T>() {
-    kernels::cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel());
+  dispatch_on(x.device(), x.dtype(), name, [&]<class T, class B>() {
+    kernels::Unary<B>::unary(op, x.data<T>(), out.data<T>(), x.numel(), kernel_ctx(x));
   });
   return out;
 }
@@ -60,15 +53,9 @@ Tensor sqrt(const Tensor& x) {
 Tensor pow(const Tensor& x, double exponent) {
   check_inputs("pow", {x});
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cuda()) {
-    dispatch_cuda_float(x.dtype(), "pow", [&]<class T>() {
-      kernels::cuda::pow_scalar<T>(x.data<T>(), exponent, out.data<T>(), x.numel(), cuda_stream(x));
-    });
-  } else {
-    dispatch_float(x.dtype(), "pow", [&]<class T>() {
-      kernels::cpu::pow_scalar<T>(x.data<T>(), T(exponent), out.data<T>(), x.numel());
-    });
-  }
+  dispatch_on(x.device(), x.dtype(), "pow", [&]<class T, class B>() {
+    kernels::Unary<B>::pow_scalar(x.data<T>(), exponent, out.data<T>(), x.numel(), kernel_ctx(x));
+  });
   return autograd::record(
       out, "PowBackward", {x}, [sx = SavedTensor(x), exponent](const Tensor& g) {
         if (exponent == 0.0) return std::vector<Tensor>{mul(g, 0.0)};
