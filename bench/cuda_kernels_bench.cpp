@@ -26,9 +26,9 @@
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/pool.h"
-#include "kernels/cuda/reduce.h"
 #include "kernels/dropout.h"
 #include "kernels/loss.h"
+#include "kernels/reduce.h"
 #include "kernels/unary.h"
 
 namespace {
@@ -39,6 +39,7 @@ using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
 using BatchNorm = rg::kernels::BatchNorm<rg::kernels::Cuda>;
 using Binary = rg::kernels::Binary<rg::kernels::Cuda>;
 using Unary = rg::kernels::Unary<rg::kernels::Cuda>;
+using Reduce = rg::kernels::Reduce<rg::kernels::Cuda>;
 using rg::kernels::BinaryOp;
 using rg::kernels::UnaryOp;
 
@@ -91,9 +92,10 @@ void BM_CastF32ToF16(benchmark::State& state) {
 void BM_SumAll(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor a = device_tensor(kN), out = device_tensor(1);
-  Tensor ws = device_tensor(std::max<int64_t>(1, kc::sum_all_workspace_bytes(kN)), DType::u8);
-  run(state, double(kN) * 4,
-      [&](void* s) { kc::sum_all(a.data<float>(), kN, out.data<float>(), ws.raw_data(), s); });
+  Tensor ws = device_tensor(Reduce::sum_all_workspace_bytes(kN), DType::u8);
+  run(state, double(kN) * 4, [&](void* s) {
+    Reduce::sum_all(a.data<float>(), kN, out.data<float>(), {ws.raw_data(), ws.numel()}, {s});
+  });
 }
 
 void BM_SoftmaxRowsOf1000(benchmark::State& state) {
@@ -313,7 +315,7 @@ void BM_SumDim0(benchmark::State& state) {
   Tensor in = device_tensor(r * inner), out = device_tensor(inner);
   // Reads in, writes out: (r * inner + inner) * 4.
   run(state, (double(r * inner) + double(inner)) * 4,
-      [&](void* s) { kc::sum_dim(in.data<float>(), out.data<float>(), 1, r, inner, s); });
+      [&](void* s) { Reduce::sum_dim(in.data<float>(), out.data<float>(), 1, r, inner, {s}); });
 }
 
 void BM_MeanLastDim(benchmark::State& state) {
@@ -323,16 +325,17 @@ void BM_MeanLastDim(benchmark::State& state) {
   Tensor in = device_tensor(outer * r), out = device_tensor(outer);
   // Reads in, writes out: (outer * r + outer) * 4.
   run(state, (double(outer * r) + double(outer)) * 4,
-      [&](void* s) { kc::mean_dim(in.data<float>(), out.data<float>(), outer, r, 1, s); });
+      [&](void* s) { Reduce::mean_dim(in.data<float>(), out.data<float>(), outer, r, 1, {s}); });
 }
 
 void BM_MeanAll(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor a = device_tensor(kN), out = device_tensor(1);
-  Tensor ws = device_tensor(std::max<int64_t>(1, kc::sum_all_workspace_bytes(kN)), DType::u8);
+  Tensor ws = device_tensor(Reduce::sum_all_workspace_bytes(kN), DType::u8);
   // Reads in, writes out[0]: (n + 1) * 4 (the workspace partials are not counted).
-  run(state, (double(kN) + 1) * 4,
-      [&](void* s) { kc::mean_all(a.data<float>(), kN, out.data<float>(), ws.raw_data(), s); });
+  run(state, (double(kN) + 1) * 4, [&](void* s) {
+    Reduce::mean_all(a.data<float>(), kN, out.data<float>(), {ws.raw_data(), ws.numel()}, {s});
+  });
 }
 
 // ---- Softmax family and losses over kRows rows of kClasses ----

@@ -10,11 +10,10 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/reduce.h"
+#include "kernels/reduce.h"
 #include "kernels/binary.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/reduce.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -237,11 +236,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           }
           if (gb) {  // db = sum of dY over rows
             grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
-            if constexpr (kOnCuda<B>) {
-              kernels::cuda::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead, out_f, dev.stream);
-            } else {
-              kernels::cpu::sum_dim<T>(g.data<T>(), grad_b.data<T>(), 1, lead, out_f);
-            }
+            kernels::Reduce<B>::sum_dim(g.data<T>(), grad_b.data<T>(), 1, lead, out_f,
+                                        {.stream = dev.stream});
           }
         });
         return std::vector<Tensor>{grad_x, grad_w, grad_b};

@@ -9,8 +9,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
-#include "kernels/cpu/reduce.h"
-#include "kernels/cuda/reduce.h"
+#include "kernels/reduce.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -47,12 +46,8 @@ Tensor sum_keepdim_raw(const Tensor& x, const std::vector<int64_t>& dims) {
     os[size_t(d)] = 1;
     Tensor out = Tensor::empty(os, cur.dtype(), cur.device());
     dispatch_on(cur.device(), cur.dtype(), "sum", [&]<class T, class B>() {
-      if constexpr (kOnCuda<B>) {
-        kernels::cuda::sum_dim<T>(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner,
-                                  cuda_stream(cur));
-      } else {
-        kernels::cpu::sum_dim<T>(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner);
-      }
+      kernels::Reduce<B>::sum_dim(cur.data<T>(), out.data<T>(), outer, s[size_t(d)], inner,
+                                  kernel_ctx(cur));
     });
     cur = out;
   }
@@ -85,14 +80,11 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   if (dims.size() == size_t(x.dim()) && x.dim() > 0) {
     out = Tensor::empty(keepdim ? keep_dims(x.shape(), dims) : Shape{}, x.dtype(), x.device());
     dispatch_on(x.device(), x.dtype(), "sum", [&]<class T, class B>() {
-      if constexpr (kOnCuda<B>) {
-        const Tensor workspace = Tensor::empty({kernels::cuda::sum_all_workspace_bytes(x.numel())},
-                                               DType::u8, x.device());
-        kernels::cuda::sum_all<T>(x.data<T>(), x.numel(), out.data<T>(), workspace.raw_data(),
-                                  cuda_stream(x));
-      } else {
-        out.data<T>()[0] = T(kernels::cpu::sum_all<T>(x.data<T>(), x.numel()));
-      }
+      using K = kernels::Reduce<B>;
+      const Tensor ws =
+          Tensor::empty({K::sum_all_workspace_bytes(x.numel())}, DType::u8, x.device());
+      K::sum_all(x.data<T>(), x.numel(), out.data<T>(), kernels::Workspace{ws.raw_data(), ws.numel()},
+                 kernel_ctx(x));
     });
   } else {
     Tensor k = sum_keepdim_raw(x.detach(), dims);

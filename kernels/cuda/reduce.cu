@@ -1,21 +1,22 @@
-// Sum/mean kernels: warp shuffles, then a block reduction through shared memory; across blocks a
-// second pass over per-block partials (sum_all) instead of atomics, so results are deterministic.
+// Reduce<Cuda> (kernels/reduce.h): f64 sums with warp shuffles, then a block reduction through
+// shared memory; across blocks (sum_all) a second pass over the per-chunk f64 partials instead of
+// atomics, so results are deterministic.
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/reduce.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/reduce.h"
 
 namespace rg::kernels::cuda {
 namespace {
 
 using detail::as_stream;
 using detail::block_sum;
-using detail::compute_t;
 using detail::dev;
 using detail::device_t;
 using detail::kFullMask;
@@ -24,20 +25,17 @@ using detail::store;
 using detail::warp_sum;
 
 constexpr unsigned int kBlock = 256;       // threads of the 1-D reduction kernels
-constexpr int64_t kPerThread = 4;          // sum_all: elements per thread before a new block
-constexpr int64_t kMaxPartials = 1024;     // sum_all: first-pass blocks (one finishing block)
 constexpr int64_t kMaxGrid = 65535;        // row/column loops cover the rest
 constexpr unsigned int kColumnWarps = 16;  // sum_dim with inner > 1: threads along r per column
 
 // One block per row of r contiguous elements (inner == 1).
 template <class D>
-__global__ void sum_rows_kernel(const D* in, D* out, int64_t rows, int64_t r, compute_t<D> scale) {
-  using A = compute_t<D>;
-  __shared__ A scratch[32];
+__global__ void sum_rows_kernel(const D* in, D* out, int64_t rows, int64_t r, double scale) {
+  __shared__ double scratch[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const D* p = in + row * r;
-    A acc = 0;
-    for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc += load(p[k]);
+    double acc = 0;
+    for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc += static_cast<double>(load(p[k]));
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) out[row] = store<D>(acc * scale);
   }
@@ -47,22 +45,23 @@ __global__ void sum_rows_kernel(const D* in, D* out, int64_t rows, int64_t r, co
 // the kColumnWarps threads of a column split r and are added in a fixed order.
 template <class D>
 __global__ void sum_columns_kernel(const D* in, D* out, int64_t outer, int64_t r, int64_t inner,
-                                   compute_t<D> scale) {
-  using A = compute_t<D>;
-  __shared__ A part[kColumnWarps][33];
+                                   double scale) {
+  __shared__ double part[kColumnWarps][33];
   const int64_t tiles = (inner + 31) / 32;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t col = tile * 32 + threadIdx.x;
-      A acc = 0;
+      double acc = 0;
       if (col < inner) {
         const D* p = in + o * r * inner + col;
-        for (int64_t k = threadIdx.y; k < r; k += kColumnWarps) acc += load(p[k * inner]);
+        for (int64_t k = threadIdx.y; k < r; k += kColumnWarps) {
+          acc += static_cast<double>(load(p[k * inner]));
+        }
       }
       part[threadIdx.y][threadIdx.x] = acc;
       __syncthreads();
       if (threadIdx.y == 0 && col < inner) {
-        A sum = 0;
+        double sum = 0;
         for (unsigned int y = 0; y < kColumnWarps; ++y) sum += part[y][threadIdx.x];
         out[o * inner + col] = store<D>(sum * scale);
       }
@@ -71,36 +70,25 @@ __global__ void sum_columns_kernel(const D* in, D* out, int64_t outer, int64_t r
   }
 }
 
-// sum_all's first pass (partials != null: one partial per block) or its only pass (one block,
-// writes scale * sum to out).
+// sum_all's first pass: block b adds chunk b of `parts` ([n * b / parts, n * (b + 1) / parts),
+// Reduce's partition) into partials[b].
 template <class D>
-__global__ void sum_all_kernel(const D* in, int64_t n, compute_t<D>* partials, D* out,
-                               compute_t<D> scale) {
-  using A = compute_t<D>;
-  __shared__ A scratch[32];
-  A acc = 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    acc += load(in[i]);
+__global__ void sum_chunks_kernel(const D* in, int64_t n, int64_t parts, double* partials) {
+  __shared__ double scratch[32];
+  const int64_t b = blockIdx.x;
+  double acc = 0;
+  for (int64_t i = n * b / parts + threadIdx.x; i < n * (b + 1) / parts; i += blockDim.x) {
+    acc += static_cast<double>(load(in[i]));
   }
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) {
-    if (partials) {
-      partials[blockIdx.x] = acc;
-    } else {
-      *out = store<D>(acc * scale);
-    }
-  }
+  if (threadIdx.x == 0) partials[b] = acc;
 }
 
-// sum_all's second pass: one block adds the partials.
+// sum_all's second pass: one block adds the partials (a fixed tree).
 template <class D>
-__global__ void sum_partials_kernel(const compute_t<D>* partials, int64_t count, D* out,
-                                    compute_t<D> scale) {
-  using A = compute_t<D>;
-  __shared__ A scratch[32];
-  A acc = 0;
+__global__ void sum_partials_kernel(const double* partials, int64_t count, D* out, double scale) {
+  __shared__ double scratch[32];
+  double acc = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) *out = store<D>(acc * scale);
@@ -111,21 +99,14 @@ unsigned int row_threads(int64_t len) {
   return static_cast<unsigned int>(std::clamp<int64_t>((len + 31) / 32 * 32, 32, kBlock));
 }
 
-int64_t sum_all_blocks(int64_t n) {
-  return std::clamp<int64_t>((n + kBlock * kPerThread - 1) / (kBlock * kPerThread), 1,
-                             kMaxPartials);
-}
-
 template <class T>
 void reduce_dim(const char* op, const T* in, T* out, int64_t outer, int64_t r, int64_t inner,
                 bool mean, void* stream) {
   using D = device_t<T>;
-  using A = compute_t<D>;
-  RG_CHECK(outer >= 0 && r >= 0 && inner >= 0, op, ": sizes must be non-negative, got outer ",
-           outer, ", r ", r, ", inner ", inner);
+  kernels::detail::check_reduce_sizes(op, outer, r, inner);
   if (outer == 0 || inner == 0) return;
   RG_CHECK(out != nullptr && (in != nullptr || r == 0), op, ": null device pointer");
-  const A scale = mean ? static_cast<A>(1.0 / static_cast<double>(r)) : A(1);
+  const double scale = mean ? 1.0 / static_cast<double>(r) : 1.0;
   const auto s = as_stream(stream);
   if (inner == 1) {
     const auto grid = static_cast<unsigned int>(std::min(outer, kMaxGrid));
@@ -139,64 +120,58 @@ void reduce_dim(const char* op, const T* in, T* out, int64_t outer, int64_t r, i
 }
 
 template <class T>
-void reduce_all(const char* op, const T* in, int64_t n, T* out, void* workspace, bool mean,
+void reduce_all(const char* op, const T* in, int64_t n, T* out, Workspace workspace, bool mean,
                 void* stream) {
   using D = device_t<T>;
-  using A = compute_t<D>;
+  using K = Reduce<Cuda>;
   RG_CHECK(n >= 0, op, ": n must be non-negative, got ", n);
   RG_CHECK(out != nullptr && (in != nullptr || n == 0), op, ": null device pointer");
-  const A scale = mean ? static_cast<A>(1.0 / static_cast<double>(n)) : A(1);
+  RG_ASSERT(workspace.data != nullptr && workspace.bytes >= K::sum_all_workspace_bytes(n), op,
+            ": needs a workspace of ", K::sum_all_workspace_bytes(n), " bytes");
+  const double scale = mean ? 1.0 / static_cast<double>(n) : 1.0;
   const auto s = as_stream(stream);
-  const int64_t blocks = sum_all_blocks(n);
-  if (blocks == 1) {
-    RG_LAUNCH(sum_all_kernel<D>, 1u, kBlock, 0, s, dev(in), n, static_cast<A*>(nullptr), dev(out),
-              scale);
-    return;
-  }
-  RG_CHECK(workspace != nullptr, op, ": ", n, " elements need a workspace of ",
-           sum_all_workspace_bytes(n), " bytes, got null");
-  A* partials = static_cast<A*>(workspace);
-  RG_LAUNCH(sum_all_kernel<D>, static_cast<unsigned int>(blocks), kBlock, 0, s, dev(in), n,
-            partials, static_cast<D*>(nullptr), A(1));
-  RG_LAUNCH(sum_partials_kernel<D>, 1u, 1024u, 0, s, partials, blocks, dev(out), scale);
+  const int64_t parts = K::sum_all_partials(n);
+  double* partials = static_cast<double*>(workspace.data);
+  RG_LAUNCH(sum_chunks_kernel<D>, static_cast<unsigned int>(parts), kBlock, 0, s, dev(in), n, parts,
+            partials);
+  RG_LAUNCH(sum_partials_kernel<D>, 1u, 1024u, 0, s, partials, parts, dev(out), scale);
 }
 
 }  // namespace
-
-int64_t sum_all_workspace_bytes(int64_t n) {
-  const int64_t blocks = sum_all_blocks(std::max<int64_t>(n, 0));
-  return blocks == 1 ? 0 : blocks * static_cast<int64_t>(sizeof(double));
-}
-
-template <class T>
-void sum_dim(const T* in, T* out, int64_t outer, int64_t r, int64_t inner, void* stream) {
-  reduce_dim("sum_dim", in, out, outer, r, inner, false, stream);
-}
-
-template <class T>
-void mean_dim(const T* in, T* out, int64_t outer, int64_t r, int64_t inner, void* stream) {
-  reduce_dim("mean_dim", in, out, outer, r, inner, true, stream);
-}
-
-template <class T>
-void sum_all(const T* in, int64_t n, T* out, void* workspace, void* stream) {
-  reduce_all("sum_all", in, n, out, workspace, false, stream);
-}
-
-template <class T>
-void mean_all(const T* in, int64_t n, T* out, void* workspace, void* stream) {
-  reduce_all("mean_all", in, n, out, workspace, true, stream);
-}
-
-#define RG_INSTANTIATE_REDUCE(T)                                             \
-  template void sum_dim<T>(const T*, T*, int64_t, int64_t, int64_t, void*);  \
-  template void mean_dim<T>(const T*, T*, int64_t, int64_t, int64_t, void*); \
-  template void sum_all<T>(const T*, int64_t, T*, void*, void*);             \
-  template void mean_all<T>(const T*, int64_t, T*, void*, void*);
-RG_INSTANTIATE_REDUCE(float)
-RG_INSTANTIATE_REDUCE(double)
-RG_INSTANTIATE_REDUCE(Half)
-RG_INSTANTIATE_REDUCE(BFloat16)
-#undef RG_INSTANTIATE_REDUCE
-
 }  // namespace rg::kernels::cuda
+
+namespace rg::kernels {
+
+template <>
+template <class T>
+void Reduce<Cuda>::sum_dim(const T* in, T* out, int64_t outer, int64_t r, int64_t inner, Ctx ctx) {
+  cuda::reduce_dim("sum_dim", in, out, outer, r, inner, false, ctx.stream);
+}
+
+template <>
+template <class T>
+void Reduce<Cuda>::mean_dim(const T* in, T* out, int64_t outer, int64_t r, int64_t inner, Ctx ctx) {
+  cuda::reduce_dim("mean_dim", in, out, outer, r, inner, true, ctx.stream);
+}
+
+template <>
+template <class T>
+void Reduce<Cuda>::sum_all(const T* in, int64_t n, T* out, Workspace workspace, Ctx ctx) {
+  cuda::reduce_all("sum_all", in, n, out, workspace, false, ctx.stream);
+}
+
+template <>
+template <class T>
+void Reduce<Cuda>::mean_all(const T* in, int64_t n, T* out, Workspace workspace, Ctx ctx) {
+  cuda::reduce_all("mean_all", in, n, out, workspace, true, ctx.stream);
+}
+
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_reduce_kernels() {
+  using K = Reduce<Cuda>;
+  return std::tuple{&K::sum_dim<T>, &K::mean_dim<T>, &K::sum_all<T>, &K::mean_all<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_reduce_kernels)
+
+}  // namespace rg::kernels

@@ -13,10 +13,10 @@
 
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/pool.h"
-#include "kernels/cuda/reduce.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/batch_norm.h"
 #include "kernels/loss.h"
+#include "kernels/reduce.h"
 
 // The kernels here get plain host memory, read right after each launch: launches wait for their
 // work, as with CUDA_LAUNCH_BLOCKING=1.
@@ -37,17 +37,18 @@ std::vector<float> ramp(int64_t n) {  // distinct values, away from ties
 TEST(EmuChecked, Reductions) {
   for (int64_t n : {1, 33, 4097}) {
     const std::vector<float> ones(static_cast<size_t>(n), 1.f);
-    std::vector<unsigned char> ws(static_cast<size_t>(kc::sum_all_workspace_bytes(n)) + 1);
+    using Reduce = kernels::Reduce<kernels::Cuda>;
+    std::vector<unsigned char> ws(static_cast<size_t>(Reduce::sum_all_workspace_bytes(n)));
     float out = 0;
-    kc::sum_all(ones.data(), n, &out, ws.data(), nullptr);
+    Reduce::sum_all(ones.data(), n, &out, kernels::Workspace{ws.data(), int64_t(ws.size())}, {});
     EXPECT_EQ(out, float(n));
   }
   const int64_t outer = 2, r = 33, inner = 5;
   const std::vector<float> x(static_cast<size_t>(outer * r * inner), 2.f);
   std::vector<float> out(static_cast<size_t>(outer * inner));
-  kc::sum_dim(x.data(), out.data(), outer, r, inner, nullptr);
+  kernels::Reduce<kernels::Cuda>::sum_dim(x.data(), out.data(), outer, r, inner, {});
   for (float v : out) EXPECT_EQ(v, 2.f * float(r));
-  kc::mean_dim(x.data(), out.data(), outer, r, inner, nullptr);
+  kernels::Reduce<kernels::Cuda>::mean_dim(x.data(), out.data(), outer, r, inner, {});
   for (float v : out) EXPECT_FLOAT_EQ(v, 2.f);
 }
 
