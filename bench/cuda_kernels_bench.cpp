@@ -13,6 +13,7 @@
 #include "engine/cuda/event.h"
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
+#include "kernels/batch_norm.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
@@ -23,12 +24,11 @@
 #include "kernels/cuda/grad_scaler.h"
 #include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
-#include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
-#include "kernels/batch_norm.h"
 #include "kernels/conv2d.h"
 #include "kernels/dropout.h"
 #include "kernels/loss.h"
+#include "kernels/pool.h"
 
 namespace {
 
@@ -36,6 +36,7 @@ using namespace rg;
 namespace kc = rg::kernels::cuda;
 using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
 using BatchNorm = rg::kernels::BatchNorm<rg::kernels::Cuda>;
+using Pool = rg::kernels::Pool<rg::kernels::Cuda>;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -147,8 +148,8 @@ Tensor device_targets() {
 
 // 3x3 windows, stride 2, padding 1 over the NCHW activations: 56x56 -> 28x28 (the ResNet stem's
 // max-pool window).
-kc::Pool2dGeometry pool_geometry() {
-  kc::Pool2dGeometry g{kImgPlanes, 56, 56, 3, 3, 2, 2, 1, 1, 0, 0};
+rg::kernels::Pool2dGeometry pool_geometry() {
+  rg::kernels::Pool2dGeometry g{kImgPlanes, 56, 56, 3, 3, 2, 2, 1, 1, 0, 0};
   g.ho = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
   g.wo = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
   return g;
@@ -347,8 +348,9 @@ void BM_LogSoftmax(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), y = device_tensor(kRows * kClasses);
   // Reads x, writes out: 2 * rows * c * 4.
-  run(state, 2.0 * double(kRows * kClasses) * 4,
-      [&](void* s) { Loss::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, {s}); });
+  run(state, 2.0 * double(kRows * kClasses) * 4, [&](void* s) {
+    Loss::log_softmax(x.data<float>(), y.data<float>(), kRows, kClasses, 1, {s});
+  });
 }
 
 void BM_LogSoftmaxBackward(benchmark::State& state) {
@@ -445,48 +447,49 @@ void BM_DropoutBackward(benchmark::State& state) {
 
 void BM_MaxPoolForward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor x = device_tensor(in), y = device_tensor(out), am = device_tensor(out, DType::i64);
   // Reads x, writes y and the i64 argmax: (planes*h*w + planes*ho*wo) * 4 + planes*ho*wo * 8.
   run(state, double(in + out) * 4 + double(out) * 8, [&](void* s) {
-    kc::max_pool2d_forward(g, x.data<float>(), y.data<float>(), am.data<int64_t>(), s);
+    Pool::max_pool2d(g, x.data<float>(), y.data<float>(), am.data<int64_t>(), {s});
   });
 }
 
 void BM_MaxPoolBackward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor x = device_tensor(in), gy = device_tensor(out), am = device_tensor(out, DType::i64),
          gx = device_tensor(in);
   // A real argmax, from the forward (x's values do not matter).
-  kc::max_pool2d_forward(g, x.data<float>(), gy.data<float>(), am.data<int64_t>(),
-                         current_stream_handle());
+  Pool::max_pool2d(g, x.data<float>(), gy.data<float>(), am.data<int64_t>(),
+                   {current_stream_handle()});
   // Reads gy and the i64 argmax, writes gx: planes*ho*wo * (4 + 8) + planes*h*w * 4.
   run(state, double(out) * (4 + 8) + double(in) * 4, [&](void* s) {
-    kc::max_pool2d_backward(g, gy.data<float>(), am.data<int64_t>(), gx.data<float>(), s);
+    Pool::max_pool2d_backward(g, gy.data<float>(), am.data<int64_t>(), gx.data<float>(), {s});
   });
 }
 
 void BM_AvgPoolForward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor x = device_tensor(in), y = device_tensor(out);
   // Reads x, writes y: (planes*h*w + planes*ho*wo) * 4.
   run(state, double(in + out) * 4,
-      [&](void* s) { kc::avg_pool2d_forward(g, x.data<float>(), y.data<float>(), false, s); });
+      [&](void* s) { Pool::avg_pool2d(g, x.data<float>(), y.data<float>(), false, {s}); });
 }
 
 void BM_AvgPoolBackward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor gy = device_tensor(out), gx = device_tensor(in);
   // Reads gy, writes gx: (planes*ho*wo + planes*h*w) * 4.
-  run(state, double(in + out) * 4,
-      [&](void* s) { kc::avg_pool2d_backward(g, gy.data<float>(), gx.data<float>(), false, s); });
+  run(state, double(in + out) * 4, [&](void* s) {
+    Pool::avg_pool2d_backward(g, gy.data<float>(), gx.data<float>(), false, {s});
+  });
 }
 
 void BM_AdaptiveAvgPool1x1Forward(benchmark::State& state) {
@@ -494,7 +497,7 @@ void BM_AdaptiveAvgPool1x1Forward(benchmark::State& state) {
   Tensor x = device_tensor(kImgNumel), y = device_tensor(kImgPlanes);
   // Reads x, writes one mean per plane: (planes * hw + planes) * 4.
   run(state, double(kImgNumel + kImgPlanes) * 4, [&](void* s) {
-    kc::adaptive_avg_pool2d_1x1_forward(x.data<float>(), y.data<float>(), kImgPlanes, kImgHW, s);
+    Pool::adaptive_avg_pool2d_1x1(x.data<float>(), y.data<float>(), kImgPlanes, kImgHW, {s});
   });
 }
 
@@ -503,7 +506,8 @@ void BM_AdaptiveAvgPool1x1Backward(benchmark::State& state) {
   Tensor gy = device_tensor(kImgPlanes), gx = device_tensor(kImgNumel);
   // Reads one gy per plane, writes gx: (planes + planes * hw) * 4.
   run(state, double(kImgNumel + kImgPlanes) * 4, [&](void* s) {
-    kc::adaptive_avg_pool2d_1x1_backward(gy.data<float>(), gx.data<float>(), kImgPlanes, kImgHW, s);
+    Pool::adaptive_avg_pool2d_1x1_backward(gy.data<float>(), gx.data<float>(), kImgPlanes, kImgHW,
+                                           {s});
   });
 }
 
@@ -516,8 +520,8 @@ void BM_BatchNormStats(benchmark::State& state) {
          var = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64);
   // Reads x, writes mean, var and invstd: N*C*HW * 4 + 3 * C * 8.
   run(state, double(kImgNumel) * 4 + 3.0 * kImgC * 8, [&](void* s) {
-    BatchNorm::stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
-                     var.data<double>(), invstd.data<double>(), 1e-5, {s});
+    BatchNorm::stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(), var.data<double>(),
+                     invstd.data<double>(), 1e-5, {s});
   });
 }
 
@@ -529,8 +533,7 @@ void BM_BatchNormApply(benchmark::State& state) {
   // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 2 * C * (8 + 4).
   run(state, 2.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 12, [&](void* s) {
     BatchNorm::apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
-                     invstd.data<double>(), w.data<float>(), b.data<float>(), y.data<float>(),
-                     {s});
+                     invstd.data<double>(), w.data<float>(), b.data<float>(), y.data<float>(), {s});
   });
 }
 

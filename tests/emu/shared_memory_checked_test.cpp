@@ -11,12 +11,12 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/batch_norm.h"
 #include "kernels/cuda/metrics.h"
-#include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/emu/device_runtime.h"
-#include "kernels/batch_norm.h"
 #include "kernels/loss.h"
+#include "kernels/pool.h"
 
 // The kernels here get plain host memory, read right after each launch: launches wait for their
 // work, as with CUDA_LAUNCH_BLOCKING=1.
@@ -110,17 +110,18 @@ TEST(EmuChecked, BatchNorm) {
 }
 
 TEST(EmuChecked, Pooling) {
-  const kc::Pool2dGeometry g{3, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
+  using Pool = kernels::Pool<kernels::Cuda>;
+  const kernels::Pool2dGeometry g{3, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
   const auto x = ramp(g.planes * g.h * g.w);
   std::vector<float> y(static_cast<size_t>(g.planes * g.ho * g.wo)), gx(x.size());
   std::vector<int64_t> argmax(y.size());
-  kc::max_pool2d_forward(g, x.data(), y.data(), argmax.data(), nullptr);
-  kc::max_pool2d_backward(g, y.data(), argmax.data(), gx.data(), nullptr);
-  kc::avg_pool2d_forward(g, x.data(), y.data(), true, nullptr);
-  kc::avg_pool2d_backward(g, y.data(), gx.data(), false, nullptr);
+  Pool::max_pool2d(g, x.data(), y.data(), argmax.data(), {});
+  Pool::max_pool2d_backward(g, y.data(), argmax.data(), gx.data(), {});
+  Pool::avg_pool2d(g, x.data(), y.data(), true, {});
+  Pool::avg_pool2d_backward(g, y.data(), gx.data(), false, {});
   std::vector<float> means(static_cast<size_t>(g.planes));
-  kc::adaptive_avg_pool2d_1x1_forward(x.data(), means.data(), g.planes, g.h * g.w, nullptr);
-  kc::adaptive_avg_pool2d_1x1_backward(means.data(), gx.data(), g.planes, g.h * g.w, nullptr);
+  Pool::adaptive_avg_pool2d_1x1(x.data(), means.data(), g.planes, g.h * g.w, {});
+  Pool::adaptive_avg_pool2d_1x1_backward(means.data(), gx.data(), g.planes, g.h * g.w, {});
   EXPECT_FLOAT_EQ(gx[0], means[0] / float(g.h * g.w));
 }
 
