@@ -13,8 +13,8 @@
 #include "engine/cuda/event.h"
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
+#include "kernels/activation.h"
 #include "kernels/batch_norm.h"
-#include "kernels/cuda/activation.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
@@ -37,6 +37,7 @@ namespace kc = rg::kernels::cuda;
 using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
 using BatchNorm = rg::kernels::BatchNorm<rg::kernels::Cuda>;
 using Pool = rg::kernels::Pool<rg::kernels::Cuda>;
+using Activation = rg::kernels::Activation<rg::kernels::Cuda>;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -247,57 +248,61 @@ void BM_DivideBy(benchmark::State& state) {
 
 void BM_Relu(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::relu(p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { Activation::relu(p[0], p[1], kN, {s}); });
 }
 
 void BM_ReluBackward(benchmark::State& state) {
   // Reads grad and out, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::relu_backward(p[0], p[1], p[2], kN, s); });
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { Activation::relu_backward(p[0], p[1], p[2], kN, {s}); });
 }
 
 void BM_LeakyRelu(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::leaky_relu(p[0], p[1], kN, 0.01, s); });
+  run_elementwise<2>(state, 2,
+                     [](auto& p, void* s) { Activation::leaky_relu(p[0], p[1], kN, 0.01, {s}); });
 }
 
 void BM_LeakyReluBackward(benchmark::State& state) {
   // Reads grad and x, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(
-      state, 3, [](auto& p, void* s) { kc::leaky_relu_backward(p[0], p[1], p[2], kN, 0.01, s); });
+  run_elementwise<3>(state, 3, [](auto& p, void* s) {
+    Activation::leaky_relu_backward(p[0], p[1], p[2], kN, 0.01, {s});
+  });
 }
 
 void BM_Gelu(benchmark::State& state) {
   // Exact (erf) GELU. Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::gelu(p[0], p[1], kN, false, s); });
+  run_elementwise<2>(state, 2,
+                     [](auto& p, void* s) { Activation::gelu(p[0], p[1], kN, false, {s}); });
 }
 
 void BM_GeluBackward(benchmark::State& state) {
   // Reads grad and x, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::gelu_backward(p[0], p[1], p[2], kN, false, s); });
+  run_elementwise<3>(state, 3, [](auto& p, void* s) {
+    Activation::gelu_backward(p[0], p[1], p[2], kN, false, {s});
+  });
 }
 
 void BM_Sigmoid(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::sigmoid(p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { Activation::sigmoid(p[0], p[1], kN, {s}); });
 }
 
 void BM_SigmoidBackward(benchmark::State& state) {
   // Reads grad and out, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::sigmoid_backward(p[0], p[1], p[2], kN, s); });
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { Activation::sigmoid_backward(p[0], p[1], p[2], kN, {s}); });
 }
 
 void BM_Tanh(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::tanh(p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { Activation::tanh(p[0], p[1], kN, {s}); });
 }
 
 void BM_TanhBackward(benchmark::State& state) {
   // Reads grad and out, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::tanh_backward(p[0], p[1], p[2], kN, s); });
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { Activation::tanh_backward(p[0], p[1], p[2], kN, {s}); });
 }
 
 // ---- Reductions ----
