@@ -22,12 +22,12 @@
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
-#include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/conv2d.h"
 #include "kernels/dropout.h"
 #include "kernels/loss.h"
+#include "kernels/metrics.h"
 #include "kernels/pool.h"
 
 namespace {
@@ -38,6 +38,7 @@ using Loss = rg::kernels::Loss<rg::kernels::Cuda>;
 using BatchNorm = rg::kernels::BatchNorm<rg::kernels::Cuda>;
 using Pool = rg::kernels::Pool<rg::kernels::Cuda>;
 using Activation = rg::kernels::Activation<rg::kernels::Cuda>;
+using Metrics = rg::kernels::Metrics<rg::kernels::Cuda>;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -643,8 +644,9 @@ void BM_Argmax(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), out = device_tensor(kRows, DType::i64);
   // Reads x, writes one i64 per row: rows * c * 4 + rows * 8.
-  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8,
-      [&](void* s) { kc::argmax(x.data<float>(), out.data<int64_t>(), kRows, kClasses, 1, s); });
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8, [&](void* s) {
+    Metrics::argmax(x.data<float>(), out.data<int64_t>(), kRows, kClasses, 1, {s});
+  });
 }
 
 void BM_Top5Correct(benchmark::State& state) {
@@ -653,8 +655,8 @@ void BM_Top5Correct(benchmark::State& state) {
          counts = device_tensor(2, DType::i64);
   // Reads logits and targets, writes the two i64 counts: rows * c * 4 + rows * 8 + 16.
   run(state, double(kRows * kClasses) * 4 + double(kRows) * 8 + 16, [&](void* s) {
-    kc::topk_correct(x.data<float>(), target.data<int64_t>(), kRows, kClasses, 5,
-                     counts.data<int64_t>(), s);
+    Metrics::topk_correct(x.data<float>(), target.data<int64_t>(), kRows, kClasses, 5,
+                          counts.data<int64_t>(), {s});
   });
 }
 

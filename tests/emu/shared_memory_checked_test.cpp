@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "kernels/batch_norm.h"
-#include "kernels/cuda/metrics.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/loss.h"
+#include "kernels/metrics.h"
 #include "kernels/pool.h"
 
 // The kernels here get plain host memory, read right after each launch: launches wait for their
@@ -126,15 +126,16 @@ TEST(EmuChecked, Pooling) {
 }
 
 TEST(EmuChecked, ArgmaxAndTopk) {
+  using Metrics = kernels::Metrics<kernels::Cuda>;
   const int64_t outer = 3, c = 1000;
   auto x = ramp(outer * c);
   for (int64_t o = 0; o < outer; ++o) x[size_t(o * c + 7 * o + 1)] = 5.f;
   std::vector<int64_t> idx(outer);
-  kc::argmax(x.data(), idx.data(), outer, c, 1, nullptr);
+  Metrics::argmax(x.data(), idx.data(), outer, c, 1, {});
   for (int64_t o = 0; o < outer; ++o) EXPECT_EQ(idx[size_t(o)], 7 * o + 1);
   const std::vector<int64_t> target = {1, 8, 0};
   int64_t counts[2] = {-1, -1};  // hits, first row with an out-of-range target (none: outer)
-  kc::topk_correct(x.data(), target.data(), outer, c, 1, counts, nullptr);
+  Metrics::topk_correct(x.data(), target.data(), outer, c, 1, counts, {});
   EXPECT_EQ(counts[0], 2);
   EXPECT_EQ(counts[1], outer);
 }
