@@ -13,21 +13,21 @@
 #include "engine/cuda/event.h"
 #include "engine/cuda/stream.h"
 #include "engine/tensor.h"
+#include "kernels/activation.h"
 #include "kernels/batch_norm.h"
 #include "kernels/binary.h"
 #include "kernels/conv2d.h"
-#include "kernels/cuda/activation.h"
 #include "kernels/cuda/bucket.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
-#include "kernels/cuda/metrics.h"
 #include "kernels/cuda/optim.h"
-#include "kernels/cuda/pool.h"
 #include "kernels/dropout.h"
 #include "kernels/loss.h"
+#include "kernels/metrics.h"
+#include "kernels/pool.h"
 #include "kernels/reduce.h"
 #include "kernels/unary.h"
 
@@ -42,6 +42,9 @@ using Unary = rg::kernels::Unary<rg::kernels::Cuda>;
 using Reduce = rg::kernels::Reduce<rg::kernels::Cuda>;
 using rg::kernels::BinaryOp;
 using rg::kernels::UnaryOp;
+using Pool = rg::kernels::Pool<rg::kernels::Cuda>;
+using Activation = rg::kernels::Activation<rg::kernels::Cuda>;
+using Metrics = rg::kernels::Metrics<rg::kernels::Cuda>;
 
 constexpr int64_t kN = int64_t(1) << 26;  // 64 Mi elements: far beyond any cache
 
@@ -153,8 +156,8 @@ Tensor device_targets() {
 
 // 3x3 windows, stride 2, padding 1 over the NCHW activations: 56x56 -> 28x28 (the ResNet stem's
 // max-pool window).
-kc::Pool2dGeometry pool_geometry() {
-  kc::Pool2dGeometry g{kImgPlanes, 56, 56, 3, 3, 2, 2, 1, 1, 0, 0};
+rg::kernels::Pool2dGeometry pool_geometry() {
+  rg::kernels::Pool2dGeometry g{kImgPlanes, 56, 56, 3, 3, 2, 2, 1, 1, 0, 0};
   g.ho = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
   g.wo = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
   return g;
@@ -253,57 +256,61 @@ void BM_DivideBy(benchmark::State& state) {
 
 void BM_Relu(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::relu(p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { Activation::relu(p[0], p[1], kN, {s}); });
 }
 
 void BM_ReluBackward(benchmark::State& state) {
   // Reads grad and out, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::relu_backward(p[0], p[1], p[2], kN, s); });
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { Activation::relu_backward(p[0], p[1], p[2], kN, {s}); });
 }
 
 void BM_LeakyRelu(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::leaky_relu(p[0], p[1], kN, 0.01, s); });
+  run_elementwise<2>(state, 2,
+                     [](auto& p, void* s) { Activation::leaky_relu(p[0], p[1], kN, 0.01, {s}); });
 }
 
 void BM_LeakyReluBackward(benchmark::State& state) {
   // Reads grad and x, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(
-      state, 3, [](auto& p, void* s) { kc::leaky_relu_backward(p[0], p[1], p[2], kN, 0.01, s); });
+  run_elementwise<3>(state, 3, [](auto& p, void* s) {
+    Activation::leaky_relu_backward(p[0], p[1], p[2], kN, 0.01, {s});
+  });
 }
 
 void BM_Gelu(benchmark::State& state) {
   // Exact (erf) GELU. Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::gelu(p[0], p[1], kN, false, s); });
+  run_elementwise<2>(state, 2,
+                     [](auto& p, void* s) { Activation::gelu(p[0], p[1], kN, false, {s}); });
 }
 
 void BM_GeluBackward(benchmark::State& state) {
   // Reads grad and x, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::gelu_backward(p[0], p[1], p[2], kN, false, s); });
+  run_elementwise<3>(state, 3, [](auto& p, void* s) {
+    Activation::gelu_backward(p[0], p[1], p[2], kN, false, {s});
+  });
 }
 
 void BM_Sigmoid(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::sigmoid(p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { Activation::sigmoid(p[0], p[1], kN, {s}); });
 }
 
 void BM_SigmoidBackward(benchmark::State& state) {
   // Reads grad and out, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::sigmoid_backward(p[0], p[1], p[2], kN, s); });
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { Activation::sigmoid_backward(p[0], p[1], p[2], kN, {s}); });
 }
 
 void BM_Tanh(benchmark::State& state) {
   // Reads x, writes out: 2 * n * 4.
-  run_elementwise<2>(state, 2, [](auto& p, void* s) { kc::tanh(p[0], p[1], kN, s); });
+  run_elementwise<2>(state, 2, [](auto& p, void* s) { Activation::tanh(p[0], p[1], kN, {s}); });
 }
 
 void BM_TanhBackward(benchmark::State& state) {
   // Reads grad and out, writes grad_in: 3 * n * 4.
-  run_elementwise<3>(state, 3,
-                     [](auto& p, void* s) { kc::tanh_backward(p[0], p[1], p[2], kN, s); });
+  run_elementwise<3>(
+      state, 3, [](auto& p, void* s) { Activation::tanh_backward(p[0], p[1], p[2], kN, {s}); });
 }
 
 // ---- Reductions ----
@@ -453,48 +460,49 @@ void BM_DropoutBackward(benchmark::State& state) {
 
 void BM_MaxPoolForward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor x = device_tensor(in), y = device_tensor(out), am = device_tensor(out, DType::i64);
   // Reads x, writes y and the i64 argmax: (planes*h*w + planes*ho*wo) * 4 + planes*ho*wo * 8.
   run(state, double(in + out) * 4 + double(out) * 8, [&](void* s) {
-    kc::max_pool2d_forward(g, x.data<float>(), y.data<float>(), am.data<int64_t>(), s);
+    Pool::max_pool2d(g, x.data<float>(), y.data<float>(), am.data<int64_t>(), {s});
   });
 }
 
 void BM_MaxPoolBackward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor x = device_tensor(in), gy = device_tensor(out), am = device_tensor(out, DType::i64),
          gx = device_tensor(in);
   // A real argmax, from the forward (x's values do not matter).
-  kc::max_pool2d_forward(g, x.data<float>(), gy.data<float>(), am.data<int64_t>(),
-                         current_stream_handle());
+  Pool::max_pool2d(g, x.data<float>(), gy.data<float>(), am.data<int64_t>(),
+                   {current_stream_handle()});
   // Reads gy and the i64 argmax, writes gx: planes*ho*wo * (4 + 8) + planes*h*w * 4.
   run(state, double(out) * (4 + 8) + double(in) * 4, [&](void* s) {
-    kc::max_pool2d_backward(g, gy.data<float>(), am.data<int64_t>(), gx.data<float>(), s);
+    Pool::max_pool2d_backward(g, gy.data<float>(), am.data<int64_t>(), gx.data<float>(), {s});
   });
 }
 
 void BM_AvgPoolForward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor x = device_tensor(in), y = device_tensor(out);
   // Reads x, writes y: (planes*h*w + planes*ho*wo) * 4.
   run(state, double(in + out) * 4,
-      [&](void* s) { kc::avg_pool2d_forward(g, x.data<float>(), y.data<float>(), false, s); });
+      [&](void* s) { Pool::avg_pool2d(g, x.data<float>(), y.data<float>(), false, {s}); });
 }
 
 void BM_AvgPoolBackward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
-  const kc::Pool2dGeometry g = pool_geometry();
+  const rg::kernels::Pool2dGeometry g = pool_geometry();
   const int64_t in = kImgNumel, out = g.planes * g.ho * g.wo;
   Tensor gy = device_tensor(out), gx = device_tensor(in);
   // Reads gy, writes gx: (planes*ho*wo + planes*h*w) * 4.
-  run(state, double(in + out) * 4,
-      [&](void* s) { kc::avg_pool2d_backward(g, gy.data<float>(), gx.data<float>(), false, s); });
+  run(state, double(in + out) * 4, [&](void* s) {
+    Pool::avg_pool2d_backward(g, gy.data<float>(), gx.data<float>(), false, {s});
+  });
 }
 
 void BM_AdaptiveAvgPool1x1Forward(benchmark::State& state) {
@@ -502,7 +510,7 @@ void BM_AdaptiveAvgPool1x1Forward(benchmark::State& state) {
   Tensor x = device_tensor(kImgNumel), y = device_tensor(kImgPlanes);
   // Reads x, writes one mean per plane: (planes * hw + planes) * 4.
   run(state, double(kImgNumel + kImgPlanes) * 4, [&](void* s) {
-    kc::adaptive_avg_pool2d_1x1_forward(x.data<float>(), y.data<float>(), kImgPlanes, kImgHW, s);
+    Pool::adaptive_avg_pool2d_1x1(x.data<float>(), y.data<float>(), kImgPlanes, kImgHW, {s});
   });
 }
 
@@ -511,7 +519,8 @@ void BM_AdaptiveAvgPool1x1Backward(benchmark::State& state) {
   Tensor gy = device_tensor(kImgPlanes), gx = device_tensor(kImgNumel);
   // Reads one gy per plane, writes gx: (planes + planes * hw) * 4.
   run(state, double(kImgNumel + kImgPlanes) * 4, [&](void* s) {
-    kc::adaptive_avg_pool2d_1x1_backward(gy.data<float>(), gx.data<float>(), kImgPlanes, kImgHW, s);
+    Pool::adaptive_avg_pool2d_1x1_backward(gy.data<float>(), gx.data<float>(), kImgPlanes, kImgHW,
+                                           {s});
   });
 }
 
@@ -642,8 +651,9 @@ void BM_Argmax(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), out = device_tensor(kRows, DType::i64);
   // Reads x, writes one i64 per row: rows * c * 4 + rows * 8.
-  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8,
-      [&](void* s) { kc::argmax(x.data<float>(), out.data<int64_t>(), kRows, kClasses, 1, s); });
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * 8, [&](void* s) {
+    Metrics::argmax(x.data<float>(), out.data<int64_t>(), kRows, kClasses, 1, {s});
+  });
 }
 
 void BM_Top5Correct(benchmark::State& state) {
@@ -652,8 +662,8 @@ void BM_Top5Correct(benchmark::State& state) {
          counts = device_tensor(2, DType::i64);
   // Reads logits and targets, writes the two i64 counts: rows * c * 4 + rows * 8 + 16.
   run(state, double(kRows * kClasses) * 4 + double(kRows) * 8 + 16, [&](void* s) {
-    kc::topk_correct(x.data<float>(), target.data<int64_t>(), kRows, kClasses, 5,
-                     counts.data<int64_t>(), s);
+    Metrics::topk_correct(x.data<float>(), target.data<int64_t>(), kRows, kClasses, 5,
+                          counts.data<int64_t>(), {s});
   });
 }
 

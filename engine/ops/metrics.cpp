@@ -1,14 +1,13 @@
-// argmax, top-k hit counting and accuracy: checks here, the counting in kernels/cpu/metrics or
-// kernels/cuda/metrics (one contract), and what a bad target means decided once, for both devices.
+// argmax, top-k hit counting and accuracy: checks here, the counting in kernels/metrics.h (one call
+// per kernel on both devices), and what a bad target means decided once, for both devices.
 #include "engine/ops/metrics.h"
 
 #include <algorithm>
 
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
-#include "kernels/cpu/metrics.h"
-#include "kernels/cuda/metrics.h"
 #include "kernels/error.h"
+#include "kernels/metrics.h"
 
 namespace rg {
 
@@ -34,11 +33,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   }
   Tensor out = Tensor::empty(shape, DType::i64, x.device());
   dispatch_on(x.device(), x.dtype(), "argmax", [&]<class T, class B>() {
-    if constexpr (kOnCuda<B>) {
-      kernels::cuda::argmax<T>(x.data<T>(), out.data<int64_t>(), outer, c, inner, cuda_stream(x));
-    } else {
-      kernels::cpu::argmax<T>(x.data<T>(), out.data<int64_t>(), outer, c, inner);
-    }
+    kernels::Metrics<B>::argmax(x.data<T>(), out.data<int64_t>(), outer, c, inner, kernel_ctx(x));
   });
   return out;
 }
@@ -58,13 +53,8 @@ int64_t topk_correct(const Tensor& logits, const Tensor& target, int64_t k) {
            " but logits are on ", logits.device().str());
   Tensor counts = Tensor::empty({2}, DType::i64, logits.device());
   dispatch_on(logits.device(), logits.dtype(), "topk_correct", [&]<class T, class B>() {
-    if constexpr (kOnCuda<B>) {
-      kernels::cuda::topk_correct<T>(logits.data<T>(), target.data<int64_t>(), n, c, k,
-                                     counts.data<int64_t>(), cuda_stream(logits));
-    } else {
-      kernels::cpu::topk_correct<T>(logits.data<T>(), target.data<int64_t>(), n, c, k,
-                                    counts.data<int64_t>());
-    }
+    kernels::Metrics<B>::topk_correct(logits.data<T>(), target.data<int64_t>(), n, c, k,
+                                      counts.data<int64_t>(), kernel_ctx(logits));
   });
   const std::vector<int64_t> got = counts.to(Device::cpu()).to_vector<int64_t>();
   if (got[1] < n) {  // the same error on every device (one more copy, on this path only)

@@ -1,8 +1,9 @@
-// max_pool2d / avg_pool2d / adaptive_avg_pool2d through kernels::cpu::pool or, on CUDA, our
-// kernels::cuda ones; average pooling through cuDNN where engine/ops/cudnn.h allows. Max pooling
-// keeps the argmax of every window (i64) for its backward and never uses cuDNN, whose backward does
-// not promise the first of equal maxima (kernels/cuda/pool.h). adaptive_avg_pool2d to 1x1 keeps
-// its reduction kernel (one block per plane), as PyTorch reduces with its own kernel there too.
+// max_pool2d / avg_pool2d / adaptive_avg_pool2d through kernels/pool.h, one call per kernel on
+// both devices; average pooling through cuDNN (kernels/cuda/pool_cudnn.h) where engine/ops/cudnn.h
+// allows. Max pooling keeps the argmax of every window (i64) for its backward and never uses
+// cuDNN, whose backward does not promise the first of equal maxima. adaptive_avg_pool2d to 1x1 has
+// its own reduction kernel (one block per plane on CUDA), as PyTorch reduces with its own kernel
+// there too.
 #include "engine/ops/pool.h"
 
 #include <type_traits>
@@ -11,13 +12,13 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/cudnn.h"
-#include "kernels/cpu/pool.h"
-#include "kernels/cuda/pool.h"
+#include "kernels/cuda/pool_cudnn.h"
 #include "kernels/error.h"
+#include "kernels/pool.h"
 
 namespace rg {
 
-using kernels::cpu::Pool2dGeometry;
+using kernels::Pool2dGeometry;
 
 namespace {
 
@@ -62,48 +63,47 @@ bool use_cudnn(const Tensor& x, const Pool2dGeometry& g) {
 template <class T>
 constexpr bool kCudnnType = !std::is_same_v<T, BFloat16>;
 
-Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool count_include_pad) {
+// Average pooling through cuDNN (use_cudnn said yes). cuDNN's backward also takes x and y, kept
+// only for it: detached (y's history would hold this node) and without SavedTensor's in-place
+// checks, since an average's gradient does not read their values (our kernels keep neither and
+// must not fail where this path passes).
+Tensor avg_pool_cudnn(const char* op, const Tensor& x, const Pool2dGeometry& g,
+                      bool count_include_pad) {
   Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
-  const bool cudnn = use_cudnn(x, g);
-  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
-    if constexpr (kOnCuda<B>) {
-      if constexpr (kCudnnType<T>) {
-        if (cudnn) {
-          kernels::cuda::cudnn_avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(),
-                                                     count_include_pad, cuda_stream(x));
-          return;
-        }
-      }
-      kernels::cuda::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad,
-                                           cuda_stream(x));
-    } else {
-      kernels::cpu::avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad);
+  dispatch_cuda_float(x.dtype(), op, [&]<class T>() {
+    if constexpr (kCudnnType<T>) {
+      kernels::cuda::cudnn_avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad,
+                                                 cuda_stream(x));
     }
   });
-  // cuDNN's backward also takes x and y, kept only for it: detached (y's history would hold this
-  // node) and without SavedTensor's in-place checks, since an average's gradient does not read
-  // their values (the CPU path keeps neither and must not fail where this one passes).
   return autograd::record(
       out, "AvgPool2dBackward", {x},
-      [g, count_include_pad, cudnn, shape = x.shape(), xs = cudnn ? x.detach() : Tensor(),
-       ys = cudnn ? out.detach() : Tensor()](const Tensor& grad) {
+      [g, count_include_pad, shape = x.shape(), xs = x.detach(),
+       ys = out.detach()](const Tensor& grad) {
+        Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
+        dispatch_cuda_float(grad.dtype(), "avg_pool2d backward", [&]<class T>() {
+          if constexpr (kCudnnType<T>) {
+            kernels::cuda::cudnn_avg_pool2d_backward<T>(g, xs.data<T>(), ys.data<T>(),
+                                                        grad.data<T>(), dx.data<T>(),
+                                                        count_include_pad, cuda_stream(grad));
+          }
+        });
+        return std::vector<Tensor>{dx};
+      });
+}
+
+Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool count_include_pad) {
+  if (use_cudnn(x, g)) return avg_pool_cudnn(op, x, g, count_include_pad);
+  Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    kernels::Pool<B>::avg_pool2d(g, x.data<T>(), out.data<T>(), count_include_pad, kernel_ctx(x));
+  });
+  return autograd::record(
+      out, "AvgPool2dBackward", {x}, [g, count_include_pad, shape = x.shape()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
         dispatch_on(grad.device(), grad.dtype(), "avg_pool2d backward", [&]<class T, class B>() {
-          if constexpr (kOnCuda<B>) {
-            if constexpr (kCudnnType<T>) {
-              if (cudnn) {
-                kernels::cuda::cudnn_avg_pool2d_backward<T>(g, xs.data<T>(), ys.data<T>(),
-                                                            grad.data<T>(), dx.data<T>(),
-                                                            count_include_pad, cuda_stream(grad));
-                return;
-              }
-            }
-            kernels::cuda::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(),
-                                                  count_include_pad, cuda_stream(grad));
-          } else {
-            kernels::cpu::avg_pool2d_backward<T>(g, grad.data<T>(), dx.data<T>(),
-                                                 count_include_pad);
-          }
+          kernels::Pool<B>::avg_pool2d_backward(g, grad.data<T>(), dx.data<T>(), count_include_pad,
+                                                kernel_ctx(grad));
         });
         return std::vector<Tensor>{dx};
       });
@@ -119,24 +119,15 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
   // The argmax is internal to this op (nobody can modify it), so it needs no SavedTensor.
   Tensor argmax = Tensor::empty(out_shape, DType::i64, x.device());
   dispatch_on(x.device(), x.dtype(), "max_pool2d", [&]<class T, class B>() {
-    if constexpr (kOnCuda<B>) {
-      kernels::cuda::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>(),
-                                           cuda_stream(x));
-    } else {
-      kernels::cpu::max_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>());
-    }
+    kernels::Pool<B>::max_pool2d(g, x.data<T>(), out.data<T>(), argmax.data<int64_t>(),
+                                 kernel_ctx(x));
   });
   return autograd::record(
       out, "MaxPool2dBackward", {x}, [g, argmax, shape = x.shape()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
         dispatch_on(grad.device(), grad.dtype(), "max_pool2d backward", [&]<class T, class B>() {
-          if constexpr (kOnCuda<B>) {
-            kernels::cuda::max_pool2d_backward<T>(g, grad.data<T>(), argmax.data<int64_t>(),
-                                                  dx.data<T>(), cuda_stream(grad));
-          } else {
-            kernels::cpu::max_pool2d_backward<T>(g, grad.data<T>(), argmax.data<int64_t>(),
-                                                 dx.data<T>());
-          }
+          kernels::Pool<B>::max_pool2d_backward(g, grad.data<T>(), argmax.data<int64_t>(),
+                                                dx.data<T>(), kernel_ctx(grad));
         });
         return std::vector<Tensor>{dx};
       });
@@ -156,23 +147,20 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
   check_dim(op, x, 4, "N, C, H, W");
   RG_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": input ", shape_str(x.shape()),
            " has an empty spatial dimension");
-  // Global average pooling is one window covering the whole plane; CUDA has a kernel for it.
-  if (!x.device().is_cuda()) {
-    return avg_pool(op, x, pool_geometry(op, x, {x.size(2), x.size(3)}, {1, 1}, {0, 0}), true);
-  }
   const int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
   Tensor out = Tensor::empty({x.size(0), x.size(1), 1, 1}, x.dtype(), x.device());
-  dispatch_cuda_float(x.dtype(), op, [&]<class T>() {
-    kernels::cuda::adaptive_avg_pool2d_1x1_forward<T>(x.data<T>(), out.data<T>(), planes, hw,
-                                                      cuda_stream(x));
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    kernels::Pool<B>::adaptive_avg_pool2d_1x1(x.data<T>(), out.data<T>(), planes, hw,
+                                              kernel_ctx(x));
   });
   return autograd::record(
       out, "AdaptiveAvgPool2dBackward", {x}, [planes, hw, shape = x.shape()](const Tensor& grad) {
         Tensor dx = Tensor::empty(shape, grad.dtype(), grad.device());
-        dispatch_cuda_float(grad.dtype(), "adaptive_avg_pool2d backward", [&]<class T>() {
-          kernels::cuda::adaptive_avg_pool2d_1x1_backward<T>(grad.data<T>(), dx.data<T>(), planes,
-                                                             hw, cuda_stream(grad));
-        });
+        dispatch_on(grad.device(), grad.dtype(), "adaptive_avg_pool2d backward",
+                    [&]<class T, class B>() {
+                      kernels::Pool<B>::adaptive_avg_pool2d_1x1_backward(
+                          grad.data<T>(), dx.data<T>(), planes, hw, kernel_ctx(grad));
+                    });
         return std::vector<Tensor>{dx};
       });
 }

@@ -1,19 +1,31 @@
-// Pooling loops, parallel over planes: each plane's window bounds are clipped once per output
-// pixel, so padding never needs a padded copy of the input.
-#include "kernels/cpu/pool.h"
+// The pooling kernels on the CPU (kernels/pool.h): loops parallel over planes, each window's
+// bounds clipped once per output pixel, so padding never needs a padded copy of the input.
+#include "kernels/pool.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "kernels/cpu/parallel.h"
 
-namespace rg::kernels::cpu {
+namespace rg::kernels {
 namespace {
 
 // Planes per parallel task: enough pixels that a task outweighs its scheduling.
-int64_t plane_grain(const Pool2dGeometry& g) {
-  return std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(g.h * g.w, 1));
+int64_t plane_grain(int64_t pixels) {
+  return std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(pixels, 1));
+}
+
+// Runs fn(p) for every plane p in parallel, with at most ctx.threads threads.
+template <class F>
+void for_each_plane(int64_t planes, int64_t pixels, Ctx ctx, F&& fn) {
+  cpu::parallel_for(
+      0, planes, plane_grain(pixels),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t p = lo; p < hi; ++p) fn(p);
+      },
+      ctx.threads);
 }
 
 // Window [h0, h1) x [w0, w1) of output pixel (oh, ow) inside the padded input (for the
@@ -55,86 +67,111 @@ int64_t window_argmax(const T* in, int64_t w, const Window& win) {
 
 }  // namespace
 
+template <>
 template <class T>
-void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax) {
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      const T* in = x + p * g.h * g.w;
-      T* out = y + p * g.ho * g.wo;
-      int64_t* idx = argmax + p * g.ho * g.wo;
-      for (int64_t oh = 0; oh < g.ho; ++oh) {
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
-          const int64_t best = window_argmax(in, g.w, window(g, oh, ow));
-          out[oh * g.wo + ow] = in[best];
-          idx[oh * g.wo + ow] = best;
+void Pool<Cpu>::max_pool2d(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, Ctx ctx) {
+  if (!detail::check_pool2d_geometry("max_pool2d", g)) return;
+  for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
+    const T* in = x + p * g.h * g.w;
+    T* out = y + p * g.ho * g.wo;
+    int64_t* idx = argmax + p * g.ho * g.wo;
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const int64_t best = window_argmax(in, g.w, window(g, oh, ow));
+        out[oh * g.wo + ow] = in[best];
+        idx[oh * g.wo + ow] = best;
+      }
+    }
+  });
+}
+
+template <>
+template <class T>
+void Pool<Cpu>::max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax,
+                                    T* gx, Ctx ctx) {
+  if (!detail::check_pool2d_geometry("max_pool2d_backward", g)) return;
+  for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
+    T* out = gx + p * g.h * g.w;
+    std::fill_n(out, g.h * g.w, T(0));
+    const T* grad = gy + p * g.ho * g.wo;
+    const int64_t* idx = argmax + p * g.ho * g.wo;
+    for (int64_t i = 0; i < g.ho * g.wo; ++i) out[idx[i]] += grad[i];
+  });
+}
+
+template <>
+template <class T>
+void Pool<Cpu>::avg_pool2d(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad,
+                           Ctx ctx) {
+  if (!detail::check_pool2d_geometry("avg_pool2d", g)) return;
+  for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
+    const T* in = x + p * g.h * g.w;
+    T* out = y + p * g.ho * g.wo;
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const Window win = window(g, oh, ow);
+        T acc = 0;
+        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+          for (int64_t iw = win.w0; iw < win.w1; ++iw) acc += in[ih * g.w + iw];
+        }
+        out[oh * g.wo + ow] = acc / T(divisor(win, count_include_pad));
+      }
+    }
+  });
+}
+
+template <>
+template <class T>
+void Pool<Cpu>::avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx,
+                                    bool count_include_pad, Ctx ctx) {
+  if (!detail::check_pool2d_geometry("avg_pool2d_backward", g)) return;
+  for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
+    T* out = gx + p * g.h * g.w;
+    std::fill_n(out, g.h * g.w, T(0));
+    const T* grad = gy + p * g.ho * g.wo;
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const Window win = window(g, oh, ow);
+        const T share = grad[oh * g.wo + ow] / T(divisor(win, count_include_pad));
+        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+          for (int64_t iw = win.w0; iw < win.w1; ++iw) out[ih * g.w + iw] += share;
         }
       }
     }
   });
 }
 
+template <>
 template <class T>
-void max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax, T* gx) {
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      T* out = gx + p * g.h * g.w;
-      std::fill_n(out, g.h * g.w, T(0));
-      const T* grad = gy + p * g.ho * g.wo;
-      const int64_t* idx = argmax + p * g.ho * g.wo;
-      for (int64_t i = 0; i < g.ho * g.wo; ++i) out[idx[i]] += grad[i];
-    }
+void Pool<Cpu>::adaptive_avg_pool2d_1x1(const T* x, T* y, int64_t planes, int64_t hw, Ctx ctx) {
+  if (!detail::check_global_pool_sizes("adaptive_avg_pool2d_1x1", planes, hw)) return;
+  for_each_plane(planes, hw, ctx, [&](int64_t p) {
+    const T* in = x + p * hw;
+    double acc = 0;
+    for (int64_t i = 0; i < hw; ++i) acc += double(in[i]);
+    y[p] = T(acc / double(hw));
   });
 }
 
+template <>
 template <class T>
-void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad) {
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      const T* in = x + p * g.h * g.w;
-      T* out = y + p * g.ho * g.wo;
-      for (int64_t oh = 0; oh < g.ho; ++oh) {
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
-          const Window win = window(g, oh, ow);
-          T acc = 0;
-          for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) acc += in[ih * g.w + iw];
-          }
-          out[oh * g.wo + ow] = acc / T(divisor(win, count_include_pad));
-        }
-      }
-    }
-  });
+void Pool<Cpu>::adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t planes, int64_t hw,
+                                                 Ctx ctx) {
+  if (!detail::check_global_pool_sizes("adaptive_avg_pool2d_1x1_backward", planes, hw)) return;
+  for_each_plane(planes, hw, ctx, [&](int64_t p) { std::fill_n(gx + p * hw, hw, gy[p] / T(hw)); });
 }
 
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
-void avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx, bool count_include_pad) {
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      T* out = gx + p * g.h * g.w;
-      std::fill_n(out, g.h * g.w, T(0));
-      const T* grad = gy + p * g.ho * g.wo;
-      for (int64_t oh = 0; oh < g.ho; ++oh) {
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
-          const Window win = window(g, oh, ow);
-          const T share = grad[oh * g.wo + ow] / T(divisor(win, count_include_pad));
-          for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) out[ih * g.w + iw] += share;
-          }
-        }
-      }
-    }
-  });
+auto cpu_pool_kernels() {
+  using K = Pool<Cpu>;
+  return std::tuple{&K::max_pool2d<T>,
+                    &K::max_pool2d_backward<T>,
+                    &K::avg_pool2d<T>,
+                    &K::avg_pool2d_backward<T>,
+                    &K::adaptive_avg_pool2d_1x1<T>,
+                    &K::adaptive_avg_pool2d_1x1_backward<T>};
 }
+RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_pool_kernels)
 
-template void max_pool2d_forward<float>(const Pool2dGeometry&, const float*, float*, int64_t*);
-template void max_pool2d_forward<double>(const Pool2dGeometry&, const double*, double*, int64_t*);
-template void max_pool2d_backward<float>(const Pool2dGeometry&, const float*, const int64_t*,
-                                         float*);
-template void max_pool2d_backward<double>(const Pool2dGeometry&, const double*, const int64_t*,
-                                          double*);
-template void avg_pool2d_forward<float>(const Pool2dGeometry&, const float*, float*, bool);
-template void avg_pool2d_forward<double>(const Pool2dGeometry&, const double*, double*, bool);
-template void avg_pool2d_backward<float>(const Pool2dGeometry&, const float*, float*, bool);
-template void avg_pool2d_backward<double>(const Pool2dGeometry&, const double*, double*, bool);
-
-}  // namespace rg::kernels::cpu
+}  // namespace rg::kernels

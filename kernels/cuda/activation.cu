@@ -1,22 +1,22 @@
-// Activation kernels: one grid-stride map kernel for forwards and one for backwards, each
-// instantiated with a functor holding the formula of kernels/cpu/activation.cpp.
-#include <numbers>
+// The activation kernels on CUDA (kernels/activation.h): one grid-stride map kernel for forwards
+// and one for backwards, each instantiated with a functor holding the formula.
+#include <tuple>
 
-#include "kernels/cuda/activation.h"
+#include "kernels/activation.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/error.h"
+#include "kernels/half.h"
 
-namespace rg::kernels::cuda {
+namespace rg::kernels {
 namespace {
 
-using namespace detail;
+using namespace cuda::detail;
 
-// PyTorch's GELU constants, computed as kernels/cpu/activation.cpp computes them.
-constexpr double kSqrt1_2 = 1.0 / std::numbers::sqrt2;
-constexpr double kInvSqrt2Pi = std::numbers::inv_sqrtpi / std::numbers::sqrt2;
-constexpr double kSqrt2OverPi = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;
-constexpr double kKappa = 0.044715;
+constexpr double kSqrt1_2 = detail::kGeluSqrt1_2;
+constexpr double kInvSqrt2Pi = detail::kGeluInvSqrt2Pi;
+constexpr double kSqrt2OverPi = detail::kGeluSqrt2OverPi;
+constexpr double kKappa = detail::kGeluKappa;
 
 // out[i] = op(x[i])
 template <class Op, class D>
@@ -49,7 +49,7 @@ struct ReluBackward {
 template <class A>
 struct LeakyRelu {
   A slope;
-  __device__ A operator()(A x) const { return x > A(0) ? x : x * slope; }
+  __device__ A operator()(A x) const { return x * (x > A(0) ? A(1) : slope); }
 };
 template <class A>
 struct LeakyReluBackward {
@@ -115,8 +115,7 @@ struct TanhBackward {
 
 template <class Op, class T>
 void map1(const char* name, const T* x, T* out, int64_t n, Op op, void* stream) {
-  RG_CHECK(n >= 0, "cuda::", name, ": element count must be >= 0, got ", n);
-  if (n == 0) return;
+  if (!detail::check_activation_size(name, n)) return;
   using D = device_t<T>;
   RG_LAUNCH((map1_kernel<Op, D>), blocks_for(n), kThreads, 0, as_stream(stream), dev(x), dev(out),
             n, op);
@@ -125,8 +124,7 @@ void map1(const char* name, const T* x, T* out, int64_t n, Op op, void* stream) 
 template <class Op, class T>
 void map2(const char* name, const T* grad, const T* saved, T* grad_in, int64_t n, Op op,
           void* stream) {
-  RG_CHECK(n >= 0, "cuda::", name, ": element count must be >= 0, got ", n);
-  if (n == 0) return;
+  if (!detail::check_activation_size(name, n)) return;
   using D = device_t<T>;
   RG_LAUNCH((map2_kernel<Op, D>), blocks_for(n), kThreads, 0, as_stream(stream), dev(grad),
             dev(saved), dev(grad_in), n, op);
@@ -137,77 +135,83 @@ using acc_t = compute_t<device_t<T>>;
 
 }  // namespace
 
+template <>
 template <class T>
-void relu(const T* x, T* out, int64_t n, void* stream) {
-  map1("relu", x, out, n, Relu{}, stream);
+void Activation<Cuda>::relu(const T* x, T* out, int64_t n, Ctx ctx) {
+  map1("relu", x, out, n, Relu{}, ctx.stream);
 }
+template <>
 template <class T>
-void relu_backward(const T* grad, const T* out, T* grad_in, int64_t n, void* stream) {
-  map2("relu_backward", grad, out, grad_in, n, ReluBackward{}, stream);
+void Activation<Cuda>::relu_backward(const T* grad, const T* out, T* grad_in, int64_t n, Ctx ctx) {
+  map2("relu_backward", grad, out, grad_in, n, ReluBackward{}, ctx.stream);
 }
 
+template <>
 template <class T>
-void leaky_relu(const T* x, T* out, int64_t n, double negative_slope, void* stream) {
-  map1("leaky_relu", x, out, n, LeakyRelu<acc_t<T>>{static_cast<acc_t<T>>(negative_slope)}, stream);
+void Activation<Cuda>::leaky_relu(const T* x, T* out, int64_t n, double negative_slope, Ctx ctx) {
+  map1("leaky_relu", x, out, n, LeakyRelu<acc_t<T>>{static_cast<acc_t<T>>(negative_slope)},
+       ctx.stream);
 }
+template <>
 template <class T>
-void leaky_relu_backward(const T* grad, const T* x, T* grad_in, int64_t n, double negative_slope,
-                         void* stream) {
+void Activation<Cuda>::leaky_relu_backward(const T* grad, const T* x, T* grad_in, int64_t n,
+                                           double negative_slope, Ctx ctx) {
   map2("leaky_relu_backward", grad, x, grad_in, n,
-       LeakyReluBackward<acc_t<T>>{static_cast<acc_t<T>>(negative_slope)}, stream);
+       LeakyReluBackward<acc_t<T>>{static_cast<acc_t<T>>(negative_slope)}, ctx.stream);
 }
 
+template <>
 template <class T>
-void gelu(const T* x, T* out, int64_t n, bool approximate, void* stream) {
+void Activation<Cuda>::gelu(const T* x, T* out, int64_t n, bool approximate, Ctx ctx) {
   if (approximate) {
-    map1("gelu", x, out, n, Gelu<true>{}, stream);
+    map1("gelu", x, out, n, Gelu<true>{}, ctx.stream);
   } else {
-    map1("gelu", x, out, n, Gelu<false>{}, stream);
+    map1("gelu", x, out, n, Gelu<false>{}, ctx.stream);
   }
 }
+template <>
 template <class T>
-void gelu_backward(const T* grad, const T* x, T* grad_in, int64_t n, bool approximate,
-                   void* stream) {
+void Activation<Cuda>::gelu_backward(const T* grad, const T* x, T* grad_in, int64_t n,
+                                     bool approximate, Ctx ctx) {
   if (approximate) {
-    map2("gelu_backward", grad, x, grad_in, n, GeluBackward<true>{}, stream);
+    map2("gelu_backward", grad, x, grad_in, n, GeluBackward<true>{}, ctx.stream);
   } else {
-    map2("gelu_backward", grad, x, grad_in, n, GeluBackward<false>{}, stream);
+    map2("gelu_backward", grad, x, grad_in, n, GeluBackward<false>{}, ctx.stream);
   }
 }
 
+template <>
 template <class T>
-void sigmoid(const T* x, T* out, int64_t n, void* stream) {
-  map1("sigmoid", x, out, n, Sigmoid{}, stream);
+void Activation<Cuda>::sigmoid(const T* x, T* out, int64_t n, Ctx ctx) {
+  map1("sigmoid", x, out, n, Sigmoid{}, ctx.stream);
 }
+template <>
 template <class T>
-void sigmoid_backward(const T* grad, const T* out, T* grad_in, int64_t n, void* stream) {
-  map2("sigmoid_backward", grad, out, grad_in, n, SigmoidBackward{}, stream);
-}
-
-template <class T>
-void tanh(const T* x, T* out, int64_t n, void* stream) {
-  map1("tanh", x, out, n, Tanh{}, stream);
-}
-template <class T>
-void tanh_backward(const T* grad, const T* out, T* grad_in, int64_t n, void* stream) {
-  map2("tanh_backward", grad, out, grad_in, n, TanhBackward{}, stream);
+void Activation<Cuda>::sigmoid_backward(const T* grad, const T* out, T* grad_in, int64_t n,
+                                        Ctx ctx) {
+  map2("sigmoid_backward", grad, out, grad_in, n, SigmoidBackward{}, ctx.stream);
 }
 
-#define RG_INSTANTIATE(T)                                                               \
-  template void relu<T>(const T*, T*, int64_t, void*);                                  \
-  template void relu_backward<T>(const T*, const T*, T*, int64_t, void*);               \
-  template void leaky_relu<T>(const T*, T*, int64_t, double, void*);                    \
-  template void leaky_relu_backward<T>(const T*, const T*, T*, int64_t, double, void*); \
-  template void gelu<T>(const T*, T*, int64_t, bool, void*);                            \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t, bool, void*);         \
-  template void sigmoid<T>(const T*, T*, int64_t, void*);                               \
-  template void sigmoid_backward<T>(const T*, const T*, T*, int64_t, void*);            \
-  template void tanh<T>(const T*, T*, int64_t, void*);                                  \
-  template void tanh_backward<T>(const T*, const T*, T*, int64_t, void*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-RG_INSTANTIATE(Half)
-RG_INSTANTIATE(BFloat16)
-#undef RG_INSTANTIATE
+template <>
+template <class T>
+void Activation<Cuda>::tanh(const T* x, T* out, int64_t n, Ctx ctx) {
+  map1("tanh", x, out, n, Tanh{}, ctx.stream);
+}
+template <>
+template <class T>
+void Activation<Cuda>::tanh_backward(const T* grad, const T* out, T* grad_in, int64_t n, Ctx ctx) {
+  map2("tanh_backward", grad, out, grad_in, n, TanhBackward{}, ctx.stream);
+}
 
-}  // namespace rg::kernels::cuda
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_activation_kernels() {
+  using K = Activation<Cuda>;
+  return std::tuple{
+      &K::relu<T>, &K::relu_backward<T>, &K::leaky_relu<T>, &K::leaky_relu_backward<T>,
+      &K::gelu<T>, &K::gelu_backward<T>, &K::sigmoid<T>,    &K::sigmoid_backward<T>,
+      &K::tanh<T>, &K::tanh_backward<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_activation_kernels)
+
+}  // namespace rg::kernels

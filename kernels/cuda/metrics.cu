@@ -1,4 +1,5 @@
-// argmax and top-k hit counting. Rows (inner == 1) take one block each: a (value, index) reduction
+// The metrics kernels on CUDA (kernels/metrics.h): argmax and top-k hit counting. Rows
+// (inner == 1) take one block each: a (value, index) reduction
 // or a count of the classes ranked above the target, with warp shuffles then shared memory; other
 // dimensions take one thread per column. No sort: a target is in the top k when fewer than k
 // classes rank above it.
@@ -6,28 +7,29 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/cast.h"
-#include "kernels/cuda/metrics.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/metrics.h"
 
-namespace rg::kernels::cuda {
+namespace rg::kernels {
 namespace {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::compute_t;
-using detail::dev;
-using detail::device_t;
-using detail::grid_start;
-using detail::grid_stride;
-using detail::kFullMask;
-using detail::kThreads;
-using detail::load;
+using cuda::detail::as_stream;
+using cuda::detail::blocks_for;
+using cuda::detail::compute_t;
+using cuda::detail::dev;
+using cuda::detail::device_t;
+using cuda::detail::grid_start;
+using cuda::detail::grid_stride;
+using cuda::detail::kFullMask;
+using cuda::detail::kThreads;
+using cuda::detail::load;
 
 constexpr unsigned int kRowThreads = 256;  // at most, per row block
 constexpr int64_t kMaxGrid = 65535;        // row loops cover the rest
@@ -162,14 +164,14 @@ unsigned int row_grid(int64_t rows) { return static_cast<unsigned int>(std::min(
 
 }  // namespace
 
+template <>
 template <class T>
-void argmax(const T* x, int64_t* out, int64_t outer, int64_t c, int64_t inner, void* stream) {
+void Metrics<Cuda>::argmax(const T* x, int64_t* out, int64_t outer, int64_t c, int64_t inner,
+                           Ctx ctx) {
   using D = device_t<T>;
-  RG_CHECK(outer >= 0 && inner >= 0, "argmax: sizes must be non-negative, got outer ", outer,
-           ", inner ", inner);
-  RG_CHECK(c > 0, "argmax: cannot take the argmax of an empty dimension (c = ", c, ")");
+  detail::check_argmax_sizes(outer, c, inner);
   if (outer == 0 || inner == 0) return;
-  const auto s = as_stream(stream);
+  const auto s = as_stream(ctx.stream);
   if (inner == 1) {
     RG_LAUNCH(argmax_rows_kernel<D>, row_grid(outer), row_threads(c), 0, s, dev(x), out, outer, c);
   } else {
@@ -178,30 +180,26 @@ void argmax(const T* x, int64_t* out, int64_t outer, int64_t c, int64_t inner, v
   }
 }
 
+template <>
 template <class T>
-void topk_correct(const T* logits, const int64_t* target, int64_t n, int64_t c, int64_t k,
-                  int64_t* counts, void* stream) {
+void Metrics<Cuda>::topk_correct(const T* logits, const int64_t* target, int64_t n, int64_t c,
+                                 int64_t k, int64_t* counts, Ctx ctx) {
   using D = device_t<T>;
-  RG_CHECK(n >= 0 && c > 0, "topk_correct: needs n >= 0 rows of c > 0 classes, got n ", n, ", c ",
-           c);
-  RG_CHECK(k >= 1 && k <= c, "topk_correct: k = ", k, " must be in [1, ", c, "] for ", c,
-           " classes");
-  const auto s = as_stream(stream);
+  detail::check_topk_sizes(n, c, k);
+  const auto s = as_stream(ctx.stream);
   RG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t), s));
-  fill<int64_t>(counts + 1, n, 1, stream);
+  cuda::fill<int64_t>(counts + 1, n, 1, ctx.stream);
   if (n == 0) return;
   RG_LAUNCH(topk_correct_kernel<D>, row_grid(n), row_threads(c), 0, s, dev(logits), target, n, c, k,
             reinterpret_cast<unsigned long long*>(counts));
 }
 
-#define RG_INSTANTIATE_METRICS(T)                                                              \
-  template void argmax<T>(const T*, int64_t*, int64_t, int64_t, int64_t, void*);               \
-  template void topk_correct<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, int64_t*, \
-                                void*);
-RG_INSTANTIATE_METRICS(float)
-RG_INSTANTIATE_METRICS(double)
-RG_INSTANTIATE_METRICS(Half)
-RG_INSTANTIATE_METRICS(BFloat16)
-#undef RG_INSTANTIATE_METRICS
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_metrics_kernels() {
+  using K = Metrics<Cuda>;
+  return std::tuple{&K::argmax<T>, &K::topk_correct<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_metrics_kernels)
 
-}  // namespace rg::kernels::cuda
+}  // namespace rg::kernels

@@ -1,34 +1,34 @@
-// Pooling kernels: one thread per output pixel forward, one thread per input pixel backward (a
-// gather over the windows that contain it, in the CPU's scatter order, so no atomics); global
-// average pooling takes one block per plane (warp shuffles, then shared memory).
+// The pooling kernels on CUDA (kernels/pool.h): one thread per output pixel forward, one thread
+// per input pixel backward (a gather over the windows that contain it, in the CPU's scatter order,
+// so no atomics); global average pooling takes one block per plane (f64 warp shuffles, then shared
+// memory).
 #include <math.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/pool.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/pool.h"
 
-namespace rg::kernels::cuda {
+namespace rg::kernels {
 namespace {
 
-using detail::as_stream;
-using detail::block_sum;
-using detail::blocks_for;
-using detail::compute_t;
-using detail::dev;
-using detail::device_t;
-using detail::grid_start;
-using detail::grid_stride;
-using detail::kFullMask;
-using detail::kThreads;
-using detail::load;
-using detail::store;
-using detail::warp_sum;
+using cuda::detail::as_stream;
+using cuda::detail::block_sum;
+using cuda::detail::blocks_for;
+using cuda::detail::compute_t;
+using cuda::detail::dev;
+using cuda::detail::device_t;
+using cuda::detail::grid_start;
+using cuda::detail::grid_stride;
+using cuda::detail::kThreads;
+using cuda::detail::load;
+using cuda::detail::store;
 
 constexpr unsigned int kPlaneThreads = 256;  // at most, per plane block
 constexpr int64_t kMaxGrid = 65535;          // plane loops cover the rest
@@ -153,17 +153,16 @@ __global__ void avg_pool2d_backward_kernel(Pool2dGeometry g, const D* gy, D* gx,
   }
 }
 
-// One block per plane.
+// One block per plane, summing in f64.
 template <class D>
 __global__ void global_avg_pool_kernel(const D* x, D* y, int64_t planes, int64_t hw) {
-  using A = compute_t<D>;
-  __shared__ A scratch[32];
+  __shared__ double scratch[32];
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
     const D* in = x + p * hw;
-    A acc = 0;
-    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) acc += load(in[i]);
+    double acc = 0;
+    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) acc += static_cast<double>(load(in[i]));
     acc = block_sum(acc, scratch);
-    if (threadIdx.x == 0) y[p] = store<D>(acc / static_cast<A>(hw));
+    if (threadIdx.x == 0) y[p] = store<D>(acc / static_cast<double>(hw));
   }
 }
 
@@ -175,98 +174,79 @@ __global__ void global_avg_pool_backward_kernel(const D* gy, D* gx, int64_t plan
   }
 }
 
-// Whether there is any output; throws for an inconsistent geometry (whose windows could leave the
-// padded input).
-bool check_geometry(const char* op, const Pool2dGeometry& g) {
-  RG_CHECK(g.planes >= 0 && g.h >= 0 && g.w >= 0, op, ": sizes must be non-negative");
-  RG_CHECK(g.kh > 0 && g.kw > 0 && g.sh > 0 && g.sw > 0, op, ": kernel (", g.kh, ", ", g.kw,
-           ") and stride (", g.sh, ", ", g.sw, ") must be positive");
-  RG_CHECK(g.ph >= 0 && g.pw >= 0 && 2 * g.ph <= g.kh && 2 * g.pw <= g.kw, op, ": padding (", g.ph,
-           ", ", g.pw, ") must be between 0 and half the kernel");
-  if (g.planes == 0) return false;
-  RG_CHECK(g.h > 0 && g.w > 0 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": input ",
-           g.h, "x", g.w, " with padding (", g.ph, ", ", g.pw, ") is smaller than the kernel (",
-           g.kh, ", ", g.kw, ")");
-  RG_CHECK(g.ho == (g.h + 2 * g.ph - g.kh) / g.sh + 1 && g.wo == (g.w + 2 * g.pw - g.kw) / g.sw + 1,
-           op, ": output ", g.ho, "x", g.wo, " does not match input ", g.h, "x", g.w,
-           " (floor mode)");
-  return true;
-}
-
 }  // namespace
 
+template <>
 template <class T>
-void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, void* stream) {
+void Pool<Cuda>::max_pool2d(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, Ctx ctx) {
   using D = device_t<T>;
-  if (!check_geometry("max_pool2d_forward", g)) return;
+  if (!detail::check_pool2d_geometry("max_pool2d", g)) return;
   RG_LAUNCH(max_pool2d_forward_kernel<D>, blocks_for(g.planes * g.ho * g.wo), kThreads, 0,
-            as_stream(stream), g, dev(x), dev(y), argmax);
+            as_stream(ctx.stream), g, dev(x), dev(y), argmax);
 }
 
+template <>
 template <class T>
-void max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax, T* gx,
-                         void* stream) {
+void Pool<Cuda>::max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax,
+                                     T* gx, Ctx ctx) {
   using D = device_t<T>;
-  if (!check_geometry("max_pool2d_backward", g)) return;
+  if (!detail::check_pool2d_geometry("max_pool2d_backward", g)) return;
   RG_LAUNCH(max_pool2d_backward_kernel<D>, blocks_for(g.planes * g.h * g.w), kThreads, 0,
-            as_stream(stream), g, dev(gy), argmax, dev(gx));
+            as_stream(ctx.stream), g, dev(gy), argmax, dev(gx));
 }
 
+template <>
 template <class T>
-void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad,
-                        void* stream) {
+void Pool<Cuda>::avg_pool2d(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad,
+                            Ctx ctx) {
   using D = device_t<T>;
-  if (!check_geometry("avg_pool2d_forward", g)) return;
+  if (!detail::check_pool2d_geometry("avg_pool2d", g)) return;
   RG_LAUNCH(avg_pool2d_forward_kernel<D>, blocks_for(g.planes * g.ho * g.wo), kThreads, 0,
-            as_stream(stream), g, dev(x), dev(y), count_include_pad);
+            as_stream(ctx.stream), g, dev(x), dev(y), count_include_pad);
 }
 
+template <>
 template <class T>
-void avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx, bool count_include_pad,
-                         void* stream) {
+void Pool<Cuda>::avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx,
+                                     bool count_include_pad, Ctx ctx) {
   using D = device_t<T>;
-  if (!check_geometry("avg_pool2d_backward", g)) return;
+  if (!detail::check_pool2d_geometry("avg_pool2d_backward", g)) return;
   RG_LAUNCH(avg_pool2d_backward_kernel<D>, blocks_for(g.planes * g.h * g.w), kThreads, 0,
-            as_stream(stream), g, dev(gy), dev(gx), count_include_pad);
+            as_stream(ctx.stream), g, dev(gy), dev(gx), count_include_pad);
 }
 
+template <>
 template <class T>
-void adaptive_avg_pool2d_1x1_forward(const T* x, T* y, int64_t planes, int64_t hw, void* stream) {
+void Pool<Cuda>::adaptive_avg_pool2d_1x1(const T* x, T* y, int64_t planes, int64_t hw, Ctx ctx) {
   using D = device_t<T>;
-  RG_CHECK(planes >= 0 && hw > 0,
-           "adaptive_avg_pool2d_1x1_forward: needs planes >= 0 and hw > 0, got ", planes, " and ",
-           hw);
-  if (planes == 0) return;
+  if (!detail::check_global_pool_sizes("adaptive_avg_pool2d_1x1", planes, hw)) return;
   const auto threads =
       static_cast<unsigned int>(std::clamp<int64_t>((hw + 31) / 32 * 32, 32, kPlaneThreads));
   RG_LAUNCH(global_avg_pool_kernel<D>, static_cast<unsigned int>(std::min(planes, kMaxGrid)),
-            threads, 0, as_stream(stream), dev(x), dev(y), planes, hw);
+            threads, 0, as_stream(ctx.stream), dev(x), dev(y), planes, hw);
 }
 
+template <>
 template <class T>
-void adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t planes, int64_t hw,
-                                      void* stream) {
+void Pool<Cuda>::adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t planes, int64_t hw,
+                                                  Ctx ctx) {
   using D = device_t<T>;
-  RG_CHECK(planes >= 0 && hw > 0,
-           "adaptive_avg_pool2d_1x1_backward: needs planes >= 0 and hw > 0, got ", planes, " and ",
-           hw);
-  if (planes == 0) return;
+  if (!detail::check_global_pool_sizes("adaptive_avg_pool2d_1x1_backward", planes, hw)) return;
   RG_LAUNCH(global_avg_pool_backward_kernel<D>, blocks_for(planes * hw), kThreads, 0,
-            as_stream(stream), dev(gy), dev(gx), planes, hw);
+            as_stream(ctx.stream), dev(gy), dev(gx), planes, hw);
 }
 
-#define RG_INSTANTIATE_POOL(T)                                                               \
-  template void max_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, int64_t*, void*); \
-  template void max_pool2d_backward<T>(const Pool2dGeometry&, const T*, const int64_t*, T*,  \
-                                       void*);                                               \
-  template void avg_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, bool, void*);     \
-  template void avg_pool2d_backward<T>(const Pool2dGeometry&, const T*, T*, bool, void*);    \
-  template void adaptive_avg_pool2d_1x1_forward<T>(const T*, T*, int64_t, int64_t, void*);   \
-  template void adaptive_avg_pool2d_1x1_backward<T>(const T*, T*, int64_t, int64_t, void*);
-RG_INSTANTIATE_POOL(float)
-RG_INSTANTIATE_POOL(double)
-RG_INSTANTIATE_POOL(Half)
-RG_INSTANTIATE_POOL(BFloat16)
-#undef RG_INSTANTIATE_POOL
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_pool_kernels() {
+  using K = Pool<Cuda>;
+  return std::tuple{&K::max_pool2d<T>,
+                    &K::max_pool2d_backward<T>,
+                    &K::avg_pool2d<T>,
+                    &K::avg_pool2d_backward<T>,
+                    &K::adaptive_avg_pool2d_1x1<T>,
+                    &K::adaptive_avg_pool2d_1x1_backward<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_pool_kernels)
 
-}  // namespace rg::kernels::cuda
+}  // namespace rg::kernels

@@ -2,13 +2,13 @@
 // cudnn_ops.h, the legacy API, which covers NCHW f32/f64/f16 pooling on every architecture), with
 // the handles and descriptors of kernels/cuda/cudnn_common.h. Floor mode and padding of at most
 // half the kernel make cuDNN's windows ours: none reaches past the padded input, so
-// COUNT_INCLUDE_PADDING divides by kh * kw as kernels/cpu/pool does.
+// COUNT_INCLUDE_PADDING divides by kh * kw as kernels/pool.h does.
 #include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cudnn_common.h"
-#include "kernels/cuda/pool.h"
+#include "kernels/cuda/pool_cudnn.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -88,13 +88,13 @@ void cudnn_avg_pool2d_backward(const Pool2dGeometry& g, const T* x, const T* y, 
                                      d.x.d, gx));
 }
 
-#define RG_INSTANTIATE(T)                                                                         \
+#define RG_INSTANTIATE_CUDNN_POOL(T)                                                              \
   template void cudnn_avg_pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, bool, void*);    \
   template void cudnn_avg_pool2d_backward<T>(const Pool2dGeometry&, const T*, const T*, const T*, \
                                              T*, bool, void*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-RG_INSTANTIATE(Half)
-#undef RG_INSTANTIATE
+RG_INSTANTIATE_CUDNN_POOL(float)
+RG_INSTANTIATE_CUDNN_POOL(double)
+RG_INSTANTIATE_CUDNN_POOL(Half)
+#undef RG_INSTANTIATE_CUDNN_POOL
 
 }  // namespace rg::kernels::cuda

@@ -19,10 +19,10 @@
 #include "kernels/batch_norm.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/conv2d.h"
-#include "kernels/cpu/pool.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/pool.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -586,7 +586,7 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
             } else {  // recomputed from x, as cuDNN does without the cache
               std::vector<double> var(size_t(s.c));
               BatchNorm<Cpu>::stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data(), nullptr,
-                                     0.0, {});
+                                       0.0, {});
               invstd = inverse_std(var, epsilon);
             }
             std::vector<P> gx(static_cast<size_t>(total));
@@ -632,7 +632,7 @@ namespace {
 // dy) of x's batch and channels and of the pooling's output size, rounded down.
 cudnnStatus_t pool_geometry(cudnnHandle_t handle, cudnnPoolingDescriptor_t pool,
                             const cudnnTensorStruct* x, const cudnnTensorStruct* y,
-                            cpu::Pool2dGeometry& g) {
+                            rg::kernels::Pool2dGeometry& g) {
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (pool == nullptr || !pool->set || !usable(x) || !usable(y) || x->type != y->type) {
     return CUDNN_STATUS_BAD_PARAM;
@@ -641,20 +641,23 @@ cudnnStatus_t pool_geometry(cudnnHandle_t handle, cudnnPoolingDescriptor_t pool,
       pool->mode != CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING) {
     return CUDNN_STATUS_NOT_SUPPORTED;  // max pooling is not emulated
   }
+  if (2 * pool->ph > pool->kh || 2 * pool->pw > pool->kw) {
+    return CUDNN_STATUS_NOT_SUPPORTED;  // windows wholly in the padding: Pool<Cpu> rejects them
+  }
   if (x->h + 2 * pool->ph < pool->kh || x->w + 2 * pool->pw < pool->kw) {
     return CUDNN_STATUS_BAD_PARAM;
   }
-  g = cpu::Pool2dGeometry{int64_t(x->n) * x->c,
-                          x->h,
-                          x->w,
-                          pool->kh,
-                          pool->kw,
-                          pool->sh,
-                          pool->sw,
-                          pool->ph,
-                          pool->pw,
-                          0,
-                          0};
+  g = rg::kernels::Pool2dGeometry{int64_t(x->n) * x->c,
+                                  x->h,
+                                  x->w,
+                                  pool->kh,
+                                  pool->kw,
+                                  pool->sh,
+                                  pool->sw,
+                                  pool->ph,
+                                  pool->pw,
+                                  0,
+                                  0};
   g.ho = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
   g.wo = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
   if (y->n != x->n || y->c != x->c || y->h != g.ho || y->w != g.wo) return CUDNN_STATUS_BAD_PARAM;
@@ -667,7 +670,7 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescri
                                   const void* alpha, const cudnnTensorDescriptor_t x_desc,
                                   const void* x, const void* beta,
                                   const cudnnTensorDescriptor_t y_desc, void* y) {
-  cpu::Pool2dGeometry g{};
+  rg::kernels::Pool2dGeometry g{};
   if (const cudnnStatus_t st = pool_geometry(handle, desc, x_desc, y_desc, g);
       st != CUDNN_STATUS_SUCCESS) {
     return st;
@@ -682,7 +685,7 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescri
           [=] {
             const std::vector<P> xv = widen<T, P>(x, g.planes * g.h * g.w);
             std::vector<P> out(size_t(g.planes * g.ho * g.wo));
-            cpu::avg_pool2d_forward<P>(g, xv.data(), out.data(), include_pad);
+            rg::kernels::Pool<Cpu>::avg_pool2d<P>(g, xv.data(), out.data(), include_pad, {});
             cpu::cast<P, T>(out.data(), static_cast<T*>(y), int64_t(out.size()));
           });
     return CUDNN_STATUS_SUCCESS;
@@ -695,7 +698,7 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
                                    const void* dy, const cudnnTensorDescriptor_t x_desc,
                                    const void* x, const void* beta,
                                    const cudnnTensorDescriptor_t dx_desc, void* dx) {
-  cpu::Pool2dGeometry g{};
+  rg::kernels::Pool2dGeometry g{};
   if (const cudnnStatus_t st = pool_geometry(handle, desc, x_desc, y_desc, g);
       st != CUDNN_STATUS_SUCCESS) {
     return st;
@@ -717,7 +720,8 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
           {{y, out, false}, {dy, out, false}, {x, in, false}, {dx, in, true}}, [=] {
             const std::vector<P> gyv = widen<T, P>(dy, g.planes * g.ho * g.wo);
             std::vector<P> gx(size_t(g.planes * g.h * g.w));
-            cpu::avg_pool2d_backward<P>(g, gyv.data(), gx.data(), include_pad);
+            rg::kernels::Pool<Cpu>::avg_pool2d_backward<P>(g, gyv.data(), gx.data(), include_pad,
+                                                           {});
             cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), int64_t(gx.size()));
           });
     return CUDNN_STATUS_SUCCESS;

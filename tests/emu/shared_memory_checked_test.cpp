@@ -11,11 +11,11 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/cuda/metrics.h"
-#include "kernels/cuda/pool.h"
-#include "kernels/emu/device_runtime.h"
 #include "kernels/batch_norm.h"
+#include "kernels/emu/device_runtime.h"
 #include "kernels/loss.h"
+#include "kernels/metrics.h"
+#include "kernels/pool.h"
 #include "kernels/reduce.h"
 
 // The kernels here get plain host memory, read right after each launch: launches wait for their
@@ -25,7 +25,6 @@ static const bool kLaunchBlocking = (rg::emu::set_launch_blocking(true), true);
 namespace rg {
 namespace {
 
-namespace kc = kernels::cuda;
 using Loss = kernels::Loss<kernels::Cuda>;
 
 std::vector<float> ramp(int64_t n) {  // distinct values, away from ties
@@ -111,30 +110,32 @@ TEST(EmuChecked, BatchNorm) {
 }
 
 TEST(EmuChecked, Pooling) {
-  const kc::Pool2dGeometry g{3, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
+  using Pool = kernels::Pool<kernels::Cuda>;
+  const kernels::Pool2dGeometry g{3, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
   const auto x = ramp(g.planes * g.h * g.w);
   std::vector<float> y(static_cast<size_t>(g.planes * g.ho * g.wo)), gx(x.size());
   std::vector<int64_t> argmax(y.size());
-  kc::max_pool2d_forward(g, x.data(), y.data(), argmax.data(), nullptr);
-  kc::max_pool2d_backward(g, y.data(), argmax.data(), gx.data(), nullptr);
-  kc::avg_pool2d_forward(g, x.data(), y.data(), true, nullptr);
-  kc::avg_pool2d_backward(g, y.data(), gx.data(), false, nullptr);
+  Pool::max_pool2d(g, x.data(), y.data(), argmax.data(), {});
+  Pool::max_pool2d_backward(g, y.data(), argmax.data(), gx.data(), {});
+  Pool::avg_pool2d(g, x.data(), y.data(), true, {});
+  Pool::avg_pool2d_backward(g, y.data(), gx.data(), false, {});
   std::vector<float> means(static_cast<size_t>(g.planes));
-  kc::adaptive_avg_pool2d_1x1_forward(x.data(), means.data(), g.planes, g.h * g.w, nullptr);
-  kc::adaptive_avg_pool2d_1x1_backward(means.data(), gx.data(), g.planes, g.h * g.w, nullptr);
+  Pool::adaptive_avg_pool2d_1x1(x.data(), means.data(), g.planes, g.h * g.w, {});
+  Pool::adaptive_avg_pool2d_1x1_backward(means.data(), gx.data(), g.planes, g.h * g.w, {});
   EXPECT_FLOAT_EQ(gx[0], means[0] / float(g.h * g.w));
 }
 
 TEST(EmuChecked, ArgmaxAndTopk) {
+  using Metrics = kernels::Metrics<kernels::Cuda>;
   const int64_t outer = 3, c = 1000;
   auto x = ramp(outer * c);
   for (int64_t o = 0; o < outer; ++o) x[size_t(o * c + 7 * o + 1)] = 5.f;
   std::vector<int64_t> idx(outer);
-  kc::argmax(x.data(), idx.data(), outer, c, 1, nullptr);
+  Metrics::argmax(x.data(), idx.data(), outer, c, 1, {});
   for (int64_t o = 0; o < outer; ++o) EXPECT_EQ(idx[size_t(o)], 7 * o + 1);
   const std::vector<int64_t> target = {1, 8, 0};
   int64_t counts[2] = {-1, -1};  // hits, first row with an out-of-range target (none: outer)
-  kc::topk_correct(x.data(), target.data(), outer, c, 1, counts, nullptr);
+  Metrics::topk_correct(x.data(), target.data(), outer, c, 1, counts, {});
   EXPECT_EQ(counts[0], 2);
   EXPECT_EQ(counts[1], outer);
 }

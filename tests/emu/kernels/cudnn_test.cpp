@@ -12,7 +12,7 @@
 #include "emu/kernels/kernel_test_util.h"
 #include "kernels/conv2d.h"
 #include "kernels/cuda/batch_norm_cudnn.h"
-#include "kernels/cuda/pool.h"
+#include "kernels/cuda/pool_cudnn.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
@@ -57,15 +57,15 @@ TEST(CudnnWrappers, BatchNormLimits) {
 }
 
 TEST(CudnnWrappers, PoolLimits) {
-  const cu::Pool2dGeometry g{6, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
+  const kernels::Pool2dGeometry g{6, 9, 11, 3, 3, 2, 2, 1, 1, 5, 6};
   EXPECT_TRUE(cu::cudnn_pool2d_supported(g));
-  cu::Pool2dGeometry empty = g;
+  kernels::Pool2dGeometry empty = g;
   empty.planes = 0;
   EXPECT_FALSE(cu::cudnn_pool2d_supported(empty));
-  cu::Pool2dGeometry wide = g;
+  kernels::Pool2dGeometry wide = g;
   wide.ph = 2;  // more than half the kernel
   EXPECT_FALSE(cu::cudnn_pool2d_supported(wide));
-  cu::Pool2dGeometry huge = g;
+  kernels::Pool2dGeometry huge = g;
   huge.planes = int64_t(1) << 30;
   EXPECT_FALSE(cu::cudnn_pool2d_supported(huge));
   EXPECT_THROW(cu::cudnn_avg_pool2d_forward<float>(empty, nullptr, nullptr, true, nullptr),

@@ -1,8 +1,9 @@
-// kernels/cuda/metrics.cu under the CUDA emulator: argmax along the last and inner dimensions and
-// top-k hit counts (with the first row of a bad target), every storage type, awkward sizes, ties and
-// NaN, against reference loops in double (the half types have no CPU kernel) and, in f32/f64,
-// against kernels/cpu/metrics.
-#include "kernels/cuda/metrics.h"
+// kernels/metrics.h: Metrics<Cuda> (kernels/cuda/metrics.cu under the CUDA emulator): argmax along
+// the last and inner dimensions and top-k hit counts (with the first row of a bad target), every
+// storage type, awkward sizes, ties and NaN, against reference loops in double (the half types
+// have no CPU kernel) and, in f32/f64, against Metrics<Cpu> on the same arguments; the shared
+// argument checks on both backends.
+#include "kernels/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -16,13 +17,13 @@
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
-#include "kernels/cpu/metrics.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
 namespace {
 
-namespace cu = kernels::cuda;
+using Cu = kernels::Metrics<kernels::Cuda>;
+using Cpu = kernels::Metrics<kernels::Cpu>;
 
 // engine/ops/metrics.cpp's ranking: NaN is the largest value.
 bool ranks_above(double a, double b) { return a > b || (std::isnan(a) && !std::isnan(b)); }
@@ -111,13 +112,13 @@ void check_argmax(const std::array<int64_t, 3>& shape, bool tricky) {
   const int64_t n = outer * c * inner;
   const auto x = tricky ? tricky_values<T>(n, uint64_t(n + 1)) : random_values<T>(n, uint64_t(n));
   std::vector<int64_t> got(size_t(outer * inner), -1);
-  cu::argmax<T>(x.data(), got.data(), outer, c, inner, nullptr);
+  Cu::argmax<T>(x.data(), got.data(), outer, c, inner, {});
   EXPECT_EQ(got, reference_argmax(x, outer, c, inner))
       << "argmax " << type_name<T>() << (tricky ? " ties/NaN" : "") << " (" << outer << ", " << c
       << ", " << inner << ")";
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     std::vector<int64_t> cpu(got.size(), -1);
-    kernels::cpu::argmax<T>(x.data(), cpu.data(), outer, c, inner);
+    Cpu::argmax<T>(x.data(), cpu.data(), outer, c, inner, {});
     EXPECT_EQ(got, cpu) << "vs the CPU kernel (" << outer << ", " << c << ", " << inner << ")";
   }
 }
@@ -147,7 +148,7 @@ TEST(EmuMetrics, ArgmaxTiesAndNanMatchEngine) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> x = {-inf, -inf, -inf, 1.f, 1.f, 0.f};
   std::vector<int64_t> got(2);
-  cu::argmax<float>(x.data(), got.data(), 2, 3, 1, nullptr);
+  Cu::argmax<float>(x.data(), got.data(), 2, 3, 1, {});
   EXPECT_EQ(got, (std::vector<int64_t>{0, 0}));
 }
 
@@ -164,14 +165,14 @@ TEST(EmuMetrics, TopkCorrectMatchesEngine) {
         for (int64_t k : {int64_t(1), int64_t(5), c}) {
           if (k > c) continue;
           int64_t got[2] = {-1, -1};
-          cu::topk_correct<T>(logits.data(), target.data(), n, c, k, got, nullptr);
+          Cu::topk_correct<T>(logits.data(), target.data(), n, c, k, got, {});
           EXPECT_EQ(got[0], reference_topk_correct(logits, target, n, c, k))
               << "topk_correct " << type_name<T>() << (tricky ? " ties/NaN" : "") << " n=" << n
               << " c=" << c << " k=" << k;
           EXPECT_EQ(got[1], n) << "no target is out of range";
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             int64_t cpu[2] = {-1, -1};
-            kernels::cpu::topk_correct<T>(logits.data(), target.data(), n, c, k, cpu);
+            Cpu::topk_correct<T>(logits.data(), target.data(), n, c, k, cpu, {});
             EXPECT_EQ(got[0], cpu[0]) << "vs the CPU kernel, n=" << n << " c=" << c << " k=" << k;
             EXPECT_EQ(got[1], cpu[1]);
           }
@@ -191,32 +192,77 @@ TEST(EmuMetrics, TopkCorrectCountsEveryRowOnceAndNamesTheFirstBadTarget) {
     target[size_t(i)] = i % c;
   }
   int64_t got[2] = {-1, -1}, cpu[2] = {-1, -1};
-  cu::topk_correct<float>(logits.data(), target.data(), n, c, 1, got, nullptr);
+  Cu::topk_correct<float>(logits.data(), target.data(), n, c, 1, got, {});
   EXPECT_EQ(got[0], n);
   EXPECT_EQ(got[1], n);
   // Bad targets in rows 4000 (in a late block) and 3000: the first one is named, the others
   // still count.
   target[4000] = -1;
   target[3000] = c;
-  cu::topk_correct<float>(logits.data(), target.data(), n, c, c, got, nullptr);
-  kernels::cpu::topk_correct<float>(logits.data(), target.data(), n, c, c, cpu);
+  Cu::topk_correct<float>(logits.data(), target.data(), n, c, c, got, {});
+  Cpu::topk_correct<float>(logits.data(), target.data(), n, c, c, cpu, {});
   EXPECT_EQ(got[0], n - 2);
   EXPECT_EQ(got[1], 3000);
   EXPECT_EQ(got[0], cpu[0]);
   EXPECT_EQ(got[1], cpu[1]);
-  cu::topk_correct<float>(logits.data(), target.data(), 0, c, 1, got, nullptr);
+  Cu::topk_correct<float>(logits.data(), target.data(), 0, c, 1, got, {});
   EXPECT_EQ(got[0], 0);
   EXPECT_EQ(got[1], 0);
 }
 
-TEST(EmuMetrics, RejectsBadArguments) {
+// The CPU kernels run in parallel with the Ctx's thread budget: integer results, the same for any
+// number of threads.
+TEST(EmuMetrics, CpuResultsDoNotDependOnTheThreadCount) {
+  const int64_t n = 4097, c = 33;
+  const auto logits = tricky_values<float>(n * c, 7);
+  auto target = random_targets(n, c, 8);
+  target[2500] = -3;
+  target[1200] = c;
+  std::vector<int64_t> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  int64_t want_counts[2] = {-1, -1}, got_counts[2] = {-1, -1};
+  Cpu::argmax<float>(logits.data(), want.data(), n, c, 1, kernels::Ctx{nullptr, 1});
+  Cpu::topk_correct<float>(logits.data(), target.data(), n, c, 5, want_counts,
+                           kernels::Ctx{nullptr, 1});
+  EXPECT_EQ(want_counts[1], 1200);
+  for (int threads : {2, 3, 0}) {
+    Cpu::argmax<float>(logits.data(), got.data(), n, c, 1, kernels::Ctx{nullptr, threads});
+    EXPECT_EQ(got, want) << threads << " threads";
+    Cpu::argmax<float>(logits.data(), got.data(), 3, c, 1365, kernels::Ctx{nullptr, threads});
+    std::vector<int64_t> columns(got.begin(), got.begin() + 3 * 1365);
+    Cpu::argmax<float>(logits.data(), got.data(), 3, c, 1365, kernels::Ctx{nullptr, 1});
+    EXPECT_EQ(columns, std::vector<int64_t>(got.begin(), got.begin() + 3 * 1365));
+    Cpu::topk_correct<float>(logits.data(), target.data(), n, c, 5, got_counts,
+                             kernels::Ctx{nullptr, threads});
+    EXPECT_EQ(got_counts[0], want_counts[0]) << threads << " threads";
+    EXPECT_EQ(got_counts[1], want_counts[1]) << threads << " threads";
+  }
+}
+
+// The same argument checks on both backends.
+template <class K>
+void check_rejects_bad_arguments(const char* backend) {
+  SCOPED_TRACE(backend);
   std::vector<float> x(8);
   std::vector<int64_t> out(8), target(2, 0);
-  EXPECT_THROW(cu::argmax<float>(x.data(), out.data(), 2, 0, 1, nullptr), Error);
-  EXPECT_THROW(cu::topk_correct<float>(x.data(), target.data(), 2, 4, 0, out.data(), nullptr),
+  EXPECT_THROW(K::template argmax<float>(x.data(), out.data(), 2, 0, 1, {}), Error);
+  EXPECT_THROW(K::template argmax<float>(x.data(), out.data(), -1, 4, 1, {}), Error);
+  EXPECT_THROW(K::template topk_correct<float>(x.data(), target.data(), 2, 4, 0, out.data(), {}),
                Error);
-  EXPECT_THROW(cu::topk_correct<float>(x.data(), target.data(), 2, 4, 5, out.data(), nullptr),
+  EXPECT_THROW(K::template topk_correct<float>(x.data(), target.data(), 2, 4, 5, out.data(), {}),
                Error);
+  EXPECT_THROW(K::template topk_correct<float>(x.data(), target.data(), 2, 0, 1, out.data(), {}),
+               Error);
+  // Nothing to do for no rows: nothing read, counts (0, 0).
+  EXPECT_NO_THROW(K::template argmax<float>(nullptr, nullptr, 0, 4, 1, {}));
+  int64_t counts[2] = {-1, -1};
+  K::template topk_correct<float>(nullptr, nullptr, 0, 4, 1, counts, {});
+  EXPECT_EQ(counts[0], 0);
+  EXPECT_EQ(counts[1], 0);
+}
+
+TEST(EmuMetrics, RejectsBadArgumentsOnBothBackends) {
+  check_rejects_bad_arguments<Cu>("CUDA");
+  check_rejects_bad_arguments<Cpu>("CPU");
 }
 
 }  // namespace

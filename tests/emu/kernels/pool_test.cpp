@@ -1,7 +1,8 @@
-// kernels/cuda/pool.cu under the CUDA emulator against kernels/cpu/pool.h: max pooling (values,
-// argmax indices, NaN), average pooling with and without count_include_pad and global average
-// pooling, forward and backward, every storage type, awkward sizes.
-#include "kernels/cuda/pool.h"
+// kernels/pool.h: Pool<Cuda> (kernels/cuda/pool.cu under the CUDA emulator) against Pool<Cpu> on
+// the same arguments: max pooling (values, argmax indices, NaN), average pooling with and without
+// count_include_pad and global average pooling, forward and backward, every storage type, awkward
+// sizes; the shared geometry checks and global average pooling's f64 sums.
+#include "kernels/pool.h"
 
 #include <gtest/gtest.h>
 
@@ -14,15 +15,14 @@
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
-#include "kernels/cpu/pool.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
 namespace {
 
-namespace cu = kernels::cuda;
-namespace cpu = kernels::cpu;
-using kernels::cpu::Pool2dGeometry;
+using Cu = kernels::Pool<kernels::Cuda>;
+using Cpu = kernels::Pool<kernels::Cpu>;
+using kernels::Pool2dGeometry;
 
 template <class T>
 double atol() {
@@ -60,21 +60,21 @@ void check_max_pool(const Pool2dGeometry& g) {
   const auto x = random_values<T>(in_n, uint64_t(in_n + out_n));
   std::vector<T> y(static_cast<size_t>(out_n));
   std::vector<int64_t> argmax(y.size());
-  cu::max_pool2d_forward<T>(g, x.data(), y.data(), argmax.data(), nullptr);
+  Cu::max_pool2d<T>(g, x.data(), y.data(), argmax.data(), {});
   const auto xr = convert_all<ref_t<T>>(x);
   std::vector<ref_t<T>> want(y.size());
   std::vector<int64_t> want_argmax(y.size());
-  cpu::max_pool2d_forward<ref_t<T>>(g, xr.data(), want.data(), want_argmax.data());
+  Cpu::max_pool2d<ref_t<T>>(g, xr.data(), want.data(), want_argmax.data(), {});
   // The maxima are input elements: exact in every type.
   expect_close(y, want, 0.0, 0.0, describe("max_pool2d_forward", type_name<T>(), g));
   EXPECT_EQ(argmax, want_argmax) << describe("max_pool2d_forward argmax", type_name<T>(), g);
 
   const auto gy = random_values<T>(out_n, uint64_t(out_n + 3));
   std::vector<T> gx(static_cast<size_t>(in_n));
-  cu::max_pool2d_backward<T>(g, gy.data(), argmax.data(), gx.data(), nullptr);
+  Cu::max_pool2d_backward<T>(g, gy.data(), argmax.data(), gx.data(), {});
   std::vector<ref_t<T>> want_gx(gx.size());
-  cpu::max_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_argmax.data(),
-                                     want_gx.data());
+  Cpu::max_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_argmax.data(),
+                                     want_gx.data(), {});
   expect_close(gx, want_gx, atol<T>(), default_rtol<T>(),
                describe("max_pool2d_backward", type_name<T>(), g));
 }
@@ -85,19 +85,18 @@ void check_avg_pool(const Pool2dGeometry& g, bool count_include_pad) {
   const char* mode = count_include_pad ? " include_pad" : " exclude_pad";
   const auto x = random_values<T>(in_n, uint64_t(in_n + 2 * out_n));
   std::vector<T> y(static_cast<size_t>(out_n));
-  cu::avg_pool2d_forward<T>(g, x.data(), y.data(), count_include_pad, nullptr);
+  Cu::avg_pool2d<T>(g, x.data(), y.data(), count_include_pad, {});
   std::vector<ref_t<T>> want(y.size());
-  cpu::avg_pool2d_forward<ref_t<T>>(g, convert_all<ref_t<T>>(x).data(), want.data(),
-                                    count_include_pad);
+  Cpu::avg_pool2d<ref_t<T>>(g, convert_all<ref_t<T>>(x).data(), want.data(), count_include_pad, {});
   expect_close(y, want, atol<T>(), default_rtol<T>(),
                describe("avg_pool2d_forward", type_name<T>(), g) + mode);
 
   const auto gy = random_values<T>(out_n, uint64_t(out_n + 5));
   std::vector<T> gx(static_cast<size_t>(in_n));
-  cu::avg_pool2d_backward<T>(g, gy.data(), gx.data(), count_include_pad, nullptr);
+  Cu::avg_pool2d_backward<T>(g, gy.data(), gx.data(), count_include_pad, {});
   std::vector<ref_t<T>> want_gx(gx.size());
-  cpu::avg_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_gx.data(),
-                                     count_include_pad);
+  Cpu::avg_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_gx.data(),
+                                     count_include_pad, {});
   expect_close(gx, want_gx, atol<T>(), default_rtol<T>(),
                describe("avg_pool2d_backward", type_name<T>(), g) + mode);
 }
@@ -116,8 +115,8 @@ TEST(EmuPool, MaxPoolPropagatesNanAndMatchesCpu) {
   x[40] = std::numeric_limits<float>::infinity();
   std::vector<float> y(size_t(g.planes * g.ho * g.wo)), want(y.size());
   std::vector<int64_t> argmax(y.size()), want_argmax(y.size());
-  cu::max_pool2d_forward<float>(g, x.data(), y.data(), argmax.data(), nullptr);
-  cpu::max_pool2d_forward<float>(g, x.data(), want.data(), want_argmax.data());
+  Cu::max_pool2d<float>(g, x.data(), y.data(), argmax.data(), {});
+  Cpu::max_pool2d<float>(g, x.data(), want.data(), want_argmax.data(), {});
   for (size_t i = 0; i < y.size(); ++i) {
     EXPECT_TRUE(y[i] == want[i] || (std::isnan(y[i]) && std::isnan(want[i])))
         << "element " << i << " is " << y[i] << ", expected " << want[i];
@@ -135,27 +134,25 @@ TEST(EmuPool, AvgPoolForwardBackwardMatchesCpu) {
   });
 }
 
-// Global average pooling is one window over the whole plane on the CPU.
 TEST(EmuPool, AdaptiveAvgPool1x1ForwardBackwardMatchesCpu) {
   for_each_float_type([]<class T>() {
     for (int64_t hw : kAwkwardSizes) {
       for (int64_t planes : {int64_t(1), int64_t(3), int64_t(33)}) {
-        const int64_t w = hw % 2 == 0 ? hw / 2 : hw, h = hw / w;
-        const Pool2dGeometry g = geometry(planes, h, w, {h, w}, {1, 1}, {0, 0});
         const std::string what = ::rg::detail::cat(type_name<T>(), " planes=", planes, " hw=", hw);
         const auto x = random_values<T>(planes * hw, uint64_t(planes * hw + 1));
         std::vector<T> y(static_cast<size_t>(planes));
-        cu::adaptive_avg_pool2d_1x1_forward<T>(x.data(), y.data(), planes, hw, nullptr);
+        Cu::adaptive_avg_pool2d_1x1<T>(x.data(), y.data(), planes, hw, {});
         std::vector<ref_t<T>> want(y.size());
-        cpu::avg_pool2d_forward<ref_t<T>>(g, convert_all<ref_t<T>>(x).data(), want.data(), true);
+        Cpu::adaptive_avg_pool2d_1x1<ref_t<T>>(convert_all<ref_t<T>>(x).data(), want.data(), planes,
+                                               hw, {});
         expect_close(y, want, atol<T>(), default_rtol<T>(), "adaptive_avg_pool2d 1x1 " + what);
 
         const auto gy = random_values<T>(planes, uint64_t(planes + 2));
         std::vector<T> gx(x.size());
-        cu::adaptive_avg_pool2d_1x1_backward<T>(gy.data(), gx.data(), planes, hw, nullptr);
+        Cu::adaptive_avg_pool2d_1x1_backward<T>(gy.data(), gx.data(), planes, hw, {});
         std::vector<ref_t<T>> want_gx(gx.size());
-        cpu::avg_pool2d_backward<ref_t<T>>(g, convert_all<ref_t<T>>(gy).data(), want_gx.data(),
-                                           true);
+        Cpu::adaptive_avg_pool2d_1x1_backward<ref_t<T>>(convert_all<ref_t<T>>(gy).data(),
+                                                        want_gx.data(), planes, hw, {});
         expect_close(gx, want_gx, atol<T>(), default_rtol<T>(),
                      "adaptive_avg_pool2d 1x1 backward " + what);
       }
@@ -163,20 +160,57 @@ TEST(EmuPool, AdaptiveAvgPool1x1ForwardBackwardMatchesCpu) {
   });
 }
 
-TEST(EmuPool, RejectsBadGeometry) {
+// Both backends sum a plane in f64: 2^24 followed by ones loses every one in f32 (2^24 + 1 rounds
+// back to 2^24), in any order; in f64 the mean is exact before its one rounding, so the two
+// backends agree bit for bit. Catches f32 accumulation on either side.
+TEST(EmuPool, AdaptiveAvgPool1x1SumsInF64OnBothBackends) {
+  for (int64_t hw : {int64_t(33), int64_t(1000), int64_t(4097)}) {
+    std::vector<float> x(static_cast<size_t>(2 * hw), 1.f);
+    x[0] = 16777216.f;                                // 2^24
+    x[static_cast<size_t>(2 * hw - 1)] = 16777216.f;  // the last of plane 1
+    const float want = static_cast<float>((16777216.0 + double(hw - 1)) / double(hw));
+    std::vector<float> cu(2), cpu(2);
+    Cu::adaptive_avg_pool2d_1x1<float>(x.data(), cu.data(), 2, hw, {});
+    Cpu::adaptive_avg_pool2d_1x1<float>(x.data(), cpu.data(), 2, hw, {});
+    for (int p = 0; p < 2; ++p) {
+      EXPECT_EQ(cu[p], want) << "CUDA plane " << p << " hw=" << hw;
+      EXPECT_EQ(cpu[p], want) << "CPU plane " << p << " hw=" << hw;
+    }
+  }
+}
+
+// The same geometry checks on both backends (the CPU kernels used to trust their caller).
+template <class K>
+void check_rejects_bad_geometry(const char* backend) {
+  SCOPED_TRACE(backend);
   std::vector<float> x(64), y(64);
   std::vector<int64_t> argmax(64);
   Pool2dGeometry g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
   g.ho = 3;  // not floor((4 - 2) / 2) + 1
-  EXPECT_THROW(cu::max_pool2d_forward<float>(g, x.data(), y.data(), argmax.data(), nullptr), Error);
+  EXPECT_THROW(K::template max_pool2d<float>(g, x.data(), y.data(), argmax.data(), {}), Error);
+  EXPECT_THROW(K::template max_pool2d_backward<float>(g, y.data(), argmax.data(), x.data(), {}),
+               Error);
   g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
   g.ph = 2;  // more than half the kernel
-  EXPECT_THROW(cu::avg_pool2d_forward<float>(g, x.data(), y.data(), true, nullptr), Error);
+  EXPECT_THROW(K::template avg_pool2d<float>(g, x.data(), y.data(), true, {}), Error);
   g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
   g.sh = 0;
-  EXPECT_THROW(cu::avg_pool2d_backward<float>(g, x.data(), y.data(), true, nullptr), Error);
-  EXPECT_THROW(cu::adaptive_avg_pool2d_1x1_forward<float>(x.data(), y.data(), 2, 0, nullptr),
+  EXPECT_THROW(K::template avg_pool2d_backward<float>(g, x.data(), y.data(), true, {}), Error);
+  g = geometry(1, 4, 4, {2, 2}, {2, 2}, {0, 0});
+  g.kw = 5;  // larger than the input
+  EXPECT_THROW(K::template avg_pool2d<float>(g, x.data(), y.data(), false, {}), Error);
+  EXPECT_THROW(K::template adaptive_avg_pool2d_1x1<float>(x.data(), y.data(), 2, 0, {}), Error);
+  EXPECT_THROW(K::template adaptive_avg_pool2d_1x1_backward<float>(x.data(), y.data(), -1, 4, {}),
                Error);
+  // No planes: nothing to do, and nothing read.
+  g = geometry(0, 4, 4, {2, 2}, {2, 2}, {0, 0});
+  EXPECT_NO_THROW(K::template max_pool2d<float>(g, nullptr, nullptr, nullptr, {}));
+  EXPECT_NO_THROW(K::template adaptive_avg_pool2d_1x1<float>(nullptr, nullptr, 0, 4, {}));
+}
+
+TEST(EmuPool, RejectsBadGeometryOnBothBackends) {
+  check_rejects_bad_geometry<Cu>("CUDA");
+  check_rejects_bad_geometry<Cpu>("CPU");
 }
 
 }  // namespace
