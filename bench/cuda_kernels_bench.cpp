@@ -23,10 +23,10 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
-#include "kernels/cuda/optim.h"
 #include "kernels/dropout.h"
 #include "kernels/loss.h"
 #include "kernels/metrics.h"
+#include "kernels/optim.h"
 #include "kernels/pool.h"
 #include "kernels/reduce.h"
 #include "kernels/unary.h"
@@ -112,10 +112,11 @@ void BM_SoftmaxRowsOf1000(benchmark::State& state) {
 void BM_SgdMomentumStep(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor p = device_tensor(kN), g = device_tensor(kN), buf = device_tensor(kN);
-  const kernels::cpu::SgdParams params{0.01, 0.9, 0.0, 1e-4, false};
+  const rg::kernels::SgdParams params{0.01, 0.9, 0.0, 1e-4, false};
   // Reads p, g and buf; writes p and buf.
   run(state, 5.0 * kN * 4, [&](void* s) {
-    kc::sgd_step(p.data<float>(), g.data<float>(), buf.data<float>(), kN, params, false, s);
+    rg::kernels::Optim<rg::kernels::Cuda>::sgd_step(p.data<float>(), g.data<float>(),
+                                                    buf.data<float>(), kN, params, false, {s});
   });
 }
 
@@ -581,9 +582,9 @@ void BM_BatchNormUpdateRunning(benchmark::State& state) {
 
 void BM_AdamStep(benchmark::State& state) {
   // Reads p, g, m and v; writes p, m and v: 7 * n * 4.
-  const kc::AdamParams params{1e-3, 0.9, 0.999, 1e-8, 0.0, false};
+  const rg::kernels::AdamParams params{1e-3, 0.9, 0.999, 1e-8, 0.0, false};
   run_elementwise<4>(state, 7, [&](auto& p, void* s) {
-    kc::adam_step(p[0], p[1], p[2], p[3], kN, params, 10, s);
+    rg::kernels::Optim<rg::kernels::Cuda>::adam_step(p[0], p[1], p[2], p[3], kN, params, 10, {s});
   });
 }
 

@@ -1,11 +1,13 @@
-// Fused SGD and Adam/AdamW kernels: each element's parameter, gradient and state are read and
-// written once per step. The flags are uniform across the grid, so the branches do not diverge.
+// Optim<Cuda> (kernels/optim.h), fused SGD and Adam/AdamW kernels: each element's parameter,
+// gradient and state are read and written once per step. The flags are uniform across the grid, so
+// the branches do not diverge.
 #include <cmath>
+#include <tuple>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
-#include "kernels/cuda/optim.h"
 #include "kernels/error.h"
+#include "kernels/optim.h"
 
 namespace rg::kernels::cuda {
 namespace {
@@ -64,13 +66,18 @@ __global__ void adam_kernel(D* p, const D* g, D* m, D* v, int64_t n, AdamArgs<co
 }
 
 }  // namespace
+}  // namespace rg::kernels::cuda
 
+namespace rg::kernels {
+
+template <>
 template <class T>
-void sgd_step(T* p, const T* g, T* buf, int64_t n, const SgdParams& params, bool first_step,
-              void* stream) {
-  RG_CHECK(n >= 0, "cuda::sgd_step: element count must be >= 0, got ", n);
-  RG_CHECK(params.momentum == 0 || buf != nullptr || n == 0, "cuda::sgd_step: momentum ",
-           params.momentum, " needs a momentum buffer");
+void Optim<Cuda>::sgd_step(T* p, const T* g, T* buf, int64_t n, const SgdParams& params,
+                           bool first_step, Ctx ctx) {
+  using namespace cuda::detail;
+  using cuda::SgdArgs;
+  kernels::detail::check_sgd(n, params, buf);
+  void* stream = ctx.stream;
   if (n == 0) return;
   using D = device_t<T>;
   using A = compute_t<D>;
@@ -82,15 +89,18 @@ void sgd_step(T* p, const T* g, T* buf, int64_t n, const SgdParams& params, bool
                      params.momentum != 0,
                      params.nesterov,
                      first_step};
-  RG_LAUNCH(sgd_kernel<D>, blocks_for(n), kThreads, 0, as_stream(stream), dev(p), dev(g), dev(buf),
-            n, s);
+  RG_LAUNCH(cuda::sgd_kernel<D>, blocks_for(n), kThreads, 0, as_stream(stream), dev(p), dev(g),
+            dev(buf), n, s);
 }
 
+template <>
 template <class T>
-void adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamParams& params, int64_t step,
-               void* stream) {
-  RG_CHECK(n >= 0, "cuda::adam_step: element count must be >= 0, got ", n);
-  RG_CHECK(step >= 1, "cuda::adam_step: step numbers start at 1, got ", step);
+void Optim<Cuda>::adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamParams& params,
+                            int64_t step, Ctx ctx) {
+  using namespace cuda::detail;
+  using cuda::AdamArgs;
+  kernels::detail::check_adam(n, step);
+  void* stream = ctx.stream;
   if (n == 0) return;
   using D = device_t<T>;
   using A = compute_t<D>;
@@ -105,17 +115,16 @@ void adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamParams& params
                       A(1.0 - params.lr * params.weight_decay),
                       params.weight_decay != 0,
                       params.decoupled_weight_decay};
-  RG_LAUNCH(adam_kernel<D>, blocks_for(n), kThreads, 0, as_stream(stream), dev(p), dev(g), dev(m),
-            dev(v), n, a);
+  RG_LAUNCH(cuda::adam_kernel<D>, blocks_for(n), kThreads, 0, as_stream(stream), dev(p), dev(g),
+            dev(m), dev(v), n, a);
 }
 
-#define RG_INSTANTIATE(T)                                                              \
-  template void sgd_step<T>(T*, const T*, T*, int64_t, const SgdParams&, bool, void*); \
-  template void adam_step<T>(T*, const T*, T*, T*, int64_t, const AdamParams&, int64_t, void*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-RG_INSTANTIATE(Half)
-RG_INSTANTIATE(BFloat16)
-#undef RG_INSTANTIATE
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_optim_kernels() {
+  using K = Optim<Cuda>;
+  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_optim_kernels)
 
-}  // namespace rg::kernels::cuda
+}  // namespace rg::kernels

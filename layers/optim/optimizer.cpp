@@ -9,8 +9,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
-#include "kernels/cpu/optim.h"
-#include "kernels/cuda/optim.h"
+#include "kernels/optim.h"
 #include "kernels/error.h"
 
 namespace rg::optim {
@@ -102,7 +101,7 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
 
 void Sgd::step() {
   NoGradGuard no_grad;
-  const kernels::cpu::SgdParams s{lr_, options_.momentum, options_.dampening, options_.weight_decay,
+  const kernels::SgdParams s{lr_, options_.momentum, options_.dampening, options_.weight_decay,
                                   options_.nesterov};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
@@ -113,12 +112,8 @@ void Sgd::step() {
     check_grad(p, g, i);
     dispatch_on(p.device(), p.dtype(), "sgd", [&]<class T, class B>() {
       T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
-      if constexpr (kOnCuda<B>) {
-        kernels::cuda::sgd_step<T>(p.data<T>(), g.data<T>(), buf, p.numel(), s, first,
-                                   cuda_stream(p));
-      } else {
-        kernels::cpu::sgd_step<T>(p.data<T>(), g.data<T>(), buf, p.numel(), s, first);
-      }
+      kernels::Optim<B>::sgd_step(p.data<T>(), g.data<T>(), buf, p.numel(), s, first,
+                                  kernel_ctx(p));
     });
     p.bump_version();
   }
@@ -158,7 +153,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weigh
 
 void Adam::step() {
   NoGradGuard no_grad;
-  const kernels::cpu::AdamParams a{lr_,          options_.beta1,        options_.beta2,
+  const kernels::AdamParams a{lr_,          options_.beta1,        options_.beta2,
                                    options_.eps, options_.weight_decay, decoupled_};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
@@ -171,13 +166,8 @@ void Adam::step() {
     const int64_t step = ++steps_[i];
     check_grad(p, g, i);
     dispatch_on(p.device(), p.dtype(), name().c_str(), [&]<class T, class B>() {
-      if constexpr (kOnCuda<B>) {
-        kernels::cuda::adam_step<T>(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
-                                    p.numel(), a, step, cuda_stream(p));
-      } else {
-        kernels::cpu::adam_step<T>(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
-                                   p.numel(), a, step);
-      }
+      kernels::Optim<B>::adam_step(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
+                                   p.numel(), a, step, kernel_ctx(p));
     });
     p.bump_version();
   }

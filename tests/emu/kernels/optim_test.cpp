@@ -2,7 +2,7 @@
 // dampening, Nesterov, weight decay) and Adam/AdamW over several steps, in f32, f64, f16 and bf16.
 // For f16/bf16 the CPU reference steps in f32 and its parameters and state are rounded after each
 // step, which is what the CUDA kernel stores.
-#include "kernels/cuda/optim.h"
+#include "kernels/optim.h"
 
 #include <gtest/gtest.h>
 
@@ -11,21 +11,22 @@
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
-#include "kernels/cpu/optim.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
 namespace {
 
-namespace cpu = kernels::cpu;
-namespace cuda = kernels::cuda;
+using CpuOptim = kernels::Optim<kernels::Cpu>;
+using CudaOptim = kernels::Optim<kernels::Cuda>;
+using kernels::AdamParams;
+using kernels::SgdParams;
 
 constexpr int kSteps = 3;
 constexpr double kAtol = 1e-6;
 
 struct SgdCase {
   const char* name;
-  cpu::SgdParams params;
+  SgdParams params;
 };
 const std::vector<SgdCase> kSgdCases = {
     {"plain", {0.1, 0.0, 0.0, 0.0, false}},
@@ -44,9 +45,9 @@ TEST(EmuOptim, SgdMatchesCpu) {
         for (int step = 0; step < kSteps; ++step) {
           const auto g = random_values<T>(n, 1000 * step + n);
           const bool first = step == 0;
-          cuda::sgd_step(p.data(), g.data(), buf.data(), n, c.params, first, nullptr);
+          CudaOptim::sgd_step(p.data(), g.data(), buf.data(), n, c.params, first, {});
           auto wp = widen(ref_p), wbuf = widen(ref_buf);
-          cpu::sgd_step(wp.data(), widen(g).data(), wbuf.data(), n, c.params, first);
+          CpuOptim::sgd_step(wp.data(), widen(g).data(), wbuf.data(), n, c.params, first, {});
           ref_p = narrow<T>(wp);
           ref_buf = narrow<T>(wbuf);
         }
@@ -63,18 +64,18 @@ TEST(EmuOptim, SgdWithoutMomentumNeedsNoBuffer) {
   auto p = random_values<float>(n, 1);
   const auto g = random_values<float>(n, 2);
   auto want = p;
-  const cpu::SgdParams params{0.1, 0.0, 0.0, 1e-2, false};
-  cuda::sgd_step<float>(p.data(), g.data(), nullptr, n, params, true, nullptr);
-  cpu::sgd_step<float>(want.data(), g.data(), nullptr, n, params, true);
+  const SgdParams params{0.1, 0.0, 0.0, 1e-2, false};
+  CudaOptim::sgd_step<float>(p.data(), g.data(), nullptr, n, params, true, {});
+  CpuOptim::sgd_step<float>(want.data(), g.data(), nullptr, n, params, true, {});
   expect_close(p, want, 0, 0, "sgd without buffer");
-  const cpu::SgdParams with_momentum{0.1, 0.9, 0.0, 0.0, false};
-  EXPECT_THROW(cuda::sgd_step<float>(p.data(), g.data(), nullptr, n, with_momentum, true, nullptr),
+  const SgdParams with_momentum{0.1, 0.9, 0.0, 0.0, false};
+  EXPECT_THROW(CudaOptim::sgd_step<float>(p.data(), g.data(), nullptr, n, with_momentum, true, {}),
                rg::Error);
 }
 
 struct AdamCase {
   const char* name;
-  cpu::AdamParams params;
+  AdamParams params;
 };
 const std::vector<AdamCase> kAdamCases = {
     {"adam", {1e-2, 0.9, 0.999, 1e-8, 0.0, false}},
@@ -92,9 +93,10 @@ TEST(EmuOptim, AdamMatchesCpu) {
         auto ref_p = p, ref_m = m, ref_v = v;
         for (int step = 1; step <= kSteps; ++step) {
           const auto g = random_values<T>(n, 2000 * step + n);
-          cuda::adam_step(p.data(), g.data(), m.data(), v.data(), n, c.params, step, nullptr);
+          CudaOptim::adam_step(p.data(), g.data(), m.data(), v.data(), n, c.params, step, {});
           auto wp = widen(ref_p), wm = widen(ref_m), wv = widen(ref_v);
-          cpu::adam_step(wp.data(), widen(g).data(), wm.data(), wv.data(), n, c.params, step);
+          CpuOptim::adam_step(wp.data(), widen(g).data(), wm.data(), wv.data(), n, c.params, step,
+                              {});
           ref_p = narrow<T>(wp);
           ref_m = narrow<T>(wm);
           ref_v = narrow<T>(wv);
@@ -110,16 +112,24 @@ TEST(EmuOptim, AdamMatchesCpu) {
 
 TEST(EmuOptim, ZeroSizeDoesNothingAndBadArgumentsThrow) {
   std::vector<float> p = {42.f}, g = {1.f}, m = {0.f}, v = {0.f};
-  cuda::sgd_step(p.data(), g.data(), m.data(), 0, {0.1, 0.9, 0, 0, false}, true, nullptr);
-  cuda::adam_step(p.data(), g.data(), m.data(), v.data(), 0, {0.1, 0.9, 0.99, 1e-8, 0, false}, 1,
-                  nullptr);
+  CudaOptim::sgd_step(p.data(), g.data(), m.data(), 0, {0.1, 0.9, 0, 0, false}, true, {});
+  CudaOptim::adam_step(p.data(), g.data(), m.data(), v.data(), 0, {0.1, 0.9, 0.99, 1e-8, 0, false},
+                       1, {});
   EXPECT_EQ(p[0], 42.f);
-  EXPECT_THROW(cuda::adam_step(p.data(), g.data(), m.data(), v.data(), 1,
-                               {0.1, 0.9, 0.99, 1e-8, 0, false}, 0, nullptr),
-               rg::Error);
-  EXPECT_THROW(
-      cuda::sgd_step(p.data(), g.data(), m.data(), -1, {0.1, 0, 0, 0, false}, true, nullptr),
-      rg::Error);
+  // The same checks on both backends (the CPU's used to trust its caller).
+  const auto both = [&]<class K>() {
+    EXPECT_THROW(K::template adam_step<float>(p.data(), g.data(), m.data(), v.data(), 1,
+                                              {0.1, 0.9, 0.99, 1e-8, 0, false}, 0, {}),
+                 rg::Error);
+    EXPECT_THROW(K::template sgd_step<float>(p.data(), g.data(), m.data(), -1,
+                                             {0.1, 0, 0, 0, false}, true, {}),
+                 rg::Error);
+    EXPECT_THROW(K::template sgd_step<float>(p.data(), g.data(), nullptr, 1,
+                                             {0.1, 0.9, 0, 0, false}, true, {}),
+                 rg::Error);
+  };
+  both.template operator()<CudaOptim>();
+  both.template operator()<CpuOptim>();
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// Fused optimizer updates, one contract for both backends (kernels/backend.h), with PyTorch's
+// exact update formulas: one pass per element, parameters, gradients and state in one type.
+// kernels/cpu/optim.cpp defines Optim<Cpu> (f32, f64), kernels/cuda/optim.cu Optim<Cuda> (f32,
+// f64, f16, bf16; the half types compute in f32 and round each stored value once). On both,
+// hyperparameters are converted to the compute type once, on the host, the same way.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "kernels/error.h"
+
+namespace rg::kernels {
+
+struct SgdParams {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+
+struct AdamParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled_weight_decay;  // AdamW
+};
+
+template <class B>
+struct Optim {
+  // p -= lr * d, where d = g + wd*p, then momentum: buf = first ? d : momentum*buf +
+  // (1-dampening)*d, d = nesterov ? d + momentum*buf : buf. `buf` may be null when momentum == 0.
+  template <class T>
+  static void sgd_step(T* p, const T* g, T* buf, int64_t n, const SgdParams& params,
+                       bool first_step, Ctx ctx);
+  // One Adam/AdamW step number `step` (>= 1) with bias correction.
+  template <class T>
+  static void adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamParams& params,
+                        int64_t step, Ctx ctx);
+};
+
+namespace detail {
+
+inline void check_sgd(int64_t n, const SgdParams& params, const void* buf) {
+  RG_CHECK(n >= 0, "sgd_step: element count must be >= 0, got ", n);
+  RG_CHECK(params.momentum == 0 || buf != nullptr || n == 0, "sgd_step: momentum ", params.momentum,
+           " needs a momentum buffer");
+}
+inline void check_adam(int64_t n, int64_t step) {
+  RG_CHECK(n >= 0, "adam_step: element count must be >= 0, got ", n);
+  RG_CHECK(step >= 1, "adam_step: step numbers start at 1, got ", step);
+}
+
+}  // namespace detail
+}  // namespace rg::kernels
