@@ -21,9 +21,9 @@
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grad_scaler.h"
 #include "kernels/dropout.h"
+#include "kernels/gemm.h"
 #include "kernels/loss.h"
 #include "kernels/metrics.h"
 #include "kernels/optim.h"
@@ -742,7 +742,7 @@ void run_flops(benchmark::State& state, double flops, F&& launch) {
   }
 }
 
-// C [n, n] = A [n, n] B [n, n] through kc::gemm (cublasGemmEx).
+// C [n, n] = A [n, n] B [n, n] through Gemm<Cuda> (cublasGemmEx).
 template <class T>
 void gemm_bench(benchmark::State& state, DType dtype, bool tf32) {
   const int64_t n = 4096;
@@ -751,10 +751,11 @@ void gemm_bench(benchmark::State& state, DType dtype, bool tf32) {
          c = device_tensor(n * n, dtype);
   a.fill_(0.5);
   b.fill_(0.25);
-  Tensor ws = device_tensor(kc::gemm_workspace_bytes(), DType::u8);
+  using K = rg::kernels::Gemm<rg::kernels::Cuda>;
+  Tensor ws = device_tensor(K::workspace_bytes({}), DType::u8);
   run_flops(state, 2.0 * double(n) * double(n) * double(n), [&](void* s) {
-    kc::gemm<T>(false, false, n, n, n, 1.0, a.data<T>(), n, b.data<T>(), n, 0.0, c.data<T>(), n,
-                tf32, ws.raw_data(), ws.numel(), s);
+    K::gemm<T>(false, false, n, n, n, 1.0, a.data<T>(), n, b.data<T>(), n, 0.0, c.data<T>(), n,
+               tf32, {ws.raw_data(), ws.numel()}, {s});
   });
 }
 void BM_GemmF32(benchmark::State& state) { gemm_bench<float>(state, DType::f32, false); }

@@ -1,4 +1,4 @@
-// matmul and linear on kernels::cpu::gemm: transposes are GEMM flags, never copies, and every
+// matmul and linear on kernels/gemm.h's Gemm<B>: transposes are GEMM flags, never copies, and every
 // backward product is one more GEMM (batched ones loop over the batch, summing where broadcast).
 #include "engine/ops/matmul.h"
 
@@ -9,11 +9,9 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/reduce.h"
 #include "kernels/binary.h"
-#include "kernels/cuda/cast.h"
-#include "kernels/cuda/gemm.h"
+#include "kernels/gemm.h"
 #include "kernels/error.h"
 
 namespace rg {
@@ -27,35 +25,24 @@ std::atomic<bool> allow_tf32{false};
 // Where the GEMMs of one op run: the CPU (OpenBLAS), or the current stream of a CUDA device
 // (cuBLAS) with a workspace from the caching allocator, freed in stream order after the op.
 struct GemmDevice {
-  bool cuda = false;
-  void* stream = nullptr;
+  kernels::Ctx ctx;
   Tensor workspace;
 
-  explicit GemmDevice(const Tensor& like) : cuda(like.device().is_cuda()) {
-    if (!cuda) return;
-    stream = cuda_stream(like);
-    workspace = Tensor::empty({kernels::cuda::gemm_workspace_bytes()}, DType::u8, like.device());
+  explicit GemmDevice(const Tensor& like) : ctx(kernel_ctx(like)) {
+    const int64_t bytes = like.device().is_cuda()
+                              ? kernels::Gemm<kernels::Cuda>::workspace_bytes(ctx)
+                              : kernels::Gemm<kernels::Cpu>::workspace_bytes(ctx);
+    workspace = Tensor::empty({bytes}, DType::u8, like.device());
   }
+  kernels::Workspace scratch() const { return {workspace.raw_data(), workspace.numel()}; }
 };
 
-// c (m x n) = op(a) op(b), or += when accumulate, for densely stored row-major matrices. An empty
-// inner dimension never reaches BLAS, which rejects leading dimensions of 0.
+// c (m x n) = op(a) op(b), or += when accumulate, for densely stored row-major matrices.
 template <class T, class B>
 void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                 const T* a, const T* b, T* c, bool accumulate) {
-  if (m == 0 || n == 0) return;
-  if constexpr (kOnCuda<B>) {
-    kernels::cuda::gemm<T>(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n,
-                           accumulate ? 1.0 : 0.0, c, n, allow_tf32.load(),
-                           dev.workspace.raw_data(), dev.workspace.numel(), dev.stream);
-  } else {
-    if (k == 0) {
-      if (!accumulate) std::fill_n(c, m * n, T(0));
-      return;
-    }
-    kernels::cpu::gemm<T>(ta, tb, m, n, k, T(1), a, ta ? m : k, b, tb ? k : n,
-                          accumulate ? T(1) : T(0), c, n);
-  }
+  kernels::Gemm<B>::gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n,
+                         accumulate ? 1.0 : 0.0, c, n, allow_tf32.load(), dev.scratch(), dev.ctx);
 }
 
 // c_i = op(a_i) op(b_i) for i < batch, matrices `s*` elements apart. A stride of 0 for a or b
@@ -64,13 +51,7 @@ void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, i
 template <class T, class B>
 void batched_gemm(const GemmDevice& dev, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                   int64_t k, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t sc) {
-  if (batch == 0 && sc == 0) {
-    if constexpr (kOnCuda<B>) {
-      kernels::cuda::fill<T>(c, T(0), m * n, dev.stream);
-    } else {
-      std::fill_n(c, m * n, T(0));
-    }
-  }
+  if (batch == 0 && sc == 0) gemm_dense<T, B>(dev, ta, tb, m, n, 0, a, b, c, false);  // c = 0
   for (int64_t i = 0; i < batch; ++i) {
     gemm_dense<T, B>(dev, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc,
                          sc == 0 && i > 0);
@@ -197,21 +178,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   const GemmDevice dev(x);
   dispatch_on(x.device(), x.dtype(), "linear", [&]<class T, class B>() {
+    // x W^T, then the bias added to every row in place, the same way on both devices.
     T* yp = y.data<T>();
-    if constexpr (kOnCuda<B>) {  // x W^T, then the bias added to every row in place
-      gemm_dense<T, B>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
-                          false);
-      if (has_bias) {
-        kernels::Binary<B>::binary_per_channel(kernels::BinaryOp::add, yp, bias.data<T>(), yp,
-                                               lead, out_f, 1, false, {.stream = dev.stream});
-      }
-    } else {
-      if (has_bias) {  // start every row at the bias, then accumulate x W^T onto it
-        const T* bp = bias.data<T>();
-        for (int64_t r = 0; r < lead; ++r) std::copy_n(bp, out_f, yp + r * out_f);
-      }
-      gemm_dense<T, B>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp,
-                           has_bias);
+    gemm_dense<T, B>(dev, false, true, lead, out_f, in, x.data<T>(), weight.data<T>(), yp, false);
+    if (has_bias) {
+      kernels::Binary<B>::binary_per_channel(kernels::BinaryOp::add, yp, bias.data<T>(), yp, lead,
+                                             out_f, 1, false, dev.ctx);
     }
   });
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
@@ -237,7 +209,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           if (gb) {  // db = sum of dY over rows
             grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
             kernels::Reduce<B>::sum_dim(g.data<T>(), grad_b.data<T>(), 1, lead, out_f,
-                                        {.stream = dev.stream});
+                                        dev.ctx);
           }
         });
         return std::vector<Tensor>{grad_x, grad_w, grad_b};

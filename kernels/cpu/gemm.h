@@ -1,4 +1,6 @@
-// Row-major GEMM on raw pointers through OpenBLAS: C = alpha * op(A) * op(B) + beta * C.
+// Row-major GEMM on raw pointers through OpenBLAS: C = alpha * op(A) * op(B) + beta * C. The
+// CPU-internal BLAS call (the CPU convolution and benchmarks use it directly); ops go through
+// kernels/gemm.h's Gemm<B>, which also handles empty problems and checks BLAS's int range.
 #pragma once
 
 #include <cstdint>

@@ -1,16 +1,18 @@
-// cuBLAS GEMM for the engine's matmul and linear: the row-major product is computed as the
-// column-major product of the transposes (C^T = op(B)^T op(A)^T), so no operand is copied.
+// Gemm<Cuda> (kernels/gemm.h): cuBLAS GEMM for the engine's matmul and linear; the row-major
+// product is computed as the column-major product of the transposes (C^T = op(B)^T op(A)^T), so
+// no operand is copied.
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/gemm.h"
+#include "kernels/gemm.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -45,38 +47,42 @@ constexpr cudaDataType data_type() {
   if constexpr (std::is_same_v<T, BFloat16>) return CUDA_R_16BF;
 }
 
-int checked_int(const char* what, int64_t v) {
-  RG_CHECK(v >= 0 && v <= INT_MAX, "cuda::gemm: ", what, " = ", v,
-           " is outside cuBLAS's int range [0, ", INT_MAX, "]");
-  return int(v);
-}
-
 }  // namespace
+}  // namespace rg::kernels::cuda
 
-int64_t gemm_workspace_bytes() {
+namespace rg::kernels {
+
+template <>
+int64_t Gemm<Cuda>::workspace_bytes(Ctx) {
   int device = 0, major = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
   RG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return (major >= 9 ? 32 : 4) * (int64_t(1) << 20);
 }
 
+template <>
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, double beta, T* c, int64_t ldc, bool allow_tf32,
-          void* workspace, int64_t workspace_bytes, void* stream) {
-  const int mi = checked_int("m", m), ni = checked_int("n", n), ki = checked_int("k", k);
+void Gemm<Cuda>::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                      const T* a, int64_t lda, const T* b, int64_t ldb, double beta, T* c,
+                      int64_t ldc, bool allow_tf32, Workspace ws, Ctx ctx) {
+  using cuda::data_type;
+  const int mi = detail::gemm_int(m, "m"), ni = detail::gemm_int(n, "n");
+  const int ki = detail::gemm_int(k, "k");
+  // cuBLAS requires leading dimensions >= 1 even for empty products (k == 0: C = beta * C).
+  const int lda_i = std::max(1, detail::gemm_int(lda, "lda"));
+  const int ldb_i = std::max(1, detail::gemm_int(ldb, "ldb"));
+  const int ldc_i = std::max(1, detail::gemm_int(ldc, "ldc"));
   if (mi == 0 || ni == 0) return;
-  // cuBLAS requires leading dimensions >= 1 even for empty products.
-  const int lda_i = std::max(1, checked_int("lda", lda));
-  const int ldb_i = std::max(1, checked_int("ldb", ldb));
-  const int ldc_i = std::max(1, checked_int("ldc", ldc));
+  void* workspace = ws.data;
+  const int64_t workspace_bytes = ws.bytes;
+  void* stream = ctx.stream;
   RG_CHECK(workspace_bytes >= 0 && (workspace != nullptr || workspace_bytes == 0),
-           "cuda::gemm: a workspace of ", workspace_bytes, " bytes needs a pointer");
+           "gemm: a workspace of ", workspace_bytes, " bytes needs a pointer");
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   constexpr cudaDataType type = data_type<T>();
-  std::lock_guard<std::mutex> lock(handles_mu);
-  cublasHandle_t h = handle_for(stream);
+  std::lock_guard<std::mutex> lock(cuda::handles_mu);
+  cublasHandle_t h = cuda::handle_for(stream);
   RG_CUDA_CHECK(cublasSetWorkspace(h, workspace, size_t(workspace_bytes)));
   if constexpr (std::is_same_v<T, double>) {
     RG_CUDA_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b, type, ldb_i, a, type, lda_i,
@@ -90,13 +96,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   }
 }
 
-#define RG_INSTANTIATE(T)                                                                 \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, double, const T*, int64_t, \
-                        const T*, int64_t, double, T*, int64_t, bool, void*, int64_t, void*);
-RG_INSTANTIATE(float)
-RG_INSTANTIATE(double)
-RG_INSTANTIATE(Half)
-RG_INSTANTIATE(BFloat16)
-#undef RG_INSTANTIATE
+// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
+template <class T>
+auto cuda_gemm_kernels() {
+  return std::tuple{&Gemm<Cuda>::gemm<T>};
+}
+RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_gemm_kernels)
 
-}  // namespace rg::kernels::cuda
+}  // namespace rg::kernels

@@ -3,23 +3,23 @@
 // dimensions, alpha/beta, an empty inner dimension, and the half types with f32 accumulation.
 // This checks our row-major -> column-major mapping and argument checks; cuBLAS itself only runs
 // in the gpu tests.
-#include "kernels/cuda/gemm.h"
+#include "kernels/gemm.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "emu/kernels/kernel_test_util.h"
 #include "emu/kernels/reference_util.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 
 namespace rg::emu_kernel_test {
 namespace {
 
-namespace cpu = kernels::cpu;
-namespace cuda = kernels::cuda;
+using CpuGemm = kernels::Gemm<kernels::Cpu>;
+using CudaGemm = kernels::Gemm<kernels::Cuda>;
 
 struct GemmCase {
   bool ta, tb;
@@ -46,19 +46,11 @@ TEST(EmuGemm, EveryLayoutMatchesCpu) {
       // The reference: f32/f64 GEMM on the widened values (the half types accumulate in f32),
       // rounded once.
       auto ref = widen(out);
-      if (c.k == 0) {
-        for (int64_t i = 0; i < c.m; ++i) {  // C = beta * C; the padding stays
-          for (int64_t j = 0; j < c.n; ++j) {
-            auto& v = ref[size_t(i * ldc + j)];
-            v = c.beta == 0 ? 0 : v * ref_t<T>(c.beta);
-          }
-        }
-      } else {
-        cpu::gemm(c.ta, c.tb, c.m, c.n, c.k, ref_t<T>(c.alpha), widen(a).data(), lda,
-                  widen(b).data(), ldb, ref_t<T>(c.beta), ref.data(), ldc);
-      }
-      cuda::gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta,
-                 out.data(), ldc, /*allow_tf32=*/false, nullptr, 0, nullptr);
+      // The CPU kernel handles k == 0 (C = beta * C, the padding untouched) as cuBLAS does.
+      CpuGemm::gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, widen(a).data(), lda, widen(b).data(), ldb,
+                    c.beta, ref.data(), ldc, false, {}, {});
+      CudaGemm::gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta,
+                     out.data(), ldc, /*allow_tf32=*/false, {}, {});
       const std::string what = std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " " +
                                std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
                                std::to_string(c.k);
@@ -67,19 +59,41 @@ TEST(EmuGemm, EveryLayoutMatchesCpu) {
   });
 }
 
-TEST(EmuGemm, RejectsSizesBeyondCublasInts) {
+TEST(EmuGemm, RejectsSizesBeyondBlasIntsOnBothBackends) {
   std::vector<float> x(4);
-  EXPECT_THROW(cuda::gemm<float>(false, false, int64_t(1) << 31, 1, 1, 1.0, x.data(), 1, x.data(),
-                                 1, 0.0, x.data(), 1, false, nullptr, 0, nullptr),
-               Error);
-  EXPECT_THROW(cuda::gemm<float>(false, false, 1, 1, 1, 1.0, x.data(), 1, x.data(), 1, 0.0,
-                                 x.data(), 1, false, nullptr, 64, nullptr),
+  const auto both = [&]<class K>() {
+    EXPECT_THROW(K::template gemm<float>(false, false, int64_t(1) << 31, 1, 1, 1.0, x.data(), 1,
+                                         x.data(), 1, 0.0, x.data(), 1, false, {}, {}),
+                 Error);
+  };
+  both.template operator()<CudaGemm>();
+  both.template operator()<CpuGemm>();
+  EXPECT_THROW(CudaGemm::gemm<float>(false, false, 1, 1, 1, 1.0, x.data(), 1, x.data(), 1, 0.0,
+                                     x.data(), 1, false, kernels::Workspace{nullptr, 64}, {}),
                Error);  // a workspace size without a pointer
+}
+
+// k == 0 gives C = beta * C on both backends; the CPU used to hand BLAS leading dimensions of 0
+// (the engine filled C itself instead).
+TEST(EmuGemm, EmptyInnerDimensionScalesCOnBothBackends) {
+  const auto both = [&]<class K>() {
+    std::vector<float> c = {1.f, 2.f, 3.f, NAN};
+    K::template gemm<float>(false, false, 2, 2, 0, 1.0, nullptr, 0, nullptr, 2, 0.5, c.data(), 2,
+                            false, {}, {});
+    EXPECT_EQ(c[0], 0.5f);
+    EXPECT_EQ(c[2], 1.5f);
+    K::template gemm<float>(false, false, 2, 2, 0, 1.0, nullptr, 0, nullptr, 2, 0.0, c.data(), 2,
+                            false, {}, {});
+    EXPECT_EQ(c, std::vector<float>(4, 0.f));  // beta == 0: C is not read, NaN included
+  };
+  both.template operator()<CudaGemm>();
+  both.template operator()<CpuGemm>();
 }
 
 TEST(EmuGemm, WorkspaceFollowsTheComputeCapability) {
   // The emulated device reports compute capability 8.0: cuBLAS's 4 MiB recommendation.
-  EXPECT_EQ(cuda::gemm_workspace_bytes(), int64_t(4) << 20);
+  EXPECT_EQ(CudaGemm::workspace_bytes({}), int64_t(4) << 20);
+  EXPECT_EQ(CpuGemm::workspace_bytes({}), 0);
 }
 
 }  // namespace
