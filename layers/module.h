@@ -30,7 +30,7 @@ class Module {
   NamedTensors named_parameters() const;  // recursive, "layer1.0.conv1.weight"
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;  // recursive
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const {
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }
   // This module ("") and all descendants, depth first, in registration order.
@@ -55,7 +55,10 @@ class Module {
 
   std::string str() const;  // PyTorch-like module tree
 
- protected:
+  // Public, as in PyTorch, so that a network gets its names (conv1, fc1, ...) without a subclass.
+  // `name` is one path component (no '.') unique among this module's parameters, buffers and
+  // children. The returned tensor shares storage with the registered one; the reference is valid
+  // only until the next registration (hold a Tensor copy, as the layers do).
   Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   Tensor& register_buffer(const std::string& name, Tensor t);
   template <class M>
@@ -63,6 +66,8 @@ class Module {
     add_child(name, m);
     return m;
   }
+
+ protected:
   virtual std::string extra_repr() const { return ""; }
   // What the module computes; subclasses implement this (users call forward()).
   virtual Tensor forward_impl(const Tensor& x) = 0;
