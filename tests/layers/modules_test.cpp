@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/activation.h"
@@ -158,6 +159,52 @@ TEST(Sequential, NamedChildrenNameTheStateDictKeys) {
   // The unnamed form keeps PyTorch's positional names.
   Sequential plain({std::make_shared<Linear>(2, 2, gen), std::make_shared<ReLU>()});
   EXPECT_EQ(names(plain.state_dict()), (std::vector<std::string>{"0.weight", "0.bias"}));
+}
+
+// A model built from constructors without a Generator&: they draw from default_generator().
+std::shared_ptr<Sequential> default_initialized_net() {
+  return std::make_shared<Sequential>(Sequential::NamedModules{
+      {"conv1", std::make_shared<Conv2d>(1, 4, std::array<int64_t, 2>{3, 3})},
+      {"flatten", std::make_shared<Flatten>()},
+      {"fc1", std::make_shared<Linear>(16, 5)},
+      {"fc2", std::make_shared<Linear>(5, 2, /*bias=*/false)}});
+}
+
+std::vector<std::vector<float>> values(const Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const auto& [n, t] : m.state_dict()) out.push_back(t.to_vector<float>());
+  return out;
+}
+
+TEST(Generator, ManualSeedMakesDefaultInitializedModelsBitIdentical) {
+  manual_seed(7);
+  auto a = default_initialized_net();
+  manual_seed(7);
+  auto b = default_initialized_net();
+  const auto va = values(*a), vb = values(*b);
+  ASSERT_EQ(va.size(), 5u);
+  for (size_t i = 0; i < va.size(); ++i) {
+    ASSERT_EQ(va[i].size(), vb[i].size());
+    EXPECT_EQ(std::memcmp(va[i].data(), vb[i].data(), va[i].size() * sizeof(float)), 0) << i;
+  }
+  auto c = default_initialized_net();  // the stream went on: different weights
+  EXPECT_NE(values(*c), va);
+  manual_seed(8);
+  EXPECT_NE(values(*default_initialized_net()), va);
+
+  // The default generator seeded s draws what an explicit Generator(s) draws.
+  manual_seed(11);
+  Linear implicit(6, 3);
+  Generator gen(11);
+  Linear explicit_gen(6, 3, gen);
+  EXPECT_EQ(values(implicit), values(explicit_gen));
+  EXPECT_EQ(default_generator().offset(), gen.offset());
+
+  // Dropout without a generator draws its masks from the default one.
+  manual_seed(3);
+  Dropout d;
+  Dropout reference(0.5, std::make_shared<Generator>(3));
+  EXPECT_EQ(d(ones({64})).to_vector<float>(), reference(ones({64})).to_vector<float>());
 }
 
 TEST(ToyNet, MatchesThePyTorchExample) {
