@@ -11,6 +11,12 @@
 
 namespace rg::nn {
 
+// What load_state_dict did not match, as torch's _IncompatibleKeys.
+struct IncompatibleKeys {
+  std::vector<std::string> missing_keys;     // the module's keys the state lacks
+  std::vector<std::string> unexpected_keys;  // the state's keys the module lacks
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -49,9 +55,12 @@ class Module {
 
   // Parameters then buffers of each module, in registration order, like PyTorch's state_dict.
   NamedTensors state_dict() const;
-  // Copies values in; with strict, names must match exactly. Shape or dtype mismatches, missing
-  // and unexpected keys are reported together in one error.
-  void load_state_dict(const NamedTensors& state, bool strict = true);
+  // Copies values in, as torch's load_state_dict. With strict, names must match exactly: missing
+  // and unexpected keys, shape and dtype-kind mismatches are reported together in one rg::Error
+  // worded like PyTorch's ("Error(s) in loading state_dict for MLP: Missing key(s) in state_dict:
+  // ..."), and nothing changes. Without strict, the keys present in both are copied and the others
+  // returned; shape and dtype-kind mismatches still throw (as in PyTorch).
+  IncompatibleKeys load_state_dict(const NamedTensors& state, bool strict = true);
 
   std::string str() const;  // PyTorch-like module tree
 
