@@ -177,7 +177,7 @@ IncompatibleKeys Module::load_state_dict(const NamedTensors& state, bool strict)
           " from checkpoint, the dtype in current model is " + dtype_name(t.dtype()));
     }
   }
-  for (const auto& [n, t] : given) {
+  for (const auto& [n, t] : state) {  // in the state's order, as PyTorch lists them
     if (!used.count(n)) keys.unexpected_keys.push_back(n);
   }
   auto quoted = [](const std::vector<std::string>& v) {
