@@ -13,7 +13,7 @@ void save_weights(const Module& module, const std::string& path) {
 IncompatibleKeys load_weights(Module& module, const std::string& path, bool strict) {
   const SafetensorsFile f = load_safetensors(path);
   // Every key of a checkpoint would be "unexpected"; say what the file is instead.
-  RG_CHECK(f.metadata.count("rg.checkpoint") == 0, path,
+  RG_CHECK(!f.metadata.contains("rg.checkpoint"), path,
            ": a training checkpoint (its weights are under model.*): load it with "
            "nn::load_checkpoint");
   try {
