@@ -17,6 +17,10 @@ Dropout::Dropout(double p, std::shared_ptr<Generator> gen) : p_(p), gen_(std::mo
   RG_CHECK(gen_ != nullptr, "Dropout: a generator is required");
 }
 
+// Shares the process-wide generator without owning it (it lives for the whole program).
+Dropout::Dropout(double p)
+    : Dropout(p, std::shared_ptr<Generator>(std::shared_ptr<Generator>(), &default_generator())) {}
+
 Tensor Dropout::forward_impl(const Tensor& x) { return dropout(x, p_, is_training(), *gen_); }
 
 }  // namespace rg::nn

@@ -1,4 +1,5 @@
-// Stateless modules wrapping engine ops: ReLU, Flatten, Dropout (with its own Generator).
+// Stateless modules wrapping engine ops: ReLU, Flatten, Dropout (with its own Generator or the
+// process-wide default_generator()).
 #pragma once
 
 #include <memory>
@@ -30,6 +31,8 @@ class Flatten final : public Module {
 class Dropout final : public Module {
  public:
   Dropout(double p, std::shared_ptr<Generator> gen);
+  // Masks from default_generator() (seed it with rg::manual_seed), as torch.nn.Dropout.
+  explicit Dropout(double p = 0.5);
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
   // The mask stream (shared by a model's dropout layers); checkpoints save and restore it.

@@ -86,7 +86,7 @@ Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimize
   SafetensorsFile f = load_safetensors(path);
   RG_CHECK(f.metadata.count(kFormatKey) != 0, path,
            ": not a ringgrad checkpoint (no rg.checkpoint metadata; a plain safetensors file of "
-           "weights loads with load_safetensors and Module::load_state_dict)");
+           "weights loads with nn::load_weights)");
   RG_CHECK(f.metadata[kFormatKey] == kFormat, path, ": checkpoint format ", f.metadata[kFormatKey],
            ", this build reads format ", kFormat);
   NamedTensors model_state, optimizer_state;

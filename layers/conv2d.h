@@ -19,6 +19,10 @@ class Conv2d final : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel, Generator& gen,
          Conv2dOptions options = {});
+  // Initialized from default_generator() (seed it with rg::manual_seed).
+  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel,
+         Conv2dOptions options = {})
+      : Conv2d(in_channels, out_channels, kernel, default_generator(), options) {}
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   Tensor weight, bias;

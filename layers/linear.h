@@ -9,6 +9,9 @@ namespace rg::nn {
 class Linear final : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
+  // Initialized from default_generator() (seed it with rg::manual_seed).
+  Linear(int64_t in_features, int64_t out_features, bool bias = true)
+      : Linear(in_features, out_features, default_generator(), bias) {}
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }
   Tensor weight, bias;

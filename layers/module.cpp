@@ -150,49 +150,61 @@ void Module::zero_grad(bool set_to_none) {
   for (const Tensor& p : parameters()) p.zero_grad(set_to_none);
 }
 
-void Module::load_state_dict(const NamedTensors& state, bool strict) {
+IncompatibleKeys Module::load_state_dict(const NamedTensors& state, bool strict) {
   const NamedTensors mine = state_dict();
   std::map<std::string, Tensor> given;
   for (const auto& [n, t] : state) {
     RG_CHECK(given.emplace(n, t).second, "load_state_dict: key '", n, "' appears twice");
   }
-  std::vector<std::string> missing, mismatched;
+  IncompatibleKeys keys;
+  std::vector<std::string> mismatched;
   std::set<std::string> used;
   for (const auto& [n, t] : mine) {
     auto it = given.find(n);
     if (it == given.end()) {
-      missing.push_back(n);
+      keys.missing_keys.push_back(n);
       continue;
     }
     used.insert(n);
     const Tensor& v = it->second;
     if (v.shape() != t.shape()) {
-      mismatched.push_back(n + " (checkpoint " + shape_str(v.shape()) + ", model " +
-                           shape_str(t.shape()) + ")");
+      mismatched.push_back(
+          "size mismatch for " + n + ": copying a param with shape " + shape_str(v.shape()) +
+          " from checkpoint, the shape in current model is " + shape_str(t.shape()));
     } else if (is_floating(v.dtype()) != is_floating(t.dtype())) {
-      mismatched.push_back(n + " (checkpoint " + dtype_name(v.dtype()) + ", model " +
-                           dtype_name(t.dtype()) + ")");
+      mismatched.push_back(
+          "dtype mismatch for " + n + ": copying a param of dtype " + dtype_name(v.dtype()) +
+          " from checkpoint, the dtype in current model is " + dtype_name(t.dtype()));
     }
   }
-  std::vector<std::string> unexpected;
-  for (const auto& [n, t] : given) {
-    if (!used.count(n)) unexpected.push_back(n);
+  for (const auto& [n, t] : state) {  // in the state's order, as PyTorch lists them
+    if (!used.count(n)) keys.unexpected_keys.push_back(n);
   }
-  auto join = [](const std::vector<std::string>& v) {
+  auto quoted = [](const std::vector<std::string>& v) {
     std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", \"" : "\"") + v[i] + "\"";
     return s;
   };
-  std::string problems;
-  if (!mismatched.empty()) problems += " mismatched: " + join(mismatched) + ";";
-  if (strict && !missing.empty()) problems += " missing: " + join(missing) + ";";
-  if (strict && !unexpected.empty()) problems += " unexpected: " + join(unexpected) + ";";
-  RG_CHECK(problems.empty(), "load_state_dict into ", type_name(), ":", problems);
+  // PyTorch's order and wording, on one line: missing, unexpected, then each mismatch.
+  std::vector<std::string> problems;
+  if (strict && !keys.missing_keys.empty()) {
+    problems.push_back("Missing key(s) in state_dict: " + quoted(keys.missing_keys));
+  }
+  if (strict && !keys.unexpected_keys.empty()) {
+    problems.push_back("Unexpected key(s) in state_dict: " + quoted(keys.unexpected_keys));
+  }
+  problems.insert(problems.end(), mismatched.begin(), mismatched.end());
+  if (!problems.empty()) {
+    std::string msg = "Error(s) in loading state_dict for " + type_name() + ": ";
+    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    RG_FAIL(msg);
+  }
   NoGradGuard no_grad;
   for (const auto& [n, t] : mine) {
     auto it = given.find(n);
     if (it != given.end()) Tensor(t).copy_(it->second);
   }
+  return keys;
 }
 
 void Module::str_into(std::string& out, int indent) const {

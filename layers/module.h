@@ -11,6 +11,12 @@
 
 namespace rg::nn {
 
+// What load_state_dict did not match, as torch's _IncompatibleKeys.
+struct IncompatibleKeys {
+  std::vector<std::string> missing_keys;     // the module's keys the state lacks
+  std::vector<std::string> unexpected_keys;  // the state's keys the module lacks
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -30,7 +36,7 @@ class Module {
   NamedTensors named_parameters() const;  // recursive, "layer1.0.conv1.weight"
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;  // recursive
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const {
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }
   // This module ("") and all descendants, depth first, in registration order.
@@ -49,13 +55,19 @@ class Module {
 
   // Parameters then buffers of each module, in registration order, like PyTorch's state_dict.
   NamedTensors state_dict() const;
-  // Copies values in; with strict, names must match exactly. Shape or dtype mismatches, missing
-  // and unexpected keys are reported together in one error.
-  void load_state_dict(const NamedTensors& state, bool strict = true);
+  // Copies values in, as torch's load_state_dict. With strict, names must match exactly: missing
+  // and unexpected keys, shape and dtype-kind mismatches are reported together in one rg::Error
+  // worded like PyTorch's ("Error(s) in loading state_dict for MLP: Missing key(s) in state_dict:
+  // ..."), and nothing changes. Without strict, the keys present in both are copied and the others
+  // returned; shape and dtype-kind mismatches still throw (as in PyTorch).
+  IncompatibleKeys load_state_dict(const NamedTensors& state, bool strict = true);
 
   std::string str() const;  // PyTorch-like module tree
 
- protected:
+  // Public, as in PyTorch, so that a network gets its names (conv1, fc1, ...) without a subclass.
+  // `name` is one path component (no '.') unique among this module's parameters, buffers and
+  // children. The returned tensor shares storage with the registered one; the reference is valid
+  // only until the next registration (hold a Tensor copy, as the layers do).
   Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   Tensor& register_buffer(const std::string& name, Tensor t);
   template <class M>
@@ -63,6 +75,8 @@ class Module {
     add_child(name, m);
     return m;
   }
+
+ protected:
   virtual std::string extra_repr() const { return ""; }
   // What the module computes; subclasses implement this (users call forward()).
   virtual Tensor forward_impl(const Tensor& x) = 0;

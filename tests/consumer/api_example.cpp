@@ -1,0 +1,59 @@
+// The README's C++ API example, built against the installed package by the install test: a model
+// with PyTorch's layer names, seeded by rg::manual_seed, weights saved and loaded under those
+// names, and an rg::Error caught. Exits non-zero when anything differs from what the README says.
+#include <engine/error.h>
+#include <engine/generator.h>
+#include <engine/ops/factory.h>
+#include <engine/threads.h>
+#include <layers/activation.h>
+#include <layers/conv2d.h>
+#include <layers/linear.h>
+#include <layers/sequential.h>
+#include <layers/weights.h>
+
+#include <cstdio>
+#include <memory>
+
+int main() {
+  using namespace rg;
+  bool ok = true;
+  // README begin
+  rg::set_num_threads(2);  // instead of RG_NUM_THREADS
+  rg::manual_seed(0);      // layers built without a Generator& draw from the default generator
+  auto make_net = [] {
+    return std::make_shared<nn::Sequential>(nn::Sequential::NamedModules{
+        {"conv1", std::make_shared<nn::Conv2d>(1, 4, std::array<int64_t, 2>{3, 3})},
+        {"relu1", std::make_shared<nn::ReLU>()},
+        {"flatten", std::make_shared<nn::Flatten>()},
+        {"fc1", std::make_shared<nn::Linear>(4 * 26 * 26, 10)}});
+  };
+  auto net = make_net();
+  Tensor logits = net->forward(zeros({2, 1, 28, 28}));  // [2, 10]
+  // conv1.weight, conv1.bias, fc1.weight, fc1.bias: the names torch's state_dict() uses
+  nn::save_weights(*net, "net.safetensors");
+
+  auto copy = make_net();                      // other weights: the default generator moved on
+  nn::load_weights(*copy, "net.safetensors");  // strict: every key and shape must match
+
+  nn::Linear head(4 * 26 * 26, 10);
+  auto report = nn::load_weights(head, "net.safetensors", /*strict=*/false);
+  // report.missing_keys: weight, bias; report.unexpected_keys: conv1.weight, ..., fc1.bias
+
+  try {
+    nn::load_weights(head, "net.safetensors");  // strict
+  } catch (const rg::Error& e) {
+    // net.safetensors: Error(s) in loading state_dict for Linear: Missing key(s) in state_dict:
+    // "weight", "bias"; Unexpected key(s) in state_dict: "conv1.weight", ...
+    std::printf("%s\n", e.what());
+  }
+  // README end
+  ok = ok && logits.shape() == Shape{2, 10} && rg::num_threads() == 2;
+  const auto a = net->parameters(), b = copy->parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    ok = ok && a[i].to_vector<float>() == b[i].to_vector<float>();
+  ok = ok && report.missing_keys == std::vector<std::string>{"weight", "bias"} &&
+       report.unexpected_keys ==
+           std::vector<std::string>{"conv1.weight", "conv1.bias", "fc1.weight", "fc1.bias"};
+  std::printf("api_example: %s\n", ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
