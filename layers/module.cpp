@@ -2,6 +2,7 @@
 #include "layers/module.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -219,6 +220,66 @@ void Module::str_into(std::string& out, int indent) const {
     out += std::string(size_t(indent), ' ');
   }
   out += ")";
+}
+
+namespace {
+
+std::string thousands(int64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Module::summary() const {
+  struct Row {
+    std::string name, shapes;
+    int64_t params = 0;
+  };
+  std::vector<Row> rows;
+  int64_t trainable = 0, frozen = 0, buffer_elems = 0, bytes = 0;
+  // Depth first, like named_modules(), on a const module.
+  const std::function<void(const Module&, const std::string&, int)> visit =
+      [&](const Module& m, const std::string& name, int depth) {
+        Row r;
+        r.name = std::string(size_t(2 * depth), ' ') + (name.empty() ? m.type_name()
+                                                                     : name + " (" + m.type_name() + ")");
+        for (const auto& [pn, t] : m.params_) {
+          r.shapes += (r.shapes.empty() ? "" : " ") + pn + shape_str(t.shape());
+          r.params += t.numel();
+          (t.requires_grad() ? trainable : frozen) += t.numel();
+          bytes += t.numel() * int64_t(element_size(t.dtype()));
+        }
+        for (const auto& [bn, t] : m.buffers_) {
+          buffer_elems += t.numel();
+          bytes += t.numel() * int64_t(element_size(t.dtype()));
+        }
+        rows.push_back(r);
+        for (const auto& [cn, c] : m.children_) visit(*c, cn, depth + 1);
+      };
+  visit(*this, "", 0);
+  size_t w_name = 6, w_shapes = 10;
+  for (const Row& r : rows) {
+    w_name = std::max(w_name, r.name.size());
+    w_shapes = std::max(w_shapes, r.shapes.size());
+  }
+  const auto pad = [](const std::string& s, size_t w) { return s + std::string(w - s.size(), ' '); };
+  std::string out = pad("module", w_name) + "  " + pad("parameters", w_shapes) + "  elements\n";
+  out += std::string(w_name + w_shapes + 14, '-') + "\n";
+  for (const Row& r : rows) {
+    out += pad(r.name, w_name) + "  " + pad(r.shapes, w_shapes) + "  " +
+           (r.params ? thousands(r.params) : std::string("-")) + "\n";
+  }
+  out += std::string(w_name + w_shapes + 14, '-') + "\n";
+  out += "trainable parameters: " + thousands(trainable) + "\n";
+  out += "frozen parameters: " + thousands(frozen) + "\n";
+  out += "buffer elements: " + thousands(buffer_elems) + "\n";
+  out += "parameter and buffer bytes: " + thousands(bytes) + "\n";
+  return out;
 }
 
 std::string Module::str() const {

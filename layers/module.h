@@ -63,6 +63,11 @@ class Module {
   IncompatibleKeys load_state_dict(const NamedTensors& state, bool strict = true);
 
   std::string str() const;  // PyTorch-like module tree
+  // A torchinfo-like table without running the model: one row per module (depth first, indented
+  // by depth) with its type, its own parameters' shapes and their element count, then the totals
+  // of trainable and frozen (requires_grad false) parameter elements, buffer elements, and the
+  // bytes they all take.
+  std::string summary() const;
 
   // Public, as in PyTorch, so that a network gets its names (conv1, fc1, ...) without a subclass.
   // `name` is one path component (no '.') unique among this module's parameters, buffers and

@@ -161,6 +161,35 @@ TEST(Sequential, NamedChildrenNameTheStateDictKeys) {
   EXPECT_EQ(names(plain.state_dict()), (std::vector<std::string>{"0.weight", "0.bias"}));
 }
 
+// summary(): a row per module with its own parameters, the totals (trainable vs frozen, buffers)
+// and the bytes, computed from the registered tensors.
+TEST(Module, SummaryListsEveryModuleWithItsParametersAndTheTotals) {
+  Generator gen(6);
+  Sequential net({{"conv1", std::make_shared<Conv2d>(1, 2, std::array<int64_t, 2>{3, 3}, gen)},
+                  {"bn1", std::make_shared<BatchNorm2d>(2)},
+                  {"flatten", std::make_shared<Flatten>()},
+                  {"fc1", std::make_shared<Linear>(8, 3, gen)}});
+  net.register_parameter("scale", ones({1}), /*requires_grad=*/false);
+  const std::string s = net.summary();
+  for (const char* fragment :
+       {"Sequential", "  conv1 (Conv2d)", "weight[2, 1, 3, 3] bias[2]", "  bn1 (BatchNorm2d)",
+        "  flatten (Flatten)", "  fc1 (Linear)", "weight[3, 8] bias[3]", "scale[1]"}) {
+    EXPECT_NE(s.find(fragment), std::string::npos) << fragment << "\n" << s;
+  }
+  // conv 18 + 2, bn 2 + 2, fc 24 + 3: 51 trainable; the frozen scale 1.
+  EXPECT_NE(s.find("trainable parameters: 51\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("frozen parameters: 1\n"), std::string::npos) << s;
+  EXPECT_EQ(net.parameter_count(), 52);
+  // bn1's running mean and var (2 + 2) and its batch counter (1).
+  EXPECT_NE(s.find("buffer elements: 5\n"), std::string::npos) << s;
+  // 52 f32 parameters + 4 f32 running statistics + one i64 counter.
+  EXPECT_NE(s.find("parameter and buffer bytes: 232\n"), std::string::npos) << s;
+  // Thousands separators on a bigger model.
+  Linear big(1000, 1000, gen);
+  EXPECT_NE(big.summary().find("trainable parameters: 1,001,000\n"), std::string::npos)
+      << big.summary();
+}
+
 // A model built from constructors without a Generator&: they draw from default_generator().
 std::shared_ptr<Sequential> default_initialized_net() {
   return std::make_shared<Sequential>(Sequential::NamedModules{
