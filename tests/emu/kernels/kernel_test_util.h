@@ -25,6 +25,15 @@ inline const bool kLaunchBlocking = (emu::set_launch_blocking(true), true);
 // Element counts: below, at and past warp and block boundaries.
 inline const std::vector<int64_t> kAwkwardSizes = {1, 31, 33, 1000, 4097};
 
+// n class indices drawn uniformly from [0, c); the same for the same seed.
+inline std::vector<int64_t> random_targets(int64_t n, int64_t c, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int64_t> dist(0, c - 1);
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  for (auto& v : t) v = dist(gen);
+  return t;
+}
+
 // n values uniform in [lo, hi), converted (rounded) to T; the same for the same seed.
 template <class T>
 std::vector<T> random_values(int64_t n, uint64_t seed, float lo = -2.f, float hi = 2.f) {

@@ -29,14 +29,6 @@ double atol() {
   return std::is_same_v<T, double> ? 1e-12 : 1e-5;
 }
 
-std::vector<int64_t> random_targets(int64_t n, int64_t c, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int64_t> dist(0, c - 1);
-  std::vector<int64_t> t(static_cast<size_t>(n));
-  for (auto& v : t) v = dist(gen);
-  return t;
-}
-
 // (outer, c, inner) shapes: rows of awkward lengths, and reductions over an inner dimension.
 std::vector<std::array<int64_t, 3>> softmax_shapes() {
   std::vector<std::array<int64_t, 3>> shapes;

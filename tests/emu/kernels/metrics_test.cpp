@@ -86,14 +86,6 @@ std::vector<T> tricky_values(int64_t n, uint64_t seed) {
   return v;
 }
 
-std::vector<int64_t> random_targets(int64_t n, int64_t c, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int64_t> dist(0, c - 1);
-  std::vector<int64_t> t(static_cast<size_t>(n));
-  for (auto& v : t) v = dist(gen);
-  return t;
-}
-
 std::vector<std::array<int64_t, 3>> argmax_shapes() {
   std::vector<std::array<int64_t, 3>> s;
   for (int64_t c : kAwkwardSizes) {
