@@ -46,6 +46,11 @@ struct Binary {
 
 namespace detail {
 
+inline void check_per_channel(int64_t outer, int64_t channels, int64_t inner) {
+  RG_CHECK(outer >= 0 && channels >= 0 && inner >= 0,
+           "binary_per_channel: sizes must be >= 0, got outer ", outer, ", channels ", channels,
+           ", inner ", inner);
+}
 inline void check_broadcast(const char* op, int ndim, const int64_t* out_shape) {
   RG_CHECK(ndim >= 0 && ndim <= kMaxBroadcastDims, op, ": ", ndim, " dimensions, at most ",
            kMaxBroadcastDims, " are supported");

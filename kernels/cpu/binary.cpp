@@ -32,6 +32,34 @@ inline T apply(BinaryOp op, T x, T y) {
   return T(0);
 }
 
+// o = x op s, or s op x when scalar_first, over a contiguous array (Eigen-vectorized).
+template <class T>
+void apply_scalar(BinaryOp op, const ConstArrayMap<T>& x, T s, bool scalar_first,
+                  ArrayMap<T>& o) {
+  switch (op) {
+    case BinaryOp::add:
+      o = x + s;
+      break;
+    case BinaryOp::sub:
+      if (scalar_first) {
+        o = s - x;
+      } else {
+        o = x - s;
+      }
+      break;
+    case BinaryOp::mul:
+      o = x * s;
+      break;
+    case BinaryOp::div:
+      if (scalar_first) {
+        o = s / x;
+      } else {
+        o = x / s;
+      }
+      break;
+  }
+}
+
 }  // namespace
 
 template <>
@@ -72,26 +100,7 @@ void Binary<Cpu>::binary_scalar(BinaryOp op, const T* a, double scalar, T* out, 
       [&](int64_t lo, int64_t hi) {
         ConstArrayMap<T> x(a + lo, hi - lo);
         ArrayMap<T> o(out + lo, hi - lo);
-        switch (op) {
-          case BinaryOp::add:
-            o = x + s;
-            break;
-          case BinaryOp::sub:
-            if (scalar_first)
-              o = s - x;
-            else
-              o = x - s;
-            break;
-          case BinaryOp::mul:
-            o = x * s;
-            break;
-          case BinaryOp::div:
-            if (scalar_first)
-              o = s / x;
-            else
-              o = x / s;
-            break;
-        }
+        apply_scalar(op, x, s, scalar_first, o);
       },
       ctx.threads);
 }
@@ -100,9 +109,7 @@ template <>
 template <class T>
 void Binary<Cpu>::binary_per_channel(BinaryOp op, const T* a, const T* b, T* out, int64_t outer,
                                      int64_t channels, int64_t inner, bool b_first, Ctx ctx) {
-  RG_CHECK(outer >= 0 && channels >= 0 && inner >= 0,
-           "binary_per_channel: sizes must be >= 0, got outer ", outer, ", channels ", channels,
-           ", inner ", inner);
+  detail::check_per_channel(outer, channels, inner);
   const int64_t planes = outer * channels;
   if (planes == 0 || inner == 0) return;
   parallel_for(
@@ -112,26 +119,7 @@ void Binary<Cpu>::binary_per_channel(BinaryOp op, const T* a, const T* b, T* out
           const T y = b[plane % channels];
           ConstArrayMap<T> x(a + plane * inner, inner);
           ArrayMap<T> o(out + plane * inner, inner);
-          switch (op) {  // per plane, so the loops over the plane are vectorized
-            case BinaryOp::add:
-              o = x + y;
-              break;
-            case BinaryOp::sub:
-              if (b_first)
-                o = y - x;
-              else
-                o = x - y;
-              break;
-            case BinaryOp::mul:
-              o = x * y;
-              break;
-            case BinaryOp::div:
-              if (b_first)
-                o = y / x;
-              else
-                o = x / y;
-              break;
-          }
+          apply_scalar(op, x, y, b_first, o);  // per plane: vectorized over it
         }
       },
       ctx.threads);

@@ -165,9 +165,7 @@ void Binary<Cuda>::binary_per_channel(BinaryOp op, const T* a, const T* b, T* ou
                                       int64_t channels, int64_t inner, bool b_first, Ctx ctx) {
   using namespace cuda::detail;
   void* stream = ctx.stream;
-  RG_CHECK(outer >= 0 && channels >= 0 && inner >= 0,
-           "binary_per_channel: sizes must be >= 0, got outer ", outer, ", channels ", channels,
-           ", inner ", inner);
+  kernels::detail::check_per_channel(outer, channels, inner);
   const int64_t n = outer * channels * inner;
   if (n == 0) return;
   using D = device_t<T>;
