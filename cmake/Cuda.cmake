@@ -1,4 +1,5 @@
-# Decides whether the CUDA backend is built (RG_CUDA=AUTO|ON|OFF) and finds cuDNN and NCCL.
+# Decides whether the CUDA backend is built (RG_CUDA=AUTO|ON|OFF) and finds the headers of cuDNN
+# and NCCL (the libraries are loaded at run time: kernels/cuda/dynload.h).
 # CUDA code is compiled whenever nvcc exists, even without a GPU, so that it never rots.
 set(RG_HAS_CUDA OFF)
 if(NOT RG_CUDA STREQUAL "OFF")
@@ -15,10 +16,9 @@ if(NOT RG_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
     find_package(CUDAToolkit REQUIRED)
-    find_library(RG_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
     find_path(RG_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
-    find_library(RG_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
     find_path(RG_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
     set(RG_HAS_CUDA ON)
     message(STATUS "ringgrad: CUDA backend ON (archs ${RG_CUDA_ARCHS})")

@@ -24,6 +24,8 @@ CALL = re.compile(r"\b((?:cuda|cublas|cudnn|nccl)[A-Z][A-Za-z0-9_]*)\s*\(")
 REFERENCE = re.compile(r"\b((?:cuda|cublas|cudnn|nccl)(?:Create|Destroy)[A-Za-z0-9]*)\b(?!\s*\()")
 LAUNCH = re.compile(r"\bRG_LAUNCH\s*\(")
 API = {"cuda": "cudart", "cubl": "cuBLAS", "cudn": "cuDNN", "nccl": "NCCL"}
+# Files that define the library functions rather than call them: the run-time loading stubs.
+DEFINITIONS = {"kernels/cuda/dynload.cpp", "kernels/cuda/dynload_symbols.h"}
 
 # Files the emulated configuration does not compile, and why.
 NOT_EMULATED = {
@@ -149,6 +151,8 @@ def find_sites():
         for pattern in patterns:
             for path in sorted((ROOT / base).rglob(pattern)):
                 rel = path.relative_to(ROOT).as_posix()
+                if rel in DEFINITIONS:
+                    continue
                 raw = path.read_text().split("\n")
                 code = strip_code(path.read_text()).split("\n")
                 region = regions(code)

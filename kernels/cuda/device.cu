@@ -3,6 +3,8 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device.h"
 
+#include <dlfcn.h>
+
 namespace rg::cuda {
 namespace {
 
@@ -22,6 +24,24 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+std::string unavailable_reason() {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status == cudaSuccess) return n > 0 ? "" : "the CUDA driver reports no GPU";
+  (void)cudaGetLastError();
+  // The static runtime loads the driver itself and, without one, reports an "insufficient driver";
+  // say plainly when there is none at all.
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) {
+    const char* reason = dlerror();
+    return ::rg::detail::cat("no CUDA driver is installed (", reason ? reason : "libcuda.so.1",
+                             ")");
+  }
+  dlclose(driver);
+  return ::rg::detail::cat("the CUDA driver cannot be used (cudaGetDeviceCount: ",
+                           cudaGetErrorString(status), ")");
 }
 
 std::string device_name(int index) {

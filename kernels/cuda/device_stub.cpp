@@ -6,6 +6,7 @@
 namespace rg::cuda {
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
+std::string unavailable_reason() { return "ringgrad was built without CUDA (RG_CUDA=OFF or no nvcc)"; }
 std::string device_name(int index) {
   RG_FAIL("cuda device ", index, ": ringgrad was built without CUDA (RG_CUDA=OFF or no nvcc)");
 }

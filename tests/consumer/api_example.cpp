@@ -1,15 +1,15 @@
 // The README's C++ API example, built against the installed package by the install test: a model
 // with PyTorch's layer names, seeded by rg::manual_seed, weights saved and loaded under those
 // names, and an rg::Error caught. Exits non-zero when anything differs from what the README says.
-#include <engine/error.h>
-#include <engine/generator.h>
-#include <engine/ops/factory.h>
-#include <engine/threads.h>
-#include <layers/activation.h>
-#include <layers/conv2d.h>
-#include <layers/linear.h>
-#include <layers/sequential.h>
-#include <layers/weights.h>
+#include <ringgrad/engine/error.h>
+#include <ringgrad/engine/generator.h>
+#include <ringgrad/engine/ops/factory.h>
+#include <ringgrad/engine/threads.h>
+#include <ringgrad/layers/activation.h>
+#include <ringgrad/layers/conv2d.h>
+#include <ringgrad/layers/linear.h>
+#include <ringgrad/layers/sequential.h>
+#include <ringgrad/layers/weights.h>
 
 #include <cstdio>
 #include <memory>

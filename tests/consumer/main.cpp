@@ -1,7 +1,7 @@
 // Uses the installed ringgrad: y = sum(w * x), checks dy/dw == x.
-#include <engine/ops/binary.h>
-#include <engine/ops/factory.h>
-#include <engine/ops/reduce.h>
+#include <ringgrad/engine/ops/binary.h>
+#include <ringgrad/engine/ops/factory.h>
+#include <ringgrad/engine/ops/reduce.h>
 
 #include <cstdio>
 

@@ -1,5 +1,7 @@
-# Installs the build tree into WORK_DIR/prefix, then configures, builds and runs the consumer and
-# the README's examples (train_example, api_example).
+# Installs the build tree into WORK_DIR/prefix, checks what was installed (no internal header, no
+# CUDA library linked), then configures the consumer with the CUDA toolkit hidden (a machine without
+# CUDA, as far as CMake can tell), builds it and runs the consumer, the README's examples
+# (train_example, api_example) and cuda_check (also with cuDNN made unloadable).
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 function(run)
@@ -9,12 +11,56 @@ function(run)
     message(FATAL_ERROR "command failed (${rc}): ${ARGV}\n${out}\n${err}")
   endif()
   message(STATUS "${out}")
+  set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+set(prefix ${WORK_DIR}/prefix)
+
+# Only the public tree: include/ringgrad/..., nothing at include/engine etc., no kernels/ header but
+# the three public ones, and no include left in its source spelling.
+file(GLOB top RELATIVE ${prefix}/include ${prefix}/include/*)
+if(NOT top STREQUAL "ringgrad")
+  message(FATAL_ERROR "the package installs include/{${top}}; expected include/ringgrad only")
+endif()
+file(GLOB_RECURSE kernel_headers RELATIVE ${prefix}/include/ringgrad ${prefix}/include/ringgrad/kernels/*)
+list(SORT kernel_headers)
+if(NOT kernel_headers STREQUAL "kernels/cuda/device.h;kernels/error.h;kernels/half.h")
+  message(FATAL_ERROR "internal kernels/ headers are installed: ${kernel_headers}")
+endif()
+file(GLOB_RECURSE headers ${prefix}/include/ringgrad/*.h)
+foreach(h IN LISTS headers)
+  file(STRINGS ${h} bad REGEX "#include [\"<](engine|kernels|layers|comm|data)/")
+  if(bad)
+    message(FATAL_ERROR "${h} includes a header outside <ringgrad/...>: ${bad}")
+  endif()
+endforeach()
+if(EXISTS ${prefix}/include/ringgrad/engine/cuda/runtime.h OR EXISTS ${prefix}/include/ringgrad/engine/dispatch.h)
+  message(FATAL_ERROR "internal engine headers are installed")
+endif()
+
+# libringgrad.so links no CUDA library: they are loaded at run time, when a CUDA device is used.
+file(GLOB libs ${prefix}/lib/libringgrad.so ${prefix}/lib/*/libringgrad.so)
+list(GET libs 0 lib)
+run(readelf -d ${lib})
+string(REGEX MATCHALL "NEEDED[^\n]*" needed "${run_output}")
+if(needed MATCHES "libcud|libcublas|libnccl|libcuda")
+  message(FATAL_ERROR "${lib} links CUDA libraries: ${needed}")
+endif()
+
+# The consumer, configured as on a machine without CUDA: no nvcc on PATH, the toolkit's prefix
+# ignored and find_package(CUDAToolkit) disabled (the old package config required it).
+string(REGEX REPLACE "[^:]*cuda[^:]*:?" "" path_without_cuda "$ENV{PATH}")
+run(${CMAKE_COMMAND} -E env PATH=${path_without_cuda} --unset=CUDACXX --unset=CUDA_PATH
+    --unset=CUDAToolkit_ROOT
+    ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON
+    "-DCMAKE_IGNORE_PREFIX_PATH=/usr/local/cuda;/usr/local/cuda-13.0")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
 # The README's examples write their files into WORK_DIR (run's working directory).
 run(${WORK_DIR}/build/train_example)
 run(${WORK_DIR}/build/api_example)
+run(${WORK_DIR}/build/cuda_check)
+run(${CMAKE_COMMAND} -E env RG_CUDNN_LIBRARY=${WORK_DIR}/no-such-dir/libcudnn.so.9
+    ${WORK_DIR}/build/cuda_check missing)

@@ -1,13 +1,13 @@
 // The README's C++ training example, built against the installed package by the install test:
 // a model, AdamW, a DataLoader, loss scaling with amp::GradScaler, and a checkpoint that a fresh
 // model resumes from. Exits non-zero when the loss does not fall or the restore is not exact.
-#include <data/dataloader.h>
-#include <data/synthetic.h>
-#include <engine/ops/loss.h>
-#include <layers/amp/grad_scaler.h>
-#include <layers/checkpoint.h>
-#include <layers/models/registry.h>
-#include <layers/optim/optimizer.h>
+#include <ringgrad/data/dataloader.h>
+#include <ringgrad/data/synthetic.h>
+#include <ringgrad/engine/ops/loss.h>
+#include <ringgrad/layers/amp/grad_scaler.h>
+#include <ringgrad/layers/checkpoint.h>
+#include <ringgrad/layers/models/registry.h>
+#include <ringgrad/layers/optim/optimizer.h>
 
 #include <cstdio>
 #include <memory>
