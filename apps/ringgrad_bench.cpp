@@ -1,6 +1,7 @@
 // ringgrad-bench: end-to-end benchmarks.
 //   train: training throughput (img/s) of a model on synthetic data after warm-up, as the median
-//          of several timed windows, with peak memory.
+//          of several timed windows, with peak memory; --ddp under ringgrad-run: the job's
+//          total throughput with DistributedDataParallel (scripts/bench-vs-pytorch.sh).
 //   allreduce: all-reduce bandwidth over a size sweep (apps/allreduce_bench.h).
 //   overlap: DDP all-reduce/backward overlap across bucket sizes (apps/overlap_bench.h).
 //   timeline: draws one step of a ringgrad-train --trace file (apps/timeline_plot.h).
@@ -16,6 +17,8 @@
 #include "apps/allreduce_bench.h"
 #include "apps/overlap_bench.h"
 #include "apps/timeline_plot.h"
+#include "comm/ddp.h"
+#include "comm/init.h"
 #include "data/synthetic.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
@@ -34,14 +37,28 @@ struct TrainBenchOptions {
   int warmup = 5;
   int windows = 5;
   int window_steps = 10;
+  bool ddp = false;
 };
 
 int run_train_bench(const TrainBenchOptions& o) {
   if (o.threads > 0) rg::kernels::cpu::set_num_threads(o.threads);
+  // With --ddp every rank trains on its own batches and the job's throughput is reported by
+  // rank 0: world size x batch x steps over the window's time (DDP's all-reduces keep the ranks
+  // in step, so rank 0's clock is the job's).
+  std::shared_ptr<rg::dist::ProcessGroup> pg;
+  if (o.ddp) {
+    rg::dist::InitOptions init;
+    init.backend = "gloo";
+    pg = rg::dist::init_process_group(init);
+  }
+  const int rank = pg ? pg->rank() : 0;
+  const int world = pg ? pg->size() : 1;
   const rg::Shape shape = o.model == "toynet" ? rg::Shape{1, 28, 28} : rg::Shape{3, 32, 32};
-  rg::data::SyntheticDataset data(o.batch_size * 4, shape, 10, 7);
+  rg::data::SyntheticDataset data(o.batch_size * 4, shape, 10, 7 + uint64_t(rank));
   auto model = rg::nn::make_model({.name = o.model, .sample_shape = shape, .num_classes = 10});
   model->train();
+  std::unique_ptr<rg::dist::DistributedDataParallel> ddp;
+  if (pg) ddp = std::make_unique<rg::dist::DistributedDataParallel>(model, pg);
   rg::optim::Sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
   // A few fixed batches, so the benchmark measures compute, not data loading.
   std::vector<rg::data::Batch> batches;
@@ -52,33 +69,45 @@ int run_train_bench(const TrainBenchOptions& o) {
   }
   auto step = [&](int i) {
     const auto& b = batches[size_t(i % 4)];
-    rg::Tensor loss = rg::cross_entropy(model->forward(b.inputs), b.targets);
+    rg::Tensor out = ddp ? ddp->forward(b.inputs) : model->forward(b.inputs);
+    rg::Tensor loss = rg::cross_entropy(out, b.targets);
     opt.zero_grad();
     loss.backward();
     opt.step();
   };
-  fmt::print("ringgrad-bench train: model={} batch={} threads={} params={} blas={}\n", o.model,
-             o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count(),
-             rg::kernels::cpu::blas_core_name());
+  const bool print = rank == 0;
+  if (print) {
+    fmt::print("ringgrad-bench train: model={} batch={} threads={} params={} blas={}{}\n",
+               o.model, o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count(),
+               rg::kernels::cpu::blas_core_name(),
+               pg ? fmt::format(" ddp=gloo world={} (img/s of the whole job)", world) : "");
+  }
   for (int i = 0; i < o.warmup; ++i) step(i);
   std::vector<double> rates;
-  fmt::print("{:>8} {:>10} {:>10}\n", "window", "seconds", "img/s");
+  if (print) fmt::print("{:>8} {:>10} {:>10}\n", "window", "seconds", "img/s");
   for (int w = 0; w < o.windows; ++w) {
+    if (pg) pg->barrier()->wait();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.window_steps; ++i) step(i);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(double(o.window_steps * o.batch_size) / s);
-    fmt::print("{:>8} {:>10.3f} {:>10.1f}\n", w, s, rates.back());
+    rates.push_back(double(o.window_steps * o.batch_size * world) / s);
+    if (print) fmt::print("{:>8} {:>10.3f} {:>10.1f}\n", w, s, rates.back());
   }
   std::sort(rates.begin(), rates.end());
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const auto mem = rg::cpu_memory_stats();
-  fmt::print(
-      "median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
-      "allocator reserved {:.0f} MB\n",
-      rates[rates.size() / 2], double(ru.ru_maxrss) / 1024.0,
-      double(mem.peak_bytes) / (1024.0 * 1024.0), double(mem.reserved_bytes) / (1024.0 * 1024.0));
+  if (print) {
+    fmt::print(
+        "median {:.1f} img/s | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
+        "allocator reserved {:.0f} MB\n",
+        rates[rates.size() / 2], double(ru.ru_maxrss) / 1024.0,
+        double(mem.peak_bytes) / (1024.0 * 1024.0), double(mem.reserved_bytes) / (1024.0 * 1024.0));
+  }
+  if (pg) {
+    ddp.reset();
+    rg::dist::destroy_process_group();
+  }
   return 0;
 }
 
@@ -99,6 +128,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train->add_option("--window-steps", t.window_steps, "steps per window")
       ->check(CLI::PositiveNumber);
+  train->add_flag("--ddp", t.ddp,
+                  "DistributedDataParallel over Gloo; run under ringgrad-run (reports the job's "
+                  "total img/s)");
   rg::apps::AllreduceBenchOptions ar;
   CLI::App* allreduce = rg::apps::add_allreduce_command(app, ar);
   rg::apps::OverlapBenchOptions ov;

@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Runs ringgrad and PyTorch 1.13 side by side and prints ratios (scripts/bench-vs-pytorch.sh).
+
+Each configuration runs ours and PyTorch's alternately, --repeats times each, in this one process
+tree; the figure of a side is the median of its runs and the ratio is ours / PyTorch's (higher is
+better for img/s and bandwidth, lower for RSS). Configurations:
+  train   ToyNet and ResNet-18 at batch 64, 1 and 2 threads, with the instruction set native and
+          capped to AVX2 for both sides (OPENBLAS_CORETYPE=Haswell for OpenBLAS, which both use;
+          ATEN_CPU_CAPABILITY=avx2 and DNNL/ONEDNN_MAX_CPU_ISA=AVX2 for PyTorch's own kernels and
+          oneDNN; ringgrad's own kernels are compiled for the baseline x86-64 and are not capped)
+  ddp     2 ranks x 1 thread on this host: ringgrad-run + ringgrad-bench train --ddp (Gloo) against
+          mp.spawn + DistributedDataParallel (Gloo)
+  allreduce  64 MiB f32 all-reduce, 2 and 4 ranks: our ring against Gloo's own algorithm, both
+          inside ringgrad-bench allreduce (same processes, same transport)
+"""
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCH_BENCH = os.path.join(ROOT, "bench", "pytorch", "train_bench.py")
+SUMMARY = re.compile(r"median ([0-9.]+) img/s \| peak RSS ([0-9.]+) MB")
+AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2",
+            "DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def run(cmd, env_extra, timeout):
+    env = dict(os.environ)
+    env.update(env_extra)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        sys.exit(f"bench-vs-pytorch: failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def train_figures(out):
+    m = SUMMARY.search(out)
+    if not m:
+        sys.exit(f"bench-vs-pytorch: no summary line in:\n{out}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def isa_flags():
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return "?"
+    return "avx512f" if " avx512f" in flags else ("avx2" if " avx2" in flags else "sse")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "ci"), help="ringgrad build dir")
+    p.add_argument("--repeats", type=int, default=3, help="runs per side and configuration")
+    p.add_argument("--only", default="train,ddp,allreduce", help="comma list: train,ddp,allreduce")
+    p.add_argument("--models", default="toynet,resnet18")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--isa", default="native,avx2")
+    p.add_argument("--quick", action="store_true", help="fewer and shorter windows (smoke test)")
+    a = p.parse_args()
+    bench = os.path.join(a.build, "apps", "ringgrad-bench")
+    launcher = os.path.join(a.build, "apps", "ringgrad-run")
+    for f in (bench, launcher):
+        if not os.access(f, os.X_OK):
+            sys.exit(f"bench-vs-pytorch: {f} is missing: build first (cmake --build {a.build})")
+    only = a.only.split(",")
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores, best ISA {isa_flags()}); "
+          f"{a.repeats} alternating runs per side, medians; ratio = ringgrad / PyTorch", flush=True)
+
+    def windows(model):
+        if a.quick:
+            return ["--warmup", "1", "--windows", "1", "--window-steps", "2"]
+        if model == "resnet18":
+            return ["--warmup", "2", "--windows", "3", "--window-steps", "3"]
+        return ["--warmup", "3", "--windows", "5", "--window-steps", "8"]
+
+    rows = []
+
+    def compare(label, ours_cmd, torch_cmd, env, timeout=900):
+        ours, theirs = [], []
+        for _ in range(a.repeats):
+            ours.append(train_figures(run(ours_cmd, env, timeout)))
+            theirs.append(train_figures(run(torch_cmd, env, timeout)))
+        o_rate = statistics.median(x[0] for x in ours)
+        t_rate = statistics.median(x[0] for x in theirs)
+        o_rss = statistics.median(x[1] for x in ours)
+        t_rss = statistics.median(x[1] for x in theirs)
+        rows.append((label, o_rate, t_rate, o_rss, t_rss))
+        print(f"{label:<34} ours {o_rate:8.1f} img/s  torch {t_rate:8.1f} img/s  "
+              f"ratio {o_rate / t_rate:5.2f}x | RSS {o_rss:5.0f} / {t_rss:5.0f} MB "
+              f"= {o_rss / t_rss:4.2f}x   (runs: ours {[round(x[0]) for x in ours]}, "
+              f"torch {[round(x[0]) for x in theirs]})", flush=True)
+
+    if "train" in only:
+        for model in a.models.split(","):
+            for isa in a.isa.split(","):
+                env = AVX2_ENV if isa == "avx2" else {}
+                for threads in a.threads.split(","):
+                    args = ["--model", model, "--batch-size", "64", "--threads", threads] + windows(model)
+                    compare(f"train {model} {threads}T {isa}", [bench, "train"] + args,
+                            ["/usr/bin/python3", TORCH_BENCH] + args,
+                            dict(env, OMP_NUM_THREADS=threads))
+    if "ddp" in only:
+        for model in a.models.split(","):
+            args = ["--model", model, "--batch-size", "64", "--threads", "1"] + windows(model)
+            compare(f"ddp {model} 2 ranks x 1T",
+                    [launcher, "--nproc-per-node", "2", "--master-port", "0", bench, "train",
+                     "--ddp"] + args,
+                    ["/usr/bin/python3", TORCH_BENCH, "--ddp", "2"] + args,
+                    {"OMP_NUM_THREADS": "1"})
+    if "allreduce" in only:
+        for n in (2, 4):
+            runs = []
+            for _ in range(a.repeats):
+                out = run([launcher, "--nproc-per-node", str(n), "--master-port", "0", bench,
+                           "allreduce", "--algorithms", "gloo-native", "gloo-ring",
+                           "--min-bytes", "64M", "--max-bytes", "64M"], {"OMP_NUM_THREADS": "1"}, 900)
+                runs.append(out)
+            print(f"allreduce 64 MiB, {n} ranks (ringgrad-bench allreduce rows, {a.repeats} runs):")
+            for out in runs:
+                for line in out.splitlines():
+                    if "gloo" in line and ("64" in line or "M" in line):
+                        print("   ", line)
+    if not rows:
+        return
+
+
+if __name__ == "__main__":
+    main()
