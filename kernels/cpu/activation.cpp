@@ -48,22 +48,42 @@ template <class T>
 void times_slope(const T* v, const T* x, T* out, int64_t lo, int64_t hi, T slope) {
   for (int64_t i = lo; i < hi; ++i) out[i] = v[i] * (x[i] > T(0) ? T(1) : slope);
 }
+
+// out = x > 0 ? v : 0 over [lo, hi), as a loop the compiler turns into compare-and-mask vector
+// code: both loads unconditional (the vectorizer checks for overlap at run time). Eigen 3.4's
+// select() has no vectorized path, and a branch per element is mispredicted half the time on
+// activations of either sign (it made relu_backward 15% of a ToyNet training step). A NaN in x
+// gives 0 here.
+template <class T>
+void keep_where_positive(const T* v, const T* x, T* out, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const T vi = v[i];
+    out[i] = x[i] > T(0) ? vi : T(0);
+  }
+}
+// out = x < 0 ? 0 : x (relu that keeps NaN inputs as NaN, unlike max(x, 0)), likewise.
+template <class T>
+void zero_where_negative(const T* x, T* out, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const T xi = x[i];
+    out[i] = xi < T(0) ? T(0) : xi;
+  }
+}
 }  // namespace
 
 template <>
 template <class T>
 void Activation<Cpu>::relu(const T* x, T* out, int64_t n, Ctx ctx) {
   if (!detail::check_activation_size("relu", n)) return;
-  // select(x < 0) rather than max(x, 0) so that NaN inputs stay NaN.
-  map1(x, out, n, ctx, [](const auto& a, auto& o) { o = (a < T(0)).select(T(0), a); });
+  for_chunks(n, ctx, [&](int64_t lo, int64_t hi) { zero_where_negative(x, out, lo, hi); });
 }
 
 template <>
 template <class T>
 void Activation<Cpu>::relu_backward(const T* grad, const T* out, T* grad_in, int64_t n, Ctx ctx) {
   if (!detail::check_activation_size("relu_backward", n)) return;
-  map2(grad, out, grad_in, n, ctx,
-       [](const auto& g, const auto& y, auto& gi) { gi = (y > T(0)).select(g, T(0)); });
+  for_chunks(n, ctx,
+             [&](int64_t lo, int64_t hi) { keep_where_positive(grad, out, grad_in, lo, hi); });
 }
 
 template <>
