@@ -30,6 +30,9 @@ AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2",
 
 def run(cmd, env_extra, timeout):
     env = dict(os.environ)
+    # "native": each side's libraries choose their kernels themselves (an OPENBLAS_CORETYPE left in
+    # the environment would cap both); the AVX2 runs set it again.
+    env.pop("OPENBLAS_CORETYPE", None)
     env.update(env_extra)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:

@@ -1,8 +1,9 @@
 // Process environment that must be fixed before OpenBLAS and OpenMP start, applied by re-executing
 // the program once at the top of main():
 //  - OPENBLAS_CORETYPE: Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls back to
-//    generic "Prescott" SSE3 kernels (about 5x slower sgemm); we pick SkylakeX or Haswell from
-//    the CPU's own feature flags.
+//    generic "Prescott" SSE3 kernels (about 5x slower sgemm), and may give AMD's AVX-512 CPUs
+//    its AVX2 kernels ("Zen", "Haswell"); we pick SkylakeX or Haswell from the CPU's own feature
+//    flags.
 // Values the user set are kept. RG_NO_REEXEC=1 disables the re-exec.
 #pragma once
 
