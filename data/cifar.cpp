@@ -1,6 +1,7 @@
 // CIFAR loading (whole files, checked record by record) and batch assembly.
 #include "data/cifar.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,19 +17,26 @@ const char* kind_name(CifarKind kind) {
   return kind == CifarKind::cifar10 ? "cifar10" : "cifar100";
 }
 
-// `name` in `dir` or in the archive's folder inside it; an error naming both places otherwise.
-fs::path find_cifar_file(const std::string& dir, CifarKind kind, const std::string& name) {
-  const fs::path direct = fs::path(dir) / name;
-  const fs::path nested =
-      fs::path(dir) / (kind == CifarKind::cifar10 ? "cifar-10-batches-bin" : "cifar-100-binary") /
-      name;
+// The archive's folder inside `dir` (where the files are when `dir` is the unpacked archive's
+// parent).
+fs::path archive_dir(const std::string& dir, CifarKind kind) {
+  return fs::path(dir) / (kind == CifarKind::cifar10 ? "cifar-10-batches-bin" : "cifar-100-binary");
+}
+
+// `name` in `dir` or in the archive's folder inside it; nullopt when in neither.
+std::optional<fs::path> find_cifar_file(const std::string& dir, CifarKind kind,
+                                        const std::string& name) {
   std::error_code ec;
-  if (fs::is_regular_file(direct, ec)) return direct;
-  if (fs::is_regular_file(nested, ec)) return nested;
-  RG_FAIL(direct.string(), ": file not found (nor ", nested.string(), "); download the binary ",
-          kind_name(kind),
-          " archive from https://www.cs.toronto.edu/~kriz/cifar.html, unpack it "
-          "and pass its folder with --data-dir");
+  for (const fs::path& path : {fs::path(dir) / name, archive_dir(dir, kind) / name}) {
+    if (fs::is_regular_file(path, ec)) return path;
+  }
+  return std::nullopt;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 std::vector<uint8_t> read_all(const fs::path& path) {
@@ -66,13 +74,34 @@ CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind, N
   const int64_t label_bytes = kind == CifarKind::cifar10 ? 1 : 2;
   const int64_t record = label_bytes + kPixels;
   const int64_t classes = num_classes();
+  // Whichever of the split's files exist are read (a subset of the five CIFAR-10 training batches
+  // is a smaller training set, not an error); the missing ones are named once on stderr.
+  std::vector<fs::path> paths;
   for (const std::string& name : file_names(kind, train)) {
-    const fs::path path = find_cifar_file(dir, kind, name);
+    if (auto path = find_cifar_file(dir, kind, name)) {
+      paths.push_back(*path);
+    } else {
+      missing_files_.push_back(name);
+    }
+  }
+  RG_CHECK(!paths.empty(), dir, ": no ", kind_name(kind), train ? " training" : " test",
+           " file found: expected ", join(missing_files_), " there or in ",
+           archive_dir(dir, kind).string(), "; download the binary ", kind_name(kind),
+           " archive from https://www.cs.toronto.edu/~kriz/cifar.html, unpack it and pass its "
+           "folder with --data-dir");
+  if (!missing_files_.empty()) {
+    std::fprintf(stderr, "CifarDataset: %s: reading %zu of %zu %s files; missing: %s\n",
+                 dir.c_str(), paths.size(), paths.size() + missing_files_.size(),
+                 train ? "training" : "test", join(missing_files_).c_str());
+  }
+  for (const fs::path& path : paths) {
     const std::vector<uint8_t> bytes = read_all(path);
     const auto size = int64_t(bytes.size());
-    RG_CHECK(size > 0 && size % record == 0, path.string(), ": ", size,
-             " bytes is not a whole number of ", kind_name(kind), " records of ", record,
-             " bytes (truncated or not a ", kind_name(kind), " binary file?)");
+    RG_CHECK(size > 0, path.string(), ": the file is empty (0 bytes); a ", kind_name(kind),
+             " file holds records of ", record, " bytes (an interrupted download?)");
+    RG_CHECK(size % record == 0, path.string(), ": ", size, " bytes is not a whole number of ",
+             kind_name(kind), " records of ", record, " bytes (truncated or not a ",
+             kind_name(kind), " binary file?)");
     const int64_t n = size / record;
     images_.reserve(images_.size() + size_t(n * kPixels));
     for (int64_t i = 0; i < n; ++i) {

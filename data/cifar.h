@@ -5,7 +5,8 @@
 //   CIFAR-100: train.bin, test.bin; each record is <coarse label><fine label><3072 pixel bytes>,
 //              labelled by the fine label (100 classes), as torchvision does.
 // The files may sit in `dir` itself or in the folder the archive unpacks to
-// (cifar-10-batches-bin/, cifar-100-binary/).
+// (cifar-10-batches-bin/, cifar-100-binary/). Whichever of a split's files exist are read (at least
+// one must); an empty or truncated file is an error naming it, its size and the record size.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,8 @@ class CifarDataset final : public Dataset {
   static Normalize default_normalize(CifarKind kind);
   // The files a split is read from, in order (names only).
   static std::vector<std::string> file_names(CifarKind kind, bool train);
+  // The names of file_names() that were not found (and so not read); at least one was found.
+  const std::vector<std::string>& missing_files() const { return missing_files_; }
 
   static constexpr int64_t kChannels = 3, kSide = 32, kPixels = kChannels * kSide * kSide;
 
@@ -44,6 +47,7 @@ class CifarDataset final : public Dataset {
   CifarKind kind_;
   std::vector<uint8_t> images_;  // N * kPixels, channel planes
   std::vector<uint8_t> labels_;
+  std::vector<std::string> missing_files_;
   Normalize normalize_;
   std::optional<RandomCropFlip> augment_;
 };

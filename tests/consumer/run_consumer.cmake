@@ -4,15 +4,7 @@
 # (train_example, api_example) and cuda_check (also with cuDNN made unloadable).
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
-function(run)
-  execute_process(COMMAND ${ARGV} WORKING_DIRECTORY ${WORK_DIR}
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "command failed (${rc}): ${ARGV}\n${out}\n${err}")
-  endif()
-  message(STATUS "${out}")
-  set(run_output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/package_test.cmake)
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
 set(prefix ${WORK_DIR}/prefix)
 
@@ -47,15 +39,8 @@ if(needed MATCHES "libcud|libcublas|libnccl|libcuda")
   message(FATAL_ERROR "${lib} links CUDA libraries: ${needed}")
 endif()
 
-# The consumer, configured as on a machine without CUDA: no nvcc on PATH, the toolkit's prefix
-# ignored and find_package(CUDAToolkit) disabled (the old package config required it).
-string(REGEX REPLACE "[^:]*cuda[^:]*:?" "" path_without_cuda "$ENV{PATH}")
-run(${CMAKE_COMMAND} -E env PATH=${path_without_cuda} --unset=CUDACXX --unset=CUDA_PATH
-    --unset=CUDAToolkit_ROOT
-    ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
-    -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON
-    "-DCMAKE_IGNORE_PREFIX_PATH=/usr/local/cuda;/usr/local/cuda-13.0")
+# The consumer, configured as on a machine without CUDA.
+configure_without_cuda(${SOURCE_DIR} ${WORK_DIR}/build ${prefix})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
 # The README's examples write their files into WORK_DIR (run's working directory).

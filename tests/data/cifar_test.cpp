@@ -106,12 +106,40 @@ TEST_F(CifarFiles, Cifar100UsesTheFineLabel) {
   EXPECT_EQ(CifarDataset(dir_.string(), false, CifarKind::cifar100).size(), 1);
 }
 
+TEST_F(CifarFiles, WhicheverTrainingFilesExistAreReadAndTheMissingOnesNamed) {
+  write_cifar10(dir_);
+  fs::remove(dir_ / "data_batch_2.bin");  // 1 record
+  fs::remove(dir_ / "data_batch_5.bin");  // 5 records
+  const CifarDataset train(dir_.string(), true, CifarKind::cifar10);
+  EXPECT_EQ(train.size(), 3 + 4 + 1);
+  EXPECT_EQ(train.missing_files(), (std::vector<std::string>{"data_batch_2.bin", "data_batch_5.bin"}));
+  // Sample 3 is data_batch_3's first record (global sample 4 as written).
+  const Batch b = train.get_batch(std::vector<int64_t>{3}, 0);
+  EXPECT_EQ(b.targets.item(), 4);
+  EXPECT_FLOAT_EQ(b.inputs.to_vector<float>()[0], normalized(pixel(4, 0), 0, CifarKind::cifar10));
+  EXPECT_TRUE(CifarDataset(dir_.string(), false, CifarKind::cifar10).missing_files().empty());
+}
+
 TEST_F(CifarFiles, BadFilesAreClearErrors) {
-  // Missing: names the file, the archive folder and where to get it.
+  // None of the split's files: names them, the archive folder and where to get them.
   std::string e = error_of([&] { CifarDataset(dir_.string(), true, CifarKind::cifar10); });
-  EXPECT_NE(e.find("data_batch_1.bin: file not found"), std::string::npos) << e;
+  EXPECT_NE(e.find("no cifar10 training file found: expected data_batch_1.bin, data_batch_2.bin, "
+                   "data_batch_3.bin, data_batch_4.bin, data_batch_5.bin"),
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("cifar-10-batches-bin"), std::string::npos) << e;
   EXPECT_NE(e.find("cs.toronto.edu"), std::string::npos) << e;
+  e = error_of([&] { CifarDataset(dir_.string(), false, CifarKind::cifar100); });
+  EXPECT_NE(e.find("no cifar100 test file found: expected test.bin"), std::string::npos) << e;
+
+  // Empty: named as such, with the record size (not "0 bytes is not a whole number").
+  write_cifar10(dir_);
+  fs::resize_file(dir_ / "data_batch_4.bin", 0);
+  e = error_of([&] { CifarDataset(dir_.string(), true, CifarKind::cifar10); });
+  EXPECT_NE(e.find("data_batch_4.bin: the file is empty (0 bytes); a cifar10 file holds records "
+                   "of 3073 bytes"),
+            std::string::npos)
+      << e;
 
   // Truncated: not a whole number of records.
   write_cifar10(dir_);

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""Loads the weights that resnet18_cifar wrote into a plain PyTorch ResNet-18 and checks that
+PyTorch computes the same eval-mode output for the same input.
+
+    python3 check_resnet18_in_pytorch.py OUT_DIR
+
+OUT_DIR holds resnet18.safetensors (the state_dict) and resnet18_io.safetensors ("input",
+"output"). The model is torchvision's ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max
+pool), written out here so that only torch is needed, with ringgrad's module names
+(layers/models/resnet.cpp): load_state_dict(strict=True) fails on any missing, unexpected or
+misshaped tensor. The safetensors files are read in plain Python (the `safetensors` package is not
+needed): an 8-byte little-endian header length, a JSON header, then the raw tensor bytes.
+
+Exit status 0 when the outputs agree within the tolerance, 1 otherwise.
+"""
+import json
+import os
+import struct
+import sys
+
+import torch
+from torch import nn
+
+# Float32 results of the same network on two implementations differ by rounding only (the
+# convolutions sum in different orders); 20 layers of it stay far below this.
+ATOL = 1e-4
+RTOL = 1e-4
+
+DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16,
+          "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8}
+
+
+def load_safetensors(path):
+    """{name: tensor} from a safetensors file (the "__metadata__" entry is skipped)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_len])
+    body = data[8 + header_len:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        dtype = DTYPES[info["dtype"]]
+        raw = bytearray(body[begin:end])  # a writable copy: frombuffer shares the memory
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(info["shape"])
+    return tensors
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_planes, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or in_planes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, 0, bias=False),
+                                            nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        identity = self.downsample(x) if self.downsample is not None else x
+        return torch.relu(out + identity)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)  # CIFAR stem, no max pool
+        self.bn1 = nn.BatchNorm2d(64)
+        in_planes = 64
+        for i, planes in enumerate([64, 128, 256, 512]):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(in_planes, planes, stride),
+                                                         BasicBlock(planes, planes, 1)))
+            in_planes = planes
+        self.fc = nn.Linear(512, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+        return self.fc(x)
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
+    state = load_safetensors(os.path.join(out_dir, "resnet18.safetensors"))
+    io = load_safetensors(os.path.join(out_dir, "resnet18_io.safetensors"))
+
+    model = ResNet18(num_classes=io["output"].shape[1])
+    model.load_state_dict(state, strict=True)  # every name and shape must match
+    model.eval()
+    with torch.no_grad():
+        ours = model(io["input"])
+    expected = io["output"]
+    max_diff = (ours - expected).abs().max().item()
+    ok = torch.allclose(ours, expected, atol=ATOL, rtol=RTOL)
+    print(f"check_resnet18_in_pytorch: {len(state)} tensors loaded strictly; PyTorch "
+          f"{torch.__version__} output vs ringgrad's: max |diff| {max_diff:.3g} "
+          f"(tolerance atol {ATOL:g} + rtol {RTOL:g}): {'ok' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

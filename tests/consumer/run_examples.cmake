@@ -1,0 +1,70 @@
+# Builds examples/ against an installed copy of the build tree, as a user's project would (its own
+# CMake project, find_package(ringgrad), CUDA hidden), and runs every example with small settings:
+#   mnist_cnn        a few dozen steps on MNIST_DIR when it exists (skipped otherwise), and its
+#                    error for a missing data directory (exit 1, not an uncaught exception)
+#   resnet18_cifar   2 steps on CIFAR-10 files written here (real binary format, random content;
+#                    only two of the five training files, as the loader allows), then
+#                    check_resnet18_in_pytorch.py when /usr/bin/python3 can import torch
+#   ddp              with the installed ringgrad-run, 2 processes
+#   custom_function  its gradient check
+# Variables: BUILD_DIR, SOURCE_DIR (examples/), WORK_DIR, GENERATOR, MNIST_DIR.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+include(${CMAKE_CURRENT_LIST_DIR}/package_test.cmake)
+set(prefix ${WORK_DIR}/prefix)
+set(bin ${WORK_DIR}/build)
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+configure_without_cuda(${SOURCE_DIR} ${bin} ${prefix})
+run(${CMAKE_COMMAND} --build ${bin} -j2)
+
+# mnist_cnn
+if(EXISTS ${MNIST_DIR}/train-images-idx3-ubyte OR EXISTS ${MNIST_DIR}/train-images-idx3-ubyte.gz)
+  run(${bin}/mnist_cnn --data-dir ${MNIST_DIR} --steps 40 --batch-size 32 --test-samples 500)
+else()
+  message(STATUS "mnist_cnn: training skipped: no MNIST files in ${MNIST_DIR} "
+                 "(scripts/get-data.sh mnist puts them there)")
+endif()
+execute_process(COMMAND ${bin}/mnist_cnn --data-dir ${WORK_DIR}/no-such-dir
+  RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "no-such-dir: no such directory; run scripts/get-data.sh")
+  message(FATAL_ERROR "mnist_cnn with a missing data directory: exit ${rc}, stderr: ${err}")
+endif()
+
+# resnet18_cifar on two CIFAR-10 training files of 12 records each: <label byte><3072 pixel
+# bytes>. CMake strings hold no NUL byte, so the labels are 1..9 and the pixels random printable
+# characters: the format is what matters here, not the content.
+set(cifar ${WORK_DIR}/cifar10)
+file(MAKE_DIRECTORY ${cifar})
+foreach(file data_batch_1.bin data_batch_2.bin)
+  set(records "")
+  foreach(i RANGE 1 12)
+    math(EXPR label "${i} % 9 + 1")
+    string(ASCII ${label} label_byte)
+    string(RANDOM LENGTH 3072 ALPHABET
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&()*+,-./:<=>?@^_{|}~"
+      pixels)
+    string(APPEND records "${label_byte}${pixels}")
+  endforeach()
+  file(WRITE ${cifar}/${file} "${records}")
+  file(SIZE ${cifar}/${file} size)
+  if(NOT size EQUAL 36876)  # 12 * 3073
+    message(FATAL_ERROR "${cifar}/${file}: wrote ${size} bytes, expected 12 records of 3073")
+  endif()
+endforeach()
+run(${bin}/resnet18_cifar --data-dir ${cifar} --steps 2 --batch-size 8 --out-dir ${WORK_DIR}/resnet18)
+execute_process(COMMAND /usr/bin/python3 -c "import torch"
+  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  run(/usr/bin/python3 ${SOURCE_DIR}/check_resnet18_in_pytorch.py ${WORK_DIR}/resnet18)
+else()
+  string(STRIP "${err}" err)
+  string(REGEX REPLACE ".*\n" "" err "${err}")  # the last line: the exception
+  message(STATUS "check_resnet18_in_pytorch.py skipped: /usr/bin/python3 cannot import torch "
+                 "(${err}); apt-get install python3-torch to run it")
+endif()
+
+# ddp: two ranks started by the installed launcher; each exits 1 unless the parameters agree.
+run(${prefix}/bin/ringgrad-run --nproc-per-node 2 --master-port 0 ${bin}/ddp --steps 10)
+
+# custom_function
+run(${bin}/custom_function)
