@@ -6,7 +6,7 @@ PyTorch computes the same eval-mode output for the same input.
 
 OUT_DIR holds resnet18.safetensors (the state_dict) and resnet18_io.safetensors ("input",
 "output"). The model is torchvision's ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max
-pool), written out here so that only torch is needed, with ringgrad's module names
+pool), written out in torch_models.py so that only torch is needed, with ringgrad's module names
 (layers/models/resnet.cpp): load_state_dict(strict=True) fails on any missing, unexpected or
 misshaped tensor. The safetensors files are read in plain Python (the `safetensors` package is not
 needed): an 8-byte little-endian header length, a JSON header, then the raw tensor bytes.
@@ -19,7 +19,8 @@ import struct
 import sys
 
 import torch
-from torch import nn
+
+from torch_models import ResNet18  # ringgrad's ResNet-18 in plain PyTorch (same directory)
 
 # Float32 results of the same network on two implementations differ by rounding only (the
 # convolutions sum in different orders); 20 layers of it stay far below this.
@@ -47,45 +48,6 @@ def load_safetensors(path):
         t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         tensors[name] = t.reshape(info["shape"])
     return tensors
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, in_planes, planes, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = None
-        if stride != 1 or in_planes != planes:
-            self.downsample = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, 0, bias=False),
-                                            nn.BatchNorm2d(planes))
-
-    def forward(self, x):
-        out = torch.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        identity = self.downsample(x) if self.downsample is not None else x
-        return torch.relu(out + identity)
-
-
-class ResNet18(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)  # CIFAR stem, no max pool
-        self.bn1 = nn.BatchNorm2d(64)
-        in_planes = 64
-        for i, planes in enumerate([64, 128, 256, 512]):
-            stride = 1 if i == 0 else 2
-            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(in_planes, planes, stride),
-                                                         BasicBlock(planes, planes, 1)))
-            in_planes = planes
-        self.fc = nn.Linear(512, num_classes)
-
-    def forward(self, x):
-        x = torch.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
-        return self.fc(x)
 
 
 def main():
