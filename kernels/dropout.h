@@ -6,6 +6,7 @@
 // Dropout<Cpu> (f32, f64), kernels/cuda/dropout.cu Dropout<Cuda> (f32, f64, f16, bf16).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/backend.h"
@@ -32,6 +33,13 @@ namespace detail {
 inline void check_dropout(const char* op, int64_t n, double p) {
   RG_CHECK(n >= 0, op, ": element count must be >= 0, got ", n);
   RG_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p);
+}
+
+// Element i is kept when to_uniform(w) >= p, where to_uniform(w) = (w >> 8) / 2^24 exactly; that
+// is (w >> 8) >= p * 2^24, i.e. (w >> 8) >= ceil(p * 2^24) (p * 2^24 is exact in double; p = 1
+// keeps nothing). Both backends compare with this integer threshold.
+inline uint32_t dropout_keep_threshold(double p) {
+  return static_cast<uint32_t>(std::ceil(p * 16777216.0));
 }
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 // groups, so the mask does not depend on the thread count.
 #include "kernels/dropout.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "kernels/cpu/parallel.h"
@@ -12,20 +13,33 @@ namespace {
 
 constexpr int64_t kGroupGrain = 4096;
 
+// Groups per tile of draw(): the Philox words of 64 groups (256 elements) are drawn first, then
+// mask and output are written by plain loops that vectorize.
+constexpr int64_t kTileGroups = 64;
+
 // mask (and, with x, out = x * mask) over [0, n).
 template <class T>
-void draw(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t seed,
-          uint64_t offset, Ctx ctx) {
+void draw(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset,
+          Ctx ctx) {
   const int64_t groups = (n + 3) / 4;
+  const uint32_t threshold = detail::dropout_keep_threshold(p);  // an integer compare vectorizes
   cpu::parallel_for(
       0, groups, kGroupGrain,
       [&](int64_t lo, int64_t hi) {
-        for (int64_t g = lo; g < hi; ++g) {
-          const philox::U32x4 r = philox::block(seed, offset + uint64_t(g));
-          for (int64_t j = 0; j < 4 && 4 * g + j < n; ++j) {
-            const int64_t i = 4 * g + j;
-            mask[i] = double(philox::to_uniform(r.v[j])) >= p ? scale : T(0);
-            if (x) out[i] = x[i] * mask[i];
+        uint32_t words[4 * kTileGroups];
+        for (int64_t g0 = lo; g0 < hi; g0 += kTileGroups) {
+          const int64_t g1 = std::min(hi, g0 + kTileGroups);
+          for (int64_t g = g0; g < g1; ++g) {
+            const philox::U32x4 r = philox::block(seed, offset + uint64_t(g));
+            for (int j = 0; j < 4; ++j) words[4 * (g - g0) + j] = r.v[j];
+          }
+          const int64_t i0 = 4 * g0, len = std::min(n, 4 * g1) - i0;
+          T* m = mask + i0;
+          for (int64_t k = 0; k < len; ++k) m[k] = (words[k] >> 8) >= threshold ? scale : T(0);
+          if (x) {
+            const T* xi = x + i0;
+            T* o = out + i0;
+            for (int64_t k = 0; k < len; ++k) o[k] = xi[k] * m[k];
           }
         }
       },
@@ -44,8 +58,8 @@ void Dropout<Cpu>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed, ui
 
 template <>
 template <class T>
-void Dropout<Cpu>::forward(const T* x, T* out, T* mask, int64_t n, double p, T scale,
-                           uint64_t seed, uint64_t offset, Ctx ctx) {
+void Dropout<Cpu>::forward(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t seed,
+                           uint64_t offset, Ctx ctx) {
   detail::check_dropout("dropout_forward", n, p);
   draw<T>(x, out, mask, n, p, scale, seed, offset, ctx);
 }

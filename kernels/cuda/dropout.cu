@@ -5,8 +5,8 @@
 #include <tuple>
 
 #include "kernels/cuda/check.h"
-#include "kernels/dropout.h"
 #include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/dropout.h"
 #include "kernels/error.h"
 #include "kernels/philox.h"
 
@@ -14,10 +14,6 @@ namespace rg::kernels::cuda {
 namespace {
 
 using namespace detail;
-
-// The CPU keeps element i when double(to_uniform(w)) >= p, where to_uniform(w) = (w >> 8) / 2^24
-// exactly; that is (w >> 8) >= p * 2^24, i.e. (w >> 8) >= ceil(p * 2^24) (p * 2^24 is exact).
-uint32_t keep_threshold(double p) { return static_cast<uint32_t>(std::ceil(p * 16777216.0)); }
 
 // kForward: also out[i] = x[i] * mask[i]; x and out are unused otherwise.
 template <bool kForward, class D>
@@ -52,7 +48,8 @@ void launch_dropout(const char* name, const T* x, T* out, T* mask, int64_t n, do
   using D = device_t<T>;
   const int64_t groups = (n + 3) / 4;
   RG_LAUNCH((dropout_kernel<kForward, D>), blocks_for(groups), kThreads, 0, as_stream(stream),
-            dev(x), dev(out), dev(mask), n, keep_threshold(p), to_device(scale), seed, offset);
+            dev(x), dev(out), dev(mask), n, ::rg::kernels::detail::dropout_keep_threshold(p),
+            to_device(scale), seed, offset);
 }
 
 }  // namespace
