@@ -65,16 +65,48 @@ int64_t window_argmax(const T* in, int64_t w, const Window& win) {
   return best_i;
 }
 
+// The 2x2, stride-2, unpadded window (ToyNet's and most CNNs' pooling) with the same rules as
+// window_argmax: a window holding a NaN (rare; one well-predicted branch) takes the general path,
+// the others find the first maximum without branches. A branch per comparison is mispredicted
+// about half the time on activations.
+template <class T>
+void max_pool_2x2_plane(const T* in, int64_t w, int64_t ho, int64_t wo, T* out, int64_t* idx) {
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      const int64_t i0 = 2 * oh * w + 2 * ow, i1 = i0 + w;
+      const T a = in[i0], b = in[i0 + 1], c = in[i1], d = in[i1 + 1];
+      int64_t best_i;
+      if ((a != a) | (b != b) | (c != c) | (d != d)) [[unlikely]] {
+        best_i = window_argmax(in, w, Window{2 * oh, 2 * oh + 2, 2 * ow, 2 * ow + 2, 4});
+      } else {
+        // The maximum by maxss-style selects, then the first position holding it (ties compare
+        // equal, -0 == +0 included, so this is the strict scan's first maximum) by arithmetic:
+        // pos 0..3 in scan order. GCC turns float-conditioned selects into branches; integer
+        // arithmetic it cannot.
+        const T m = std::max(std::max(a, b), std::max(c, d));
+        const int64_t ea = a == m, eb = b == m, ec = c == m;
+        const int64_t pos = (1 - ea) * (1 + (1 - eb) * (1 + (1 - ec)));
+        best_i = i0 + (pos & 1) + (pos >> 1) * w;
+      }
+      out[oh * wo + ow] = in[best_i];
+      idx[oh * wo + ow] = best_i;
+    }
+  }
+}
+
 }  // namespace
 
 template <>
 template <class T>
 void Pool<Cpu>::max_pool2d(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, Ctx ctx) {
   if (!detail::check_pool2d_geometry("max_pool2d", g)) return;
+  const bool two_by_two = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 &&
+                          g.pw == 0 && 2 * g.ho <= g.h && 2 * g.wo <= g.w;
   for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
     const T* in = x + p * g.h * g.w;
     T* out = y + p * g.ho * g.wo;
     int64_t* idx = argmax + p * g.ho * g.wo;
+    if (two_by_two) return max_pool_2x2_plane(in, g.w, g.ho, g.wo, out, idx);
     for (int64_t oh = 0; oh < g.ho; ++oh) {
       for (int64_t ow = 0; ow < g.wo; ++ow) {
         const int64_t best = window_argmax(in, g.w, window(g, oh, ow));

@@ -125,6 +125,33 @@ TEST(EmuPool, MaxPoolPropagatesNanAndMatchesCpu) {
   EXPECT_TRUE(std::isnan(y[0]));
 }
 
+// The CPU's branch-free 2x2/stride-2 path (kernels/cpu/pool.cpp) keeps the general rules: the
+// first maximum on ties, the first NaN wins, infinities compare as usual.
+TEST(EmuPool, TwoByTwoMaxPoolKeepsTheFirstMaximumAndTheFirstNan) {
+  const Pool2dGeometry g = geometry(2, 4, 6, {2, 2}, {2, 2}, {0, 0});
+  auto x = random_values<float>(g.planes * g.h * g.w, 11);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  x[0] = 5.0f, x[1] = 5.0f, x[6] = 5.0f, x[7] = 5.0f;  // a window of ties: index 0 wins
+  x[3] = nan, x[9] = nan;                              // NaN second in scan order, then a NaN
+  x[4] = -inf, x[5] = -inf, x[10] = -inf, x[11] = -inf;
+  x[13] = inf, x[19] = inf;  // two +inf: the first wins
+  x[26] = nan;               // NaN first in its window
+  std::vector<float> y(size_t(g.planes * g.ho * g.wo)), want(y.size());
+  std::vector<int64_t> argmax(y.size()), want_argmax(y.size());
+  Cpu::max_pool2d<float>(g, x.data(), y.data(), argmax.data(), {});
+  Cu::max_pool2d<float>(g, x.data(), want.data(), want_argmax.data(), {});
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_TRUE(y[i] == want[i] || (std::isnan(y[i]) && std::isnan(want[i])))
+        << "element " << i << " is " << y[i] << ", expected " << want[i];
+  }
+  EXPECT_EQ(argmax, want_argmax);
+  EXPECT_EQ(argmax[0], 0);
+  EXPECT_EQ(argmax[1], 3);
+  EXPECT_EQ(argmax[2], 4);
+  EXPECT_TRUE(std::isnan(y[1]));
+}
+
 TEST(EmuPool, AvgPoolForwardBackwardMatchesCpu) {
   for_each_float_type([]<class T>() {
     for (const auto& g : geometries()) {
