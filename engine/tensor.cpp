@@ -456,16 +456,18 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 
 RemovableHandle Tensor::add_hook(TensorHook hook) const {
   RG_REQUIRE_DEFINED("register_hook()");
-  RG_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor that does not "
-                            "require grad");
+  RG_CHECK(requires_grad(),
+           "register_hook: cannot register a hook on a tensor that does not "
+           "require grad");
   if (is_leaf()) return autograd_meta().hooks.add(std::move(hook));
   return grad_fn()->tensor_pre_hooks().add(std::move(hook));
 }
 
 void Tensor::retain_grad() const {
   RG_REQUIRE_DEFINED("retain_grad()");
-  RG_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not "
-                            "require grad");
+  RG_CHECK(requires_grad(),
+           "retain_grad: cannot retain the gradient of a tensor that does not "
+           "require grad");
   AutogradMeta& meta = autograd_meta();
   if (is_leaf() || meta.retains_grad) return;
   meta.retains_grad = true;

@@ -28,7 +28,8 @@ class Conv2d final : public Module {
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
          int64_t padding = 0, bool bias = true)
       : Conv2d(in_channels, out_channels, {kernel_size, kernel_size},
-               Conv2dOptions{.stride = {stride, stride}, .padding = {padding, padding}, .bias = bias}) {}
+               Conv2dOptions{
+                   .stride = {stride, stride}, .padding = {padding, padding}, .bias = bias}) {}
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   Tensor weight, bias;

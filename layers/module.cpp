@@ -227,8 +227,8 @@ std::string thousands(int64_t v) {
 std::string Module::summary() const { return summary_table(nullptr); }
 
 std::string Module::summary(const Shape& input_shape) {
-  RG_CHECK(!input_shape.empty() && std::all_of(input_shape.begin(), input_shape.end(),
-                                               [](int64_t d) { return d > 0; }),
+  RG_CHECK(!input_shape.empty() &&
+               std::all_of(input_shape.begin(), input_shape.end(), [](int64_t d) { return d > 0; }),
            type_name(), ".summary: the input shape must have positive sizes, got ",
            shape_str(input_shape));
   std::map<const Module*, Shape> output_shapes;
@@ -236,8 +236,8 @@ std::string Module::summary(const Shape& input_shape) {
   std::vector<std::pair<Module*, bool>> modes;
   for (auto& [name, m] : named_modules()) {
     modes.emplace_back(m, m->is_training());
-    handles.push_back(m->register_forward_hook(
-        [&output_shapes](Module& mod, const Tensor&, const Tensor& out) {
+    handles.push_back(
+        m->register_forward_hook([&output_shapes](Module& mod, const Tensor&, const Tensor& out) {
           output_shapes[&mod] = out.shape();
         }));
   }
@@ -276,8 +276,8 @@ std::string Module::summary_table(
   const std::function<void(const Module&, const std::string&, int)> visit =
       [&](const Module& m, const std::string& name, int depth) {
         Row r;
-        r.name = std::string(size_t(2 * depth), ' ') + (name.empty() ? m.type_name()
-                                                                     : name + " (" + m.type_name() + ")");
+        r.name = std::string(size_t(2 * depth), ' ') +
+                 (name.empty() ? m.type_name() : name + " (" + m.type_name() + ")");
         if (output_shape) r.output = output_shape(m);
         for (const auto& [pn, t] : m.params_) {
           r.shapes += (r.shapes.empty() ? "" : " ") + pn + shape_str(t.shape());
@@ -299,15 +299,16 @@ std::string Module::summary_table(
     w_output = std::max(w_output, r.output.size());
     w_shapes = std::max(w_shapes, r.shapes.size());
   }
-  const auto pad = [](const std::string& s, size_t w) { return s + std::string(w - s.size(), ' '); };
+  const auto pad = [](const std::string& s, size_t w) {
+    return s + std::string(w - s.size(), ' ');
+  };
   // The output column, when there is one.
   const auto output = [&](const std::string& s) {
     return output_shape ? pad(s, w_output) + "  " : std::string();
   };
   const size_t width = w_name + (output_shape ? w_output + 2 : 0) + w_shapes + 14;
-  std::string out =
-      pad("module", w_name) + "  " + output("output shape") + pad("parameters", w_shapes) +
-      "  elements\n";
+  std::string out = pad("module", w_name) + "  " + output("output shape") +
+                    pad("parameters", w_shapes) + "  elements\n";
   out += std::string(width, '-') + "\n";
   for (const Row& r : rows) {
     out += pad(r.name, w_name) + "  " + output(r.output) + pad(r.shapes, w_shapes) + "  " +

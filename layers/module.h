@@ -58,7 +58,8 @@ class Module {
 
   template <class F>
   RemovableHandle register_forward_pre_hook(F fn) {
-    return forward_pre_hooks_.add(optional_result_hook<Tensor, Module&, const Tensor&>(std::move(fn)));
+    return forward_pre_hooks_.add(
+        optional_result_hook<Tensor, Module&, const Tensor&>(std::move(fn)));
   }
   template <class F>
   RemovableHandle register_forward_hook(F fn) {

@@ -69,9 +69,11 @@ class BackwardHookCall {
       const std::vector<Tensor> grad_input(1);
       for (const auto& hook : hooks_) {
         const auto r = hook(module_, grad_input, grad_output);
-        RG_CHECK(!r || std::none_of(r->begin(), r->end(), [](const Tensor& t) { return t.defined(); }),
-                 module_.type_name(), ": a full backward hook returned a grad_input, but no "
-                 "input of the module requires grad; return nothing");
+        RG_CHECK(
+            !r || std::none_of(r->begin(), r->end(), [](const Tensor& t) { return t.defined(); }),
+            module_.type_name(),
+            ": a full backward hook returned a grad_input, but no "
+            "input of the module requires grad; return nothing");
       }
     }
     return grad_output;

@@ -53,8 +53,9 @@ Tensor run_tensor_hooks(const HookList<TensorHook>& hooks, Tensor grad) {
     RG_CHECK(replaced->defined() && replaced->shape() == grad.shape() &&
                  replaced->dtype() == grad.dtype(),
              "a tensor hook returned ",
-             replaced->defined() ? shape_str(replaced->shape()) + " " + dtype_name(replaced->dtype())
-                                 : std::string("an undefined tensor"),
+             replaced->defined()
+                 ? shape_str(replaced->shape()) + " " + dtype_name(replaced->dtype())
+                 : std::string("an undefined tensor"),
              " for a gradient of ", shape_str(grad.shape()), " ", dtype_name(grad.dtype()),
              "; a hook must return a tensor of the same shape and dtype, or nothing to keep it");
     grad = std::move(*replaced);

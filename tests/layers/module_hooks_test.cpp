@@ -78,8 +78,9 @@ TEST(ModuleHooks, FullBackwardHookGetsGradInputAndGradOutputAndMayReplaceGradInp
   const Tensor c = from_vector<float>({1.0f, -2.0f}, {1, 2});  // dloss/dy
   std::vector<Tensor> seen_in, seen_out;
   int calls = 0;
-  RemovableHandle observe = fc.register_full_backward_hook(
-      [&](Module& m, const std::vector<Tensor>& grad_input, const std::vector<Tensor>& grad_output) {
+  RemovableHandle observe =
+      fc.register_full_backward_hook([&](Module& m, const std::vector<Tensor>& grad_input,
+                                         const std::vector<Tensor>& grad_output) {
         ++calls;
         EXPECT_EQ(&m, &fc);
         seen_in = grad_input;
@@ -96,10 +97,10 @@ TEST(ModuleHooks, FullBackwardHookGetsGradInputAndGradOutputAndMayReplaceGradInp
 
   // A replacement grad_input is what reaches x; the module's parameter gradients are unchanged.
   observe.remove();
-  fc.register_full_backward_hook([](Module&, const std::vector<Tensor>& grad_input,
-                                    const std::vector<Tensor>&) {
-    return std::vector<Tensor>{mul(grad_input[0], 0.0)};
-  });
+  fc.register_full_backward_hook(
+      [](Module&, const std::vector<Tensor>& grad_input, const std::vector<Tensor>&) {
+        return std::vector<Tensor>{mul(grad_input[0], 0.0)};
+      });
   x.zero_grad();
   fc.zero_grad();
   sum(mul(fc(x), c)).backward();
@@ -149,8 +150,8 @@ TEST(ModuleHooks, FullBackwardPreHookReplacesGradOutput) {
   Generator data(5);
   const Tensor x = randn({5, 3}, data);
   std::vector<Tensor> seen;
-  RemovableHandle h = fc2->register_full_backward_pre_hook(
-      [&](Module&, const std::vector<Tensor>& grad_output) {
+  RemovableHandle h =
+      fc2->register_full_backward_pre_hook([&](Module&, const std::vector<Tensor>& grad_output) {
         seen = grad_output;
         return std::vector<Tensor>{mul(grad_output[0], 0.0)};
       });
