@@ -454,6 +454,34 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   autograd::Engine::backward({*this}, {gradient}, retain_graph);
 }
 
+RemovableHandle Tensor::add_hook(TensorHook hook) const {
+  RG_REQUIRE_DEFINED("register_hook()");
+  RG_CHECK(requires_grad(),
+           "register_hook: cannot register a hook on a tensor that does not "
+           "require grad");
+  if (is_leaf()) return autograd_meta().hooks.add(std::move(hook));
+  return grad_fn()->tensor_pre_hooks().add(std::move(hook));
+}
+
+void Tensor::retain_grad() const {
+  RG_REQUIRE_DEFINED("retain_grad()");
+  RG_CHECK(requires_grad(),
+           "retain_grad: cannot retain the gradient of a tensor that does not "
+           "require grad");
+  AutogradMeta& meta = autograd_meta();
+  if (is_leaf() || meta.retains_grad) return;
+  meta.retains_grad = true;
+  // Weak: the node must not keep its own output alive (the output owns the node).
+  grad_fn()->set_retain_grad_hook([weak = std::weak_ptr<TensorImpl>(impl_)](const Tensor& g) {
+    if (auto impl = weak.lock()) autograd::accumulate_grad(*impl->autograd, g);
+  });
+}
+
+bool Tensor::retains_grad() const {
+  RG_REQUIRE_DEFINED("retains_grad()");
+  return impl_->autograd && impl_->autograd->retains_grad;
+}
+
 void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const {
   RG_CHECK(is_leaf() && requires_grad(),
            "post-accumulate-grad hooks can only be registered on leaf tensors that require grad");

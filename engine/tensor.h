@@ -12,6 +12,7 @@
 
 #include "engine/device.h"
 #include "engine/dtype.h"
+#include "engine/hooks.h"
 #include "engine/storage.h"
 
 namespace rg {
@@ -27,14 +28,20 @@ class AccumulateGrad;
 }  // namespace autograd
 
 using PostAccumulateGradHook = std::function<void(Tensor&)>;
+// Called with the gradient w.r.t. a tensor when backward computes it; a returned tensor (same
+// shape) replaces that gradient from then on (Tensor::register_hook).
+using TensorHook = std::function<std::optional<Tensor>(const Tensor& grad)>;
 
 // Autograd state, allocated only for tensors that take part in autograd.
 struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<autograd::Node> grad_fn;                   // set for non-leaf results
   std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: created lazily
-  std::shared_ptr<struct TensorImpl> grad;                   // accumulated gradient of a leaf
+  std::shared_ptr<struct TensorImpl> grad;  // accumulated gradient of a leaf (or retained)
   std::vector<PostAccumulateGradHook> post_accumulate_hooks;
+  // A leaf's register_hook hooks (run before accumulating); a non-leaf's live on its grad_fn.
+  HookList<TensorHook> hooks;
+  bool retains_grad = false;  // a non-leaf whose retain_grad() was called
 };
 
 struct TensorImpl {
@@ -122,17 +129,31 @@ class Tensor {
   Tensor& set_requires_grad(bool requires_grad);
   bool is_leaf() const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
-  Tensor grad() const;  // undefined until a backward reached this leaf
+  // Undefined until a backward reached this leaf (or this non-leaf, after retain_grad()).
+  Tensor grad() const;
   void set_grad(const Tensor& grad) const;
   void zero_grad(bool set_to_none = true) const;
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   // Runs after this leaf's .grad was updated by a backward pass, once per pass.
   void register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const;
+  // As torch.Tensor.register_hook: fn(grad) runs when the gradient w.r.t. this tensor is computed,
+  // before it reaches .grad (leaves) or flows on into the graph (non-leaves); returning a Tensor of
+  // the same shape replaces the gradient, returning nothing (void or std::nullopt) keeps it. Hooks
+  // run in registration order, each on the previous one's result. Needs requires_grad().
+  template <class F>
+  RemovableHandle register_hook(F fn) const {
+    return add_hook(optional_result_hook<Tensor, const Tensor&>(std::move(fn)));
+  }
+  // As torch.Tensor.retain_grad: a non-leaf's .grad() is filled by backward (accumulating across
+  // passes like a leaf's), after its register_hook hooks ran. Does nothing on a leaf.
+  void retain_grad() const;
+  bool retains_grad() const;  // true only for a non-leaf after retain_grad(), as in PyTorch
 
   AutogradMeta& autograd_meta() const;  // creates it on first use
 
  private:
   void check_dtype(DType expected) const;
+  RemovableHandle add_hook(TensorHook hook) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

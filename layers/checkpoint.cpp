@@ -61,7 +61,9 @@ void save_checkpoint(const std::string& path, Module& model, const optim::Optimi
              "save_checkpoint: metadata key '", k, "' is reserved");
     meta[k] = v;
   }
-  meta[kFormatKey] = kFormat;
+  // A moved std::string, not operator=(const char*): GCC 12 reports a false -Wrestrict on the
+  // latter here once inlined (GCC bug 105329).
+  meta[kFormatKey] = std::string(kFormat);
   if (optimizer != nullptr) {
     for (auto& [name, t] : optimizer->state()) tensors.emplace_back("optimizer." + name, t);
     meta["optimizer"] = optimizer->name();

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "engine/autograd/grad_mode.h"
-#include "engine/trace.h"
+#include "engine/ops/factory.h"
 #include "kernels/error.h"
 
 namespace rg::nn {
@@ -63,17 +63,6 @@ std::string Module::path() const {
   if (!parent_) return "";
   const std::string up = parent_->path();
   return up.empty() ? local_name_ : up + "." + local_name_;
-}
-
-Tensor Module::forward(const Tensor& x) {
-  if (!trace::enabled()) return forward_impl(x);
-  std::string name = path();
-  if (name.empty()) name = type_name();
-  trace::NameScope scope(name);
-  const auto t0 = trace::Clock::now();
-  Tensor y = forward_impl(x);
-  trace::span(std::move(name), "module", t0, trace::Clock::now());
-  return y;
 }
 
 void Module::collect(const std::string& prefix, bool params, bool buffers,
@@ -235,9 +224,50 @@ std::string thousands(int64_t v) {
 
 }  // namespace
 
-std::string Module::summary() const {
+std::string Module::summary() const { return summary_table(nullptr); }
+
+std::string Module::summary(const Shape& input_shape) {
+  RG_CHECK(!input_shape.empty() &&
+               std::all_of(input_shape.begin(), input_shape.end(), [](int64_t d) { return d > 0; }),
+           type_name(), ".summary: the input shape must have positive sizes, got ",
+           shape_str(input_shape));
+  std::map<const Module*, Shape> output_shapes;
+  std::vector<RemovableHandle> handles;
+  std::vector<std::pair<Module*, bool>> modes;
+  for (auto& [name, m] : named_modules()) {
+    modes.emplace_back(m, m->is_training());
+    handles.push_back(
+        m->register_forward_hook([&output_shapes](Module& mod, const Tensor&, const Tensor& out) {
+          output_shapes[&mod] = out.shape();
+        }));
+  }
+  // Restores each module's mode and removes the hooks, also when the forward throws.
+  struct Restore {
+    std::vector<std::pair<Module*, bool>>& modes;
+    std::vector<RemovableHandle>& handles;
+    ~Restore() {
+      for (auto& h : handles) h.remove();
+      for (auto& [m, training] : modes) m->training_ = training;
+    }
+  } restore{modes, handles};
+  eval();
+  const std::vector<Tensor> params = parameters();
+  const DType dtype = params.empty() ? DType::f32 : params[0].dtype();
+  const Device device = params.empty() ? Device::cpu() : params[0].device();
+  {
+    NoGradGuard no_grad;
+    forward(zeros(input_shape, dtype, device));
+  }
+  return summary_table([&output_shapes](const Module& m) {
+    auto it = output_shapes.find(&m);
+    return it == output_shapes.end() ? std::string("-") : shape_str(it->second);
+  });
+}
+
+std::string Module::summary_table(
+    const std::function<std::string(const Module&)>& output_shape) const {
   struct Row {
-    std::string name, shapes;
+    std::string name, output, shapes;
     int64_t params = 0;
   };
   std::vector<Row> rows;
@@ -246,8 +276,9 @@ std::string Module::summary() const {
   const std::function<void(const Module&, const std::string&, int)> visit =
       [&](const Module& m, const std::string& name, int depth) {
         Row r;
-        r.name = std::string(size_t(2 * depth), ' ') + (name.empty() ? m.type_name()
-                                                                     : name + " (" + m.type_name() + ")");
+        r.name = std::string(size_t(2 * depth), ' ') +
+                 (name.empty() ? m.type_name() : name + " (" + m.type_name() + ")");
+        if (output_shape) r.output = output_shape(m);
         for (const auto& [pn, t] : m.params_) {
           r.shapes += (r.shapes.empty() ? "" : " ") + pn + shape_str(t.shape());
           r.params += t.numel();
@@ -262,19 +293,28 @@ std::string Module::summary() const {
         for (const auto& [cn, c] : m.children_) visit(*c, cn, depth + 1);
       };
   visit(*this, "", 0);
-  size_t w_name = 6, w_shapes = 10;
+  size_t w_name = 6, w_output = 12, w_shapes = 10;
   for (const Row& r : rows) {
     w_name = std::max(w_name, r.name.size());
+    w_output = std::max(w_output, r.output.size());
     w_shapes = std::max(w_shapes, r.shapes.size());
   }
-  const auto pad = [](const std::string& s, size_t w) { return s + std::string(w - s.size(), ' '); };
-  std::string out = pad("module", w_name) + "  " + pad("parameters", w_shapes) + "  elements\n";
-  out += std::string(w_name + w_shapes + 14, '-') + "\n";
+  const auto pad = [](const std::string& s, size_t w) {
+    return s + std::string(w - s.size(), ' ');
+  };
+  // The output column, when there is one.
+  const auto output = [&](const std::string& s) {
+    return output_shape ? pad(s, w_output) + "  " : std::string();
+  };
+  const size_t width = w_name + (output_shape ? w_output + 2 : 0) + w_shapes + 14;
+  std::string out = pad("module", w_name) + "  " + output("output shape") +
+                    pad("parameters", w_shapes) + "  elements\n";
+  out += std::string(width, '-') + "\n";
   for (const Row& r : rows) {
-    out += pad(r.name, w_name) + "  " + pad(r.shapes, w_shapes) + "  " +
+    out += pad(r.name, w_name) + "  " + output(r.output) + pad(r.shapes, w_shapes) + "  " +
            (r.params ? thousands(r.params) : std::string("-")) + "\n";
   }
-  out += std::string(w_name + w_shapes + 14, '-') + "\n";
+  out += std::string(width, '-') + "\n";
   out += "trainable parameters: " + thousands(trainable) + "\n";
   out += "frozen parameters: " + thousands(frozen) + "\n";
   out += "buffer elements: " + thousands(buffer_elems) + "\n";

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/hooks.h"
 #include "engine/tensor.h"
 
 namespace rg::nn {
@@ -24,10 +26,59 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // Runs forward_impl. While tracing, the module's dotted path names the autograd nodes it
-  // creates (their backward spans) and a "module" span covers its forward.
+  // Hooks as PyTorch's (torch.nn.Module.register_*hook). A module's forward takes one tensor, so
+  // a forward hook sees that input; the backward hooks see one-element vectors (grad_input[0]) as
+  // PyTorch's tuples. Every hook may return nothing (void or std::nullopt) to only observe, or a
+  // replacement. Hooks run in registration order, each seeing the previous one's replacement.
+  // Backward hooks capture the module by reference: it must outlive the backward pass.
+  //
+  // Before forward_impl: fn(module, input); a returned Tensor replaces the input.
+  using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor& input)>;
+  // After forward_impl: fn(module, input, output); a returned Tensor replaces the output.
+  using ForwardHook =
+      std::function<std::optional<Tensor>(Module&, const Tensor& input, const Tensor& output)>;
+  // When backward has computed the gradient w.r.t. the module's input: fn(module, grad_input,
+  // grad_output); a returned vector (same sizes and shapes) replaces grad_input. When the input
+  // does not require grad, grad_input is {undefined} and the hook runs once grad_output is known
+  // (it may not return a replacement then).
+  using BackwardHook = std::function<std::optional<std::vector<Tensor>>(
+      Module&, const std::vector<Tensor>& grad_input, const std::vector<Tensor>& grad_output)>;
+  // When backward has computed the gradient w.r.t. the module's output, before the module's own
+  // backward: fn(module, grad_output); a returned vector replaces grad_output.
+  using BackwardPreHook = std::function<std::optional<std::vector<Tensor>>(
+      Module&, const std::vector<Tensor>& grad_output)>;
+
+  // Runs the forward pre-hooks, forward_impl and the forward hooks; with backward hooks (and grad
+  // mode on) it wraps the input and output in identity nodes that call them, as PyTorch's
+  // BackwardHook. Every call runs the hooks: a parent's forward_impl calls its children's
+  // forward() (Sequential, the models). While tracing, the module's dotted path names the
+  // autograd nodes it creates (their backward spans) and a "module" span covers its forward.
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
+
+  template <class F>
+  RemovableHandle register_forward_pre_hook(F fn) {
+    return forward_pre_hooks_.add(
+        optional_result_hook<Tensor, Module&, const Tensor&>(std::move(fn)));
+  }
+  template <class F>
+  RemovableHandle register_forward_hook(F fn) {
+    return forward_hooks_.add(
+        optional_result_hook<Tensor, Module&, const Tensor&, const Tensor&>(std::move(fn)));
+  }
+  template <class F>
+  RemovableHandle register_full_backward_hook(F fn) {
+    return backward_hooks_.add(
+        optional_result_hook<std::vector<Tensor>, Module&, const std::vector<Tensor>&,
+                             const std::vector<Tensor>&>(std::move(fn)));
+  }
+  template <class F>
+  RemovableHandle register_full_backward_pre_hook(F fn) {
+    return backward_pre_hooks_.add(
+        optional_result_hook<std::vector<Tensor>, Module&, const std::vector<Tensor>&>(
+            std::move(fn)));
+  }
+
   // "layer1.0.conv1": the names from the root module down; "" for a module nobody registered.
   std::string path() const;
   // The class name shown when printing ("Conv2d", "ToyNet").
@@ -68,6 +119,12 @@ class Module {
   // of trainable and frozen (requires_grad false) parameter elements, buffer elements, and the
   // bytes they all take.
   std::string summary() const;
+  // The same table with an "output shape" column, like torchinfo.summary(model, input_size): runs
+  // one forward pass on zeros of `input_shape` (batch dimension included, e.g. {1, 1, 28, 28}), on
+  // the device and dtype of the first parameter, in eval mode without grad, recording every
+  // module's output shape with forward hooks (a module called twice shows its last call). Each
+  // module's train/eval mode is restored afterwards, and the hooks removed.
+  std::string summary(const Shape& input_shape);
 
   // Public, as in PyTorch, so that a network gets its names (conv1, fc1, ...) without a subclass.
   // `name` is one path component (no '.') unique among this module's parameters, buffers and
@@ -91,6 +148,11 @@ class Module {
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
   void str_into(std::string& out, int indent) const;
+  // summary()'s table; `output_shape` (a module's, as text) adds that column when given.
+  std::string summary_table(const std::function<std::string(const Module&)>& output_shape) const;
+  Tensor run_forward_pre_hooks(Tensor input);
+  Tensor run_forward_hooks(const Tensor& input, Tensor output);
+  Tensor traced_forward_impl(const Tensor& x);
 
   const Module* parent_ = nullptr;  // set when registered as a child
   std::string local_name_;
@@ -98,6 +160,10 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  HookList<ForwardPreHook> forward_pre_hooks_;
+  HookList<ForwardHook> forward_hooks_;
+  HookList<BackwardHook> backward_hooks_;
+  HookList<BackwardPreHook> backward_pre_hooks_;
 };
 
 // Replaces t's contents (storage, dtype) in place with `value`'s, keeping autograd flags.

@@ -125,7 +125,7 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
           on_stream.emplace(span_name, "backward kernels", stream, stream.str() + " stream");
         }
       }
-      input_grads = node->apply(grad);
+      input_grads = node->apply(node->run_tensor_pre_hooks(std::move(grad)));
       on_stream.reset();
       if (!retain_graph) node->release_saved();
       if (traced) trace::span(std::move(span_name), "backward", t0, trace::Clock::now());

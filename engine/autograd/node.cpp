@@ -27,17 +27,46 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::mo
   sequence_nr_ = std::numeric_limits<uint64_t>::max();
 }
 
-std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+Tensor Node::run_tensor_pre_hooks(Tensor grad) {
+  grad = run_tensor_hooks(tensor_pre_hooks_, std::move(grad));
+  if (retain_grad_hook_) retain_grad_hook_(grad);
+  return grad;
+}
+
+void accumulate_grad(AutogradMeta& meta, const Tensor& grad) {
   NoGradGuard no_grad;
-  AutogradMeta& meta = *leaf_->autograd;
   if (!meta.grad) {
     // The incoming buffer belongs to this pass only; copy so later in-place accumulation into
     // .grad cannot alias a tensor the caller still holds.
-    meta.grad = grad_output.clone().impl_ptr();
+    meta.grad = grad.clone().impl_ptr();
   } else {
     Tensor g(meta.grad);
-    add_(g, grad_output);
+    add_(g, grad);
   }
+}
+
+Tensor run_tensor_hooks(const HookList<TensorHook>& hooks, Tensor grad) {
+  if (hooks.empty()) return grad;
+  for (const TensorHook& hook : hooks.snapshot()) {
+    std::optional<Tensor> replaced = hook(grad);
+    if (!replaced) continue;
+    RG_CHECK(replaced->defined() && replaced->shape() == grad.shape() &&
+                 replaced->dtype() == grad.dtype(),
+             "a tensor hook returned ",
+             replaced->defined()
+                 ? shape_str(replaced->shape()) + " " + dtype_name(replaced->dtype())
+                 : std::string("an undefined tensor"),
+             " for a gradient of ", shape_str(grad.shape()), " ", dtype_name(grad.dtype()),
+             "; a hook must return a tensor of the same shape and dtype, or nothing to keep it");
+    grad = std::move(*replaced);
+  }
+  return grad;
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+  NoGradGuard no_grad;
+  AutogradMeta& meta = *leaf_->autograd;
+  accumulate_grad(meta, run_tensor_hooks(meta.hooks, grad_output));
   Tensor leaf(leaf_);
   for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
   return {};

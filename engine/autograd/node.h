@@ -42,6 +42,15 @@ class Node : public std::enable_shared_from_this<Node> {
   // "layer1.0.conv1".
   const std::string& scope() const { return scope_; }
 
+  // The hooks of the tensor this node produced (Tensor::register_hook on a non-leaf), and what
+  // retain_grad() installs; the engine runs them on the incoming gradient before apply().
+  HookList<TensorHook>& tensor_pre_hooks() { return tensor_pre_hooks_; }
+  void set_retain_grad_hook(std::function<void(const Tensor&)> hook) {
+    retain_grad_hook_ = std::move(hook);
+  }
+  // The tensor hooks, then the retain_grad hook (last, so .grad sees the hooks' result).
+  Tensor run_tensor_pre_hooks(Tensor grad);
+
  protected:
   uint64_t sequence_nr_;
 
@@ -49,9 +58,18 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges_;
   std::vector<Shape> input_shapes_;
   std::string scope_;
+  HookList<TensorHook> tensor_pre_hooks_;
+  std::function<void(const Tensor&)> retain_grad_hook_;
 };
 
-// Leaf sink: adds the incoming gradient to leaf.grad, then runs its post-accumulate hooks.
+// Adds `grad` into meta.grad (a copy on the first pass), as a leaf's .grad accumulates.
+void accumulate_grad(AutogradMeta& meta, const Tensor& grad);
+
+// Runs `hooks` in order on `grad`, each on the previous result; a replacement must keep the shape.
+Tensor run_tensor_hooks(const HookList<TensorHook>& hooks, Tensor grad);
+
+// Leaf sink: runs the leaf's tensor hooks, adds the result to leaf.grad, then runs its
+// post-accumulate hooks.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);

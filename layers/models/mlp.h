@@ -12,6 +12,9 @@ namespace rg::nn {
 class MLP final : public Module {
  public:
   MLP(int64_t in_features, std::vector<int64_t> hidden, int64_t num_classes, Generator& gen);
+  // Initialized from default_generator() (seed it with rg::manual_seed).
+  MLP(int64_t in_features, std::vector<int64_t> hidden, int64_t num_classes)
+      : MLP(in_features, std::move(hidden), num_classes, default_generator()) {}
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "MLP"; }
 

@@ -27,6 +27,9 @@ class BasicBlock final : public Module {
 class ResNet18 final : public Module {
  public:
   ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem = false);
+  // Initialized from default_generator() (seed it with rg::manual_seed).
+  explicit ResNet18(int64_t num_classes = 10, bool imagenet_stem = false)
+      : ResNet18(num_classes, default_generator(), imagenet_stem) {}
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "ResNet18"; }
 

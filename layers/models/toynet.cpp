@@ -12,10 +12,12 @@ ToyNet::ToyNet(Generator& gen, std::shared_ptr<Generator> dropout_gen, bool drop
       register_module("conv1", std::make_shared<Conv2d>(1, 32, std::array<int64_t, 2>{3, 3}, gen));
   conv2 =
       register_module("conv2", std::make_shared<Conv2d>(32, 64, std::array<int64_t, 2>{3, 3}, gen));
-  dropout1 =
-      register_module("dropout1", std::make_shared<Dropout>(dropout ? 0.25 : 0.0, dropout_gen));
-  dropout2 =
-      register_module("dropout2", std::make_shared<Dropout>(dropout ? 0.5 : 0.0, dropout_gen));
+  const auto make_dropout = [&](double p) {
+    if (!dropout) p = 0.0;
+    return dropout_gen ? std::make_shared<Dropout>(p, dropout_gen) : std::make_shared<Dropout>(p);
+  };
+  dropout1 = register_module("dropout1", make_dropout(0.25));
+  dropout2 = register_module("dropout2", make_dropout(0.5));
   fc1 = register_module("fc1", std::make_shared<Linear>(9216, 128, gen));
   fc2 = register_module("fc2", std::make_shared<Linear>(128, 10, gen));
 }

@@ -14,8 +14,14 @@ namespace rg::nn {
 // fc 9216->128, relu, dropout 0.5, fc 128->10. Returns logits (use cross_entropy).
 class ToyNet final : public Module {
  public:
-  // dropout = false builds the same network without dropout (for exact equivalence tests).
-  ToyNet(Generator& init_gen, std::shared_ptr<Generator> dropout_gen, bool dropout = true);
+  // dropout = false builds the same network with p = 0 in both dropout layers (same modules and
+  // names; for exact equivalence tests). A null dropout_gen draws the masks from
+  // default_generator(), as torch.nn.Dropout.
+  ToyNet(Generator& init_gen, std::shared_ptr<Generator> dropout_gen = nullptr,
+         bool dropout = true);
+  // Initialized from default_generator() (seed it with rg::manual_seed), which also draws the
+  // dropout masks: ToyNet net; as the PyTorch example's Net().
+  explicit ToyNet(bool dropout = true) : ToyNet(default_generator(), nullptr, dropout) {}
   Tensor forward_impl(const Tensor& x) override;
   std::string type_name() const override { return "ToyNet"; }
 

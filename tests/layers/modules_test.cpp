@@ -17,7 +17,10 @@
 #include "layers/batch_norm.h"
 #include "layers/conv2d.h"
 #include "layers/linear.h"
+#include "layers/models/mlp.h"
 #include "layers/models/registry.h"
+#include "layers/models/resnet.h"
+#include "layers/models/toynet.h"
 #include "layers/pooling.h"
 #include "layers/sequential.h"
 
@@ -234,6 +237,64 @@ TEST(Generator, ManualSeedMakesDefaultInitializedModelsBitIdentical) {
   Dropout d;
   Dropout reference(0.5, std::make_shared<Generator>(3));
   EXPECT_EQ(d(ones({64})).to_vector<float>(), reference(ones({64})).to_vector<float>());
+}
+
+// The models' constructors without a Generator& draw from default_generator(): the same seed
+// gives bit-identical weights, another seed other weights.
+template <class Model, class... Args>
+void expect_seeded_by_manual_seed(Args... args) {
+  manual_seed(21);
+  const auto a = values(Model(args...));
+  manual_seed(21);
+  const auto b = values(Model(args...));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0) << i;
+  }
+  manual_seed(22);
+  EXPECT_NE(values(Model(args...)), a);
+}
+
+TEST(Models, DefaultGeneratorConstructorsFollowManualSeed) {
+  expect_seeded_by_manual_seed<MLP>(int64_t{784}, std::vector<int64_t>{32, 16}, int64_t{10});
+  expect_seeded_by_manual_seed<ToyNet>();
+  expect_seeded_by_manual_seed<ResNet18>(int64_t{10});
+
+  // ToyNet() also draws its dropout masks from the default generator, as torch.nn.Dropout.
+  manual_seed(4);
+  ToyNet net;
+  EXPECT_EQ(&net.dropout1->generator(), &default_generator());
+  EXPECT_EQ(&net.dropout2->generator(), &default_generator());
+  // An explicit init Generator with the dropout generator left out: masks from the default one.
+  Generator gen(4);
+  ToyNet explicit_init(gen);
+  EXPECT_EQ(values(explicit_init), values(net));
+  EXPECT_EQ(&explicit_init.dropout1->generator(), &default_generator());
+  // dropout = false keeps the layers, with p = 0.
+  ToyNet no_dropout(/*dropout=*/false);
+  EXPECT_EQ(no_dropout.dropout1->str(), "Dropout(p=0.000000)");
+  EXPECT_EQ(net.dropout1->str(), "Dropout(p=0.250000)");
+  EXPECT_EQ(ResNet18(7, /*imagenet_stem=*/true)(zeros({1, 3, 64, 64})).shape(), (Shape{1, 7}));
+}
+
+TEST(Conv2d, SquareKernelShorthandAsPyTorch) {
+  Conv2d c(1, 32, 3);  // torch.nn.Conv2d(1, 32, 3)
+  EXPECT_EQ(c.weight.shape(), (Shape{32, 1, 3, 3}));
+  EXPECT_EQ(c.bias.shape(), (Shape{32}));
+  EXPECT_EQ(c(zeros({2, 1, 28, 28})).shape(), (Shape{2, 32, 26, 26}));
+  Conv2d strided(3, 8, 3, 2, 1, /*bias=*/false);  // Conv2d(3, 8, 3, 2, 1, bias=False)
+  EXPECT_EQ(strided.str(),
+            "Conv2d(3, 8, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), bias=false)");
+  EXPECT_FALSE(strided.bias.defined());
+  EXPECT_EQ(strided(zeros({1, 3, 32, 32})).shape(), (Shape{1, 8, 16, 16}));
+  // The same initialization as the array form.
+  manual_seed(5);
+  Conv2d a(2, 4, 5);
+  manual_seed(5);
+  Conv2d b(2, 4, std::array<int64_t, 2>{5, 5});
+  EXPECT_EQ(values(a), values(b));
+  EXPECT_THROW(Conv2d(1, 2, 0), Error);
 }
 
 TEST(ToyNet, MatchesThePyTorchExample) {
