@@ -7,7 +7,10 @@
 #include <ringgrad/engine/threads.h>
 #include <ringgrad/layers/activation.h>
 #include <ringgrad/layers/conv2d.h>
+#include <ringgrad/engine/ops/binary.h>
+#include <ringgrad/engine/ops/reduce.h>
 #include <ringgrad/layers/linear.h>
+#include <ringgrad/layers/models/toynet.h>
 #include <ringgrad/layers/sequential.h>
 #include <ringgrad/layers/weights.h>
 
@@ -54,6 +57,28 @@ int main() {
   ok = ok && report.missing_keys == std::vector<std::string>{"weight", "bias"} &&
        report.unexpected_keys ==
            std::vector<std::string>{"conv1.weight", "conv1.bias", "fc1.weight", "fc1.bias"};
+
+  // README hooks begin
+  nn::ToyNet toynet;  // weights and dropout masks from the default generator
+  Shape fc1_out;
+  auto handle = toynet.fc1->register_forward_hook(
+      [&](nn::Module&, const Tensor& in, const Tensor& out) { fc1_out = out.shape(); });
+  Shape conv1_grad_out;
+  toynet.conv1->register_full_backward_hook(
+      [&](nn::Module&, const std::vector<Tensor>& grad_input, const std::vector<Tensor>& grad_output) {
+        conv1_grad_out = grad_output[0].shape();  // grad_input[0]: undefined, images need no grad
+      });
+  Tensor out = toynet.forward(zeros({2, 1, 28, 28}));
+  out.retain_grad();                                                // keep a non-leaf's .grad()
+  out.register_hook([](const Tensor& g) { return mul(g, 0.5); });  // replace its gradient
+  sum(out).backward();  // out.grad(): 0.5 everywhere; fc1_out [2, 128]; conv1_grad_out [2, 32, 26, 26]
+  handle.remove();
+  std::printf("%s", toynet.summary({2, 1, 28, 28}).c_str());  // a table with each output shape
+  // README hooks end
+  const auto g = out.grad().to_vector<float>();
+  ok = ok && fc1_out == Shape{2, 128} && conv1_grad_out == Shape{2, 32, 26, 26} &&
+       g == std::vector<float>(20, 0.5f) &&
+       toynet.summary({2, 1, 28, 28}).find("[2, 128]") != std::string::npos;
   std::printf("api_example: %s\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }
