@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libeigen3-dev libopenblas-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+  libeigen3-dev libopenblas-dev libdnnl-dev libgloo-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev zlib1g-dev libboost-context-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox doxygen

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/conv2d_onednn.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -594,21 +596,28 @@ void conv2d_weight_grad(const Conv2dGeometry& g, const T* x, const T* gy, T* gw)
   }
 }
 
+// gb[oc] = gy summed over the batch and the pixels, in f64 (the contract in kernels/conv2d.h).
+template <class T>
+void conv2d_bias_grad(const Conv2dGeometry& g, const T* gy, T* gb) {
+  const int64_t hw = g.ho * g.wo;
+  parallel_for(0, g.o, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t oc = lo; oc < hi; ++oc) {
+      double acc = 0;
+      for (int64_t s = 0; s < g.n; ++s) {
+        const T* r = gy + (s * g.o + oc) * hw;
+        for (int64_t i = 0; i < hw; ++i) acc += double(r[i]);
+      }
+      gb[oc] = T(acc);
+    }
+  });
+}
+
 template <class T>
 void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw,
                      T* gb) {
-  const int64_t hw = g.ho * g.wo;
-  if (gb) {
-    parallel_for(0, g.o, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t oc = lo; oc < hi; ++oc) {
-        double acc = 0;
-        for (int64_t s = 0; s < g.n; ++s) {
-          const T* r = gy + (s * g.o + oc) * hw;
-          for (int64_t i = 0; i < hw; ++i) acc += double(r[i]);
-        }
-        gb[oc] = T(acc);
-      }
-    });
+  if (gb) conv2d_bias_grad(g, gy, gb);
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_conv2d_backward(g, x, w, gy, gx, gw)) return;
   }
   if (g.n == 0) {
     if (gw) std::fill_n(gw, g.o * g.c * g.kh * g.kw, T(0));
@@ -633,6 +642,9 @@ template <>
 template <class T>
 void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
                           bool, Workspace, Ctx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (cpu::onednn_conv2d_forward(g, x, w, bias, y)) return;
+  }
   cpu::conv2d_forward(g, x, w, bias, y);
 }
 

@@ -1,0 +1,97 @@
+// The f32 convolution through oneDNN (kernels/cpu/conv2d_onednn.h) against the im2col + GEMM path
+// it replaces, on geometries that exercise its padding arithmetic (floored last windows: oneDNN's
+// right padding), strides, dilation, 1x1 kernels, a missing bias and missing gradients.
+#include "kernels/cpu/conv2d_onednn.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/conv2d.h"
+
+namespace rg::kernels {
+namespace {
+
+Conv2dGeometry geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t k, int64_t s,
+                        int64_t p, int64_t d) {
+  Conv2dGeometry g{n, c, h, w, o, k, k, s, s, p, p, d, d, 0, 0};
+  g.ho = (h + 2 * p - d * (k - 1) - 1) / s + 1;
+  g.wo = (w + 2 * p - d * (k - 1) - 1) / s + 1;
+  return g;
+}
+
+std::vector<float> random(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double tol = 1e-4 * (1.0 + std::abs(double(b[i])));
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / tol);
+  }
+  EXPECT_LE(worst, 1.0) << what << ": worst error / tolerance";
+}
+
+// Runs Conv2d<Cpu> with oneDNN on and off and compares every output.
+void check(const Conv2dGeometry& g, bool bias) {
+  SCOPED_TRACE(::testing::Message()
+               << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " o" << g.o << " k"
+               << g.kh << " s" << g.sh << " p" << g.ph << " d" << g.dh << (bias ? " bias" : ""));
+  const auto x = random(g.n * g.c * g.h * g.w, 1), w = random(g.o * g.c * g.kh * g.kw, 2);
+  const auto b = random(g.o, 3), gy = random(g.n * g.o * g.ho * g.wo, 4);
+  struct Out {
+    std::vector<float> y, gx, gw, gb;
+  };
+  auto run = [&](bool onednn) {
+    cpu::set_onednn_enabled(onednn);
+    Out o{std::vector<float>(gy.size()), std::vector<float>(x.size()), std::vector<float>(w.size()),
+          std::vector<float>(b.size())};
+    Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), bias ? b.data() : nullptr, o.y.data(), false,
+                                {}, {});
+    Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), o.gx.data(), o.gw.data(),
+                                 o.gb.data(), false, {}, {});
+    return o;
+  };
+  const Out ref = run(false), got = run(true);
+  cpu::set_onednn_enabled(true);
+  expect_close(got.y, ref.y, "y");
+  expect_close(got.gx, ref.gx, "gx");
+  expect_close(got.gw, ref.gw, "gw");
+  EXPECT_EQ(got.gb, ref.gb);  // the bias gradient is ours on both paths (f64 sums)
+}
+
+TEST(Conv2dOneDnn, MatchesTheGemmPathOnAwkwardGeometries) {
+  check(geometry(2, 3, 9, 7, 5, 3, 1, 1, 1), true);
+  check(geometry(2, 3, 9, 7, 5, 3, 2, 1, 1), true);  // stride 2: the last window floored
+  check(geometry(1, 4, 10, 11, 6, 3, 3, 0, 1), false);
+  check(geometry(3, 2, 12, 12, 4, 3, 1, 2, 2), true);   // dilation 2
+  check(geometry(2, 8, 5, 5, 16, 1, 1, 0, 1), true);    // 1x1
+  check(geometry(2, 1, 28, 28, 32, 3, 1, 0, 1), true);  // ToyNet's conv1
+  check(geometry(1, 3, 4, 4, 2, 5, 1, 2, 1), true);     // kernel larger than the image
+}
+
+TEST(Conv2dOneDnn, GradientsLeftNullAreNotWritten) {
+  const Conv2dGeometry g = geometry(2, 3, 8, 8, 4, 3, 1, 1, 1);
+  const auto x = random(g.n * g.c * g.h * g.w, 5), w = random(g.o * g.c * g.kh * g.kw, 6);
+  const auto gy = random(g.n * g.o * g.ho * g.wo, 7);
+  std::vector<float> gx(x.size(), 0.0f), gw(w.size(), 42.0f);
+  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), nullptr, nullptr, false,
+                               {}, {});
+  std::vector<float> gw2(w.size(), 42.0f), gx2(x.size(), 42.0f);
+  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), nullptr, gw2.data(), nullptr,
+                               false, {}, {});
+  EXPECT_EQ(gw, std::vector<float>(w.size(), 42.0f));
+  EXPECT_EQ(gx2, std::vector<float>(x.size(), 42.0f));
+  EXPECT_NE(gx, std::vector<float>(x.size(), 0.0f));
+}
+
+}  // namespace
+}  // namespace rg::kernels
