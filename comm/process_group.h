@@ -18,15 +18,21 @@ enum class ReduceOp : uint8_t { sum, avg, max, min };
 const char* reduce_op_name(ReduceOp op);
 
 // How all_reduce, reduce_scatter and all_gather are carried out: the backend library's own
-// algorithm, or our ring (comm/ring_allreduce.h) over the backend's point-to-point transport.
-enum class Algorithm : uint8_t { native, ring };
+// algorithm, our ring (comm/ring_allreduce.h) over the backend's point-to-point transport, or
+// (gloo, every rank on one host) the shared-memory all-reduce (comm/shm_allreduce.h).
+// `automatic` is shm where the group has it, else native.
+enum class Algorithm : uint8_t { native, ring, shm, automatic };
 const char* algorithm_name(Algorithm a);
-Algorithm parse_algorithm(std::string_view name);  // "native" | "ring"; rg::Error otherwise
+// "native" | "ring" | "shm" | "auto"; rg::Error otherwise
+Algorithm parse_algorithm(std::string_view name);
 
 struct ProcessGroupOptions {
   Millis timeout = std::chrono::seconds(300);  // per collective, and for joining the group
-  Algorithm algorithm = Algorithm::native;
+  Algorithm algorithm = Algorithm::automatic;
   size_t ring_chunk_bytes = size_t(1) << 20;  // pipelining granularity of the ring
+  // Gloo: the chunk (one slot per rank, two sets) of the shared-memory all-reduce when every
+  // rank is on one host; small enough to stay in cache. 0: no shared memory.
+  size_t shm_chunk_bytes = size_t(256) << 10;
   std::string name = "default";               // namespaces the group's store keys
   // Gloo: the address peers use to reach this rank; empty = 127.0.0.1 for a single-node job,
   // else this host's name.

@@ -20,6 +20,7 @@
 #include "comm/prefix_store.h"
 #include "comm/progress_board.h"
 #include "comm/ring_allreduce.h"
+#include "comm/shm_allreduce.h"
 #include "engine/dispatch.h"
 #include "kernels/cpu/collective_reduce.h"
 #include "kernels/error.h"
@@ -159,6 +160,7 @@ struct ProcessGroupGloo::Impl {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<GlooP2P> p2p;
+  std::unique_ptr<ShmGroup> shm;  // null unless every rank is on this host
   std::unique_ptr<ProgressBoard> board;
 
   std::mutex mu;
@@ -289,6 +291,27 @@ struct ProcessGroupGloo::Impl {
   }
 
   template <class T>
+  void shm_all_reduce(T* data, size_t n, ReduceOp op, Clock::time_point dl) {
+    ShmReduceArgs a;
+    a.data = data;
+    a.count = n;
+    a.element_size = sizeof(T);
+    const auto cop = collective_op(op);
+    a.reduce = [cop](void* out, const void* x, const void* y, size_t k) {
+      kcpu::collective_reduce(cop, static_cast<T*>(out), static_cast<const T*>(x),
+                              static_cast<const T*>(y), int64_t(k));
+    };
+    if (op == ReduceOp::avg) {
+      const int64_t world = pg.size();
+      a.finalize = [world](void* d, size_t k) {
+        kcpu::divide_by(static_cast<T*>(d), int64_t(k), world);
+      };
+    }
+    a.deadline = dl;
+    shm->all_reduce(a);
+  }
+
+  template <class T>
   RingArgs ring_args(T* data, size_t n, ReduceOp op, uint64_t seq, Clock::time_point dl) {
     RingArgs a;
     a.data = data;
@@ -323,6 +346,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   impl_->store = std::make_shared<PrefixStore>("pg/" + options_.name, std::move(store));
   impl_->join(rank, size);
   impl_->p2p = std::make_unique<GlooP2P>(impl_->context);
+  impl_->shm = ShmGroup::create(*impl_->store, rank, size, options_.shm_chunk_bytes,
+                                options_.timeout);
   impl_->board = std::make_unique<ProgressBoard>(impl_->store, rank, size);
   impl_->worker = std::thread([this] { impl_->loop(); });
 }
@@ -336,9 +361,25 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   impl_->worker.join();  // runs what was issued: every rank issued the same collectives
 }
 
+bool ProcessGroupGloo::has_shared_memory() const { return impl_->shm != nullptr; }
+
+Algorithm ProcessGroupGloo::reduction_algorithm(const char* op) const {
+  switch (algorithm()) {
+    case Algorithm::automatic:
+      return has_shared_memory() ? Algorithm::shm : Algorithm::native;
+    case Algorithm::shm:
+      RG_CHECK(has_shared_memory() || size() == 1, op,
+               ": algorithm shm needs every rank of the group on one host (and /dev/shm); "
+               "use native or ring");
+      return size() == 1 ? Algorithm::native : Algorithm::shm;
+    default:
+      return algorithm();
+  }
+}
+
 WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce", "input");
-  const Algorithm algo = algorithm();
+  const Algorithm algo = reduction_algorithm("all_reduce");
   std::string detail =
       detail::cat(tensor_detail(t), ", ", reduce_op_name(op), ", ", algorithm_name(algo));
   return impl_->enqueue("all_reduce", std::move(detail),
@@ -349,6 +390,8 @@ WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
                             if (algo == Algorithm::native) {
                               impl_->native_all_reduce(data, n, op, uint32_t(seq), dl);
                               if (op == ReduceOp::avg) kcpu::divide_by(data, int64_t(n), size());
+                            } else if (algo == Algorithm::shm) {
+                              impl_->shm_all_reduce(data, n, op, dl);
                             } else {
                               ring_all_reduce(*impl_->p2p, impl_->ring_args(data, n, op, seq, dl));
                             }
@@ -381,7 +424,8 @@ WorkPtr ProcessGroupGloo::all_gather(const Tensor& output, const Tensor& input) 
            " differs from input dtype ", dtype_name(input.dtype()));
   RG_CHECK(output.numel() == input.numel() * size(), "all_gather: output has ", output.numel(),
            " elements; expected group size ", size(), " x input ", input.numel());
-  const Algorithm algo = algorithm();
+  // No shared-memory all-gather yet: shm and auto use gloo's.
+  const Algorithm algo = algorithm() == Algorithm::ring ? Algorithm::ring : Algorithm::native;
   std::string detail = detail::cat(tensor_detail(input), ", ", algorithm_name(algo));
   return impl_->enqueue("all_gather", std::move(detail),
                         [this, output, input, algo](uint64_t seq, Clock::time_point dl) {
@@ -415,7 +459,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
            dtype_name(output.dtype()), " differs from input dtype ", dtype_name(input.dtype()));
   RG_CHECK(input.numel() == output.numel() * size(), "reduce_scatter: input has ", input.numel(),
            " elements; expected group size ", size(), " x output ", output.numel());
-  const Algorithm algo = algorithm();
+  const Algorithm algo = reduction_algorithm("reduce_scatter");
   std::string detail =
       detail::cat(tensor_detail(input), ", ", reduce_op_name(op), ", ", algorithm_name(algo));
   return impl_->enqueue(
@@ -432,6 +476,8 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
             impl_->native_all_reduce(work.data(), n, op, uint32_t(seq), dl);
             if (op == ReduceOp::avg)
               kcpu::divide_by(work.data() + m * size_t(rank()), int64_t(m), size());
+          } else if (algo == Algorithm::shm) {
+            impl_->shm_all_reduce(work.data(), n, op, dl);  // as native: all-reduce, keep ours
           } else {
             ring_reduce_scatter(*impl_->p2p, impl_->ring_args(work.data(), n, op, seq, dl));
           }
