@@ -7,12 +7,15 @@
 #include "comm/shm_allreduce.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -59,6 +62,18 @@ void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// Sleeps while *word == expected, at most `timeout`; woken by futex_wake (another process may
+// wake it: the segment is MAP_SHARED, so no FUTEX_PRIVATE_FLAG).
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::microseconds timeout) {
+  const timespec ts{0, long(timeout.count()) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+          0);
 }
 
 std::string trimmed(std::string s) {
@@ -140,8 +155,11 @@ void* attach_segment(const std::string& name, int size, size_t slot_bytes) {
 
 struct alignas(kLine) ShmGroup::Control {
   std::atomic<uint64_t> stage;
+  std::atomic<uint32_t> word;     // stage's low half, what sleeping waiters' futex watches
+  std::atomic<uint32_t> waiters;  // how many sleep on `word`: publish skips the wake when none
   std::atomic<int32_t> pid;
 };
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
 std::string host_identity() {
   if (const char* id = std::getenv("RG_HOST_ID"); id != nullptr && *id != '\0') return id;
@@ -192,7 +210,12 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Store& store, int rank, int size, siz
 }
 
 ShmGroup::ShmGroup(int rank, int size, size_t slot_bytes, void* base, size_t bytes)
-    : rank_(rank), size_(size), slot_bytes_(slot_bytes), base_(base), bytes_(bytes) {}
+    : rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      base_(base),
+      bytes_(bytes),
+      oversubscribed_(unsigned(size) > std::max(1u, std::thread::hardware_concurrency())) {}
 
 ShmGroup::~ShmGroup() { munmap(base_, bytes_); }
 
@@ -205,8 +228,13 @@ char* ShmGroup::slot(uint64_t chunk, int r) const {
          (size_t(chunk % 2) * size_t(size_) + size_t(r)) * slot_bytes_;
 }
 
+// Sequentially consistent with the waiter's registration (Dekker): either this sees its
+// `waiters` increment and wakes it, or the waiter sees the new word and does not sleep.
 void ShmGroup::publish(uint64_t stage) {
-  control(rank_).stage.store(stage, std::memory_order_release);
+  Control& c = control(rank_);
+  c.stage.store(stage, std::memory_order_release);
+  c.word.store(uint32_t(stage));
+  if (c.waiters.load() > 0) futex_wake(c.word);
 }
 
 // Throws when another rank reported a failure, the deadline passed, or rank q exited.
@@ -235,30 +263,39 @@ void ShmGroup::check_peer(int q, uint64_t stage, Clock::time_point deadline) {
   }
 }
 
-// Spins briefly (the peer is usually a few microseconds behind), then yields, then sleeps: with
-// more ranks than cores a spinning waiter would take the core its peer needs.
-void ShmGroup::wait_all(uint64_t stage, Clock::time_point deadline) {
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
-    const auto& s = control(q).stage;
-    for (int i = 0; i < 256; ++i) {
-      if (s.load(std::memory_order_acquire) >= stage) break;
-      cpu_relax();
-    }
-    const auto start = Clock::now();
-    auto next_check = start;
-    while (s.load(std::memory_order_acquire) < stage) {
-      const auto now = Clock::now();
-      if (now >= next_check) {
-        check_peer(q, stage, deadline);
-        next_check = now + std::chrono::milliseconds(2);
-      }
-      if (now - start < std::chrono::microseconds(500))
-        sched_yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+// Spins briefly (the peer is usually a few microseconds behind), yields a little while, then
+// sleeps on the peer's futex until it publishes (at most 2 ms at a time, to check the deadline
+// and the peer's pid). With more ranks than cores it skips the yielding: a waiter that keeps its
+// core takes it from the peer it waits for.
+void ShmGroup::wait_for(int q, uint64_t stage, Clock::time_point deadline) {
+  Control& c = control(q);
+  for (int i = 0; i < 256; ++i) {
+    if (c.stage.load(std::memory_order_acquire) >= stage) return;
+    cpu_relax();
   }
+  const auto start = Clock::now();
+  auto next_check = start;
+  const auto yield_for = oversubscribed_ ? Clock::duration(0) : std::chrono::microseconds(100);
+  while (c.stage.load(std::memory_order_acquire) < stage) {
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      check_peer(q, stage, deadline);
+      next_check = now + std::chrono::milliseconds(2);
+    }
+    if (now - start < yield_for) {
+      sched_yield();
+      continue;
+    }
+    const uint32_t word = c.word.load();
+    c.waiters.fetch_add(1);
+    if (c.stage.load() < stage) futex_wait(c.word, word, std::chrono::milliseconds(2));
+    c.waiters.fetch_sub(1);
+  }
+}
+
+void ShmGroup::wait_all(uint64_t stage, Clock::time_point deadline) {
+  for (int q = 0; q < size_; ++q)
+    if (q != rank_) wait_for(q, stage, deadline);
 }
 
 void ShmGroup::reduce_chunk(const ShmReduceArgs& a, char* data, size_t len) {
@@ -284,10 +321,12 @@ void ShmGroup::reduce_chunk(const ShmReduceArgs& a, char* data, size_t len) {
     if (a.finalize) a.finalize(out, n);
   }
   publish(2 * g);
-  wait_all(2 * g, a.deadline);
-  // 3. Every rank's reduced slice back into data.
-  for (int q = 0; q < size_; ++q)
+  // 3. Every rank's reduced slice back into data, each as soon as it is ready.
+  for (int i = 1; i <= size_; ++i) {
+    const int q = (rank_ + i) % size_;  // mine last: it is ready
+    wait_for(q, 2 * g, a.deadline);
     std::memcpy(data + begin(q), slot(g, q) + begin(q), begin(q + 1) - begin(q));
+  }
 }
 
 void ShmGroup::all_reduce(const ShmReduceArgs& a) {

@@ -59,6 +59,8 @@ class ShmGroup {
   char* slot(uint64_t chunk, int r) const;
   void reduce_chunk(const ShmReduceArgs& a, char* data, size_t len);
   void publish(uint64_t stage);
+  // Until rank q's (every other rank's) stage reaches `stage`; rg::Error on failure.
+  void wait_for(int q, uint64_t stage, std::chrono::steady_clock::time_point deadline);
   void wait_all(uint64_t stage, std::chrono::steady_clock::time_point deadline);
   void check_peer(int q, uint64_t stage, std::chrono::steady_clock::time_point deadline);
 
@@ -66,7 +68,8 @@ class ShmGroup {
   const size_t slot_bytes_;
   void* base_;
   size_t bytes_;
-  uint64_t chunk_ = 0;  // chunks run so far: every rank runs the same sequence
+  const bool oversubscribed_;  // more ranks than cores: sleep instead of yielding
+  uint64_t chunk_ = 0;         // chunks run so far: every rank runs the same sequence
 };
 
 }  // namespace rg::dist
