@@ -290,6 +290,15 @@ struct ProcessGroupGloo::Impl {
     gloo::allreduce(o);
   }
 
+  // The average's division of each fully reduced block (empty for the other ops), for our
+  // algorithms.
+  template <class T>
+  std::function<void(void*, size_t)> finalizer(ReduceOp op) const {
+    if (op != ReduceOp::avg) return {};
+    const int64_t world = pg.size();
+    return [world](void* d, size_t k) { kcpu::divide_by(static_cast<T*>(d), int64_t(k), world); };
+  }
+
   template <class T>
   void shm_all_reduce(T* data, size_t n, ReduceOp op, Clock::time_point dl) {
     ShmReduceArgs a;
@@ -301,12 +310,7 @@ struct ProcessGroupGloo::Impl {
       kcpu::collective_reduce(cop, static_cast<T*>(out), static_cast<const T*>(x),
                               static_cast<const T*>(y), int64_t(k));
     };
-    if (op == ReduceOp::avg) {
-      const int64_t world = pg.size();
-      a.finalize = [world](void* d, size_t k) {
-        kcpu::divide_by(static_cast<T*>(d), int64_t(k), world);
-      };
-    }
+    a.finalize = finalizer<T>(op);
     a.deadline = dl;
     shm->all_reduce(a);
   }
@@ -322,12 +326,7 @@ struct ProcessGroupGloo::Impl {
       kcpu::collective_reduce(cop, static_cast<T*>(dst), static_cast<const T*>(dst),
                               static_cast<const T*>(src), int64_t(k));
     };
-    if (op == ReduceOp::avg) {
-      const int64_t world = pg.size();
-      a.finalize = [world](void* d, size_t k) {
-        kcpu::divide_by(static_cast<T*>(d), int64_t(k), world);
-      };
-    }
+    a.finalize = finalizer<T>(op);
     a.scratch = scratch_of(ring_scratch_bytes(n, pg.size(), sizeof(T)));
     a.chunk_bytes = pg.options().ring_chunk_bytes;
     a.slot_base = ring_slot_base(seq);
