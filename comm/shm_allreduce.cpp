@@ -206,6 +206,14 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Store& store, int rank, int size, siz
   if (rank == 0 && base) shm_unlink(name.c_str());
   for (const auto& a : attached)
     if (a != "1") return nullptr;
+  // A peer whose pid this rank cannot see (another pid namespace sharing /dev/shm) could not be
+  // watched for exiting: then nobody uses the segment.
+  bool peers_visible = true;
+  for (int q = 0; q < size; ++q)
+    peers_visible = peers_visible && process_alive(group->control(q).pid.load());
+  store.set(key("visible", rank), peers_visible ? "1" : "0");
+  for (const auto& v : gather_keys(store, "visible", size, timeout))
+    if (v != "1") return nullptr;
   return group;
 }
 

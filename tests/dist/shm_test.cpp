@@ -176,6 +176,28 @@ TEST(DistShm, PeerKilledMidTransferIsAnErrorNotAHang) {
   std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
 }
 
+// The last rank stays alive but never joins: the others time out at the group's timeout, and
+// the error names it (the first rank to time out tells the others through the segment).
+TEST(DistShm, RankThatNeverCallsTimesOutNamingIt) {
+  ProcessGroupOptions o;
+  o.algorithm = Algorithm::shm;
+  o.timeout = 2s;
+  auto pg = own_group("shm-never", o);
+  ASSERT_TRUE(pg->has_shared_memory());
+  const int last = pg->size() - 1;
+  auto store = default_store();
+  if (pg->rank() != last) {
+    const std::string e = rg::testing::error_of([&] { pg->all_reduce(ones({100000}))->wait(); });
+    EXPECT_NE(e.find("all_reduce #1"), std::string::npos) << e;
+    EXPECT_NE(e.find("timed out after 2000 ms"), std::string::npos) << e;
+    EXPECT_NE(e.find("ranks that have not joined it: " + std::to_string(last)), std::string::npos)
+        << e;
+    std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
+    store->add("shm-never/checked", 1);
+  }
+  while (store->add("shm-never/checked", 0) < last) std::this_thread::sleep_for(10ms);
+}
+
 // Ranks that say they are on two hosts get no segment: `auto` is gloo's all-reduce, and an
 // explicit shm is refused with a message instead of running.
 TEST(DistShm, RanksOnDifferentHostsFallBackToGloo) {
