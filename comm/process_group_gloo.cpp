@@ -362,7 +362,10 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 
 bool ProcessGroupGloo::has_shared_memory() const { return impl_->shm != nullptr; }
 
-Algorithm ProcessGroupGloo::reduction_algorithm(const char* op) const {
+// `automatic` resolved: shm where the group has it, else native. An explicit shm without a
+// segment is refused on the caller's thread (a group of one has nothing to share: native).
+
+Algorithm ProcessGroupGloo::effective_algorithm(const char* op) const {
   switch (algorithm()) {
     case Algorithm::automatic:
       return has_shared_memory() ? Algorithm::shm : Algorithm::native;
@@ -378,7 +381,7 @@ Algorithm ProcessGroupGloo::reduction_algorithm(const char* op) const {
 
 WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce", "input");
-  const Algorithm algo = reduction_algorithm("all_reduce");
+  const Algorithm algo = effective_algorithm("all_reduce");
   std::string detail =
       detail::cat(tensor_detail(t), ", ", reduce_op_name(op), ", ", algorithm_name(algo));
   return impl_->enqueue("all_reduce", std::move(detail),
@@ -401,10 +404,13 @@ WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
 WorkPtr ProcessGroupGloo::broadcast(const Tensor& t, int root) {
   check_tensor(t, "broadcast", "input");
   check_rank(root, "broadcast", "root");
-  std::string detail = detail::cat(tensor_detail(t), ", root ", root);
+  // Gloo's broadcast unless shared memory is asked for (or picked by auto).
+  const bool shm = effective_algorithm("broadcast") == Algorithm::shm;
+  std::string detail = detail::cat(tensor_detail(t), ", root ", root, shm ? ", shm" : "");
   return impl_->enqueue(
-      "broadcast", std::move(detail), [this, t, root](uint64_t seq, Clock::time_point dl) {
+      "broadcast", std::move(detail), [this, t, root, shm](uint64_t seq, Clock::time_point dl) {
         if (t.numel() == 0 || size() == 1) return;
+        if (shm) return impl_->shm->broadcast(t.raw_data(), t.nbytes(), root, dl);
         dispatch_all(t.dtype(), [&]<class T>() {
           gloo::BroadcastOptions o(impl_->context);
           o.setOutput(reinterpret_cast<GlooType<T>*>(t.data<T>()), size_t(t.numel()));
@@ -423,8 +429,7 @@ WorkPtr ProcessGroupGloo::all_gather(const Tensor& output, const Tensor& input) 
            " differs from input dtype ", dtype_name(input.dtype()));
   RG_CHECK(output.numel() == input.numel() * size(), "all_gather: output has ", output.numel(),
            " elements; expected group size ", size(), " x input ", input.numel());
-  // No shared-memory all-gather yet: shm and auto use gloo's.
-  const Algorithm algo = algorithm() == Algorithm::ring ? Algorithm::ring : Algorithm::native;
+  const Algorithm algo = effective_algorithm("all_gather");
   std::string detail = detail::cat(tensor_detail(input), ", ", algorithm_name(algo));
   return impl_->enqueue("all_gather", std::move(detail),
                         [this, output, input, algo](uint64_t seq, Clock::time_point dl) {
@@ -441,6 +446,8 @@ WorkPtr ProcessGroupGloo::all_gather(const Tensor& output, const Tensor& input) 
                               o.setTag(uint32_t(seq));
                               o.setTimeout(until(dl));
                               gloo::allgather(o);
+                            } else if (algo == Algorithm::shm) {
+                              impl_->shm->all_gather(input.data<T>(), out, n * sizeof(T), dl);
                             } else {
                               std::memcpy(out + n * size_t(rank()), input.data<T>(), n * sizeof(T));
                               RingArgs a =
@@ -458,7 +465,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
            dtype_name(output.dtype()), " differs from input dtype ", dtype_name(input.dtype()));
   RG_CHECK(input.numel() == output.numel() * size(), "reduce_scatter: input has ", input.numel(),
            " elements; expected group size ", size(), " x output ", output.numel());
-  const Algorithm algo = reduction_algorithm("reduce_scatter");
+  const Algorithm algo = effective_algorithm("reduce_scatter");
   std::string detail =
       detail::cat(tensor_detail(input), ", ", reduce_op_name(op), ", ", algorithm_name(algo));
   return impl_->enqueue(
@@ -486,8 +493,10 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
 }
 
 WorkPtr ProcessGroupGloo::barrier() {
-  return impl_->enqueue("barrier", "", [this](uint64_t seq, Clock::time_point dl) {
+  const bool shm = effective_algorithm("barrier") == Algorithm::shm;
+  return impl_->enqueue("barrier", shm ? "shm" : "", [this, shm](uint64_t seq, Clock::time_point dl) {
     if (size() == 1) return;
+    if (shm) return impl_->shm->barrier(dl);
     gloo::BarrierOptions o(impl_->context);
     o.setTag(uint32_t(seq));
     o.setTimeout(until(dl));

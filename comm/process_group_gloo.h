@@ -1,7 +1,7 @@
 // ProcessGroupGloo: CPU collectives over Debian's libgloo (TCP). One worker thread per group runs
 // the collectives in issue order; `Algorithm::ring` runs ours over gloo's unbound buffers, and
-// `Algorithm::shm` (what `automatic` picks when every rank is on this host) all-reduces and
-// reduce-scatters through shared memory (comm/shm_allreduce.h).
+// `Algorithm::shm` (what `automatic` picks when every rank is on this host) runs all_reduce,
+// reduce_scatter, broadcast, all_gather and barrier through shared memory (comm/shm_allreduce.h).
 #pragma once
 
 #include <memory>
@@ -32,8 +32,8 @@ class ProcessGroupGloo : public ProcessGroup {
   bool has_shared_memory() const;
 
  private:
-  // What all_reduce and reduce_scatter run: `automatic` resolved; throws for shm without it.
-  Algorithm reduction_algorithm(const char* op) const;
+  // What a collective runs: `automatic` resolved; throws for shm without a segment.
+  Algorithm effective_algorithm(const char* op) const;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

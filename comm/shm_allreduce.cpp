@@ -256,18 +256,18 @@ void ShmGroup::check_peer(int q, uint64_t stage, Clock::time_point deadline) {
   if (const uint64_t f = failure.load(std::memory_order_acquire)) {
     const int culprit = int(uint32_t(f)), seen_by = int((f >> 32) & 0xFFFFFF);
     if (FailureKind(f >> 56) == FailureKind::exited)
-      RG_FAIL("shared-memory all-reduce: rank ", culprit, " exited (seen by rank ", seen_by, ")");
-    RG_FAIL("shared-memory all-reduce timed out: rank ", seen_by, " gave up waiting for rank ",
+      RG_FAIL("shared memory: rank ", culprit, " exited (seen by rank ", seen_by, ")");
+    RG_FAIL("shared memory: timed out: rank ", seen_by, " gave up waiting for rank ",
             culprit);
   }
   if (Clock::now() >= deadline) {
     fail(FailureKind::timed_out);
-    RG_FAIL("shared-memory all-reduce timed out waiting for rank ", q, " (stage ", stage, ")");
+    RG_FAIL("shared memory: timed out waiting for rank ", q, " (stage ", stage, ")");
   }
   const int pid = control(q).pid.load(std::memory_order_acquire);
   if (!process_alive(pid)) {
     fail(FailureKind::exited);
-    RG_FAIL("shared-memory all-reduce: rank ", q, " (pid ", pid, ") exited");
+    RG_FAIL("shared memory: rank ", q, " (pid ", pid, ") exited");
   }
 }
 
@@ -306,14 +306,19 @@ void ShmGroup::wait_all(uint64_t stage, Clock::time_point deadline) {
     if (q != rank_) wait_for(q, stage, deadline);
 }
 
-void ShmGroup::reduce_chunk(const ShmReduceArgs& a, char* data, size_t len) {
+uint64_t ShmGroup::next_chunk(Clock::time_point deadline) {
   const uint64_t g = ++chunk_;
+  // This chunk's slot set was last used by chunk g-2: free once every rank has started chunk g-1.
+  if (g >= 2) wait_all(2 * g - 3, deadline);
+  return g;
+}
+
+void ShmGroup::reduce_chunk(const ShmReduceArgs& a, char* data, size_t len) {
+  const uint64_t g = next_chunk(a.deadline);
   const size_t es = a.element_size;
   auto begin = [&](int q) { return ring_block_begin(len, size_, q) * es; };
   char* mine = slot(g, rank_);
-  // 1. This set was last used by chunk g-2: free once every rank has started chunk g-1.
-  if (g >= 2) wait_all(2 * g - 3, a.deadline);
-  // The other ranks' slices of my input go to my slot; my own slice is reduced from `data`.
+  // 1. The other ranks' slices of my input go to my slot.
   const size_t b0 = begin(rank_), b1 = begin(rank_ + 1), end = len * es;
   std::memcpy(mine, data, b0);
   std::memcpy(mine + b1, data + b1, end - b1);
@@ -345,6 +350,53 @@ void ShmGroup::all_reduce(const ShmReduceArgs& a) {
   auto* data = static_cast<char*>(a.data);
   for (size_t off = 0; off < a.count; off += elems)
     reduce_chunk(a, data + off * a.element_size, std::min(elems, a.count - off));
+}
+
+// Root's chunk goes through its slot; the others copy it out.
+void ShmGroup::broadcast(void* data, size_t bytes, int root, Clock::time_point deadline) {
+  RG_CHECK(root >= 0 && root < size_, "shm broadcast: bad root ", root);
+  auto* p = static_cast<char*>(data);
+  for (size_t off = 0; off < bytes; off += slot_bytes_) {
+    const size_t len = std::min(slot_bytes_, bytes - off);
+    const uint64_t g = next_chunk(deadline);
+    if (rank_ == root) std::memcpy(slot(g, root), p + off, len);
+    publish(2 * g - 1);
+    if (rank_ != root) {
+      wait_for(root, 2 * g - 1, deadline);
+      std::memcpy(p + off, slot(g, root), len);
+    }
+    publish(2 * g);
+  }
+}
+
+// Every rank's chunk goes through its slot; each copies every other rank's out.
+void ShmGroup::all_gather(const void* input, void* output, size_t bytes,
+                          Clock::time_point deadline) {
+  const auto* in = static_cast<const char*>(input);
+  auto* out = static_cast<char*>(output);
+  // The caller may pass its own block of the output as the input.
+  std::memmove(out + size_t(rank_) * bytes, in, bytes);
+  in = out + size_t(rank_) * bytes;
+  for (size_t off = 0; off < bytes; off += slot_bytes_) {
+    const size_t len = std::min(slot_bytes_, bytes - off);
+    const uint64_t g = next_chunk(deadline);
+    std::memcpy(slot(g, rank_), in + off, len);
+    publish(2 * g - 1);
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      wait_for(q, 2 * g - 1, deadline);
+      std::memcpy(out + size_t(q) * bytes + off, slot(g, q), len);
+    }
+    publish(2 * g);
+  }
+}
+
+// One chunk without data: every rank has started it when all reached its first stage.
+void ShmGroup::barrier(Clock::time_point deadline) {
+  const uint64_t g = next_chunk(deadline);
+  publish(2 * g - 1);
+  wait_all(2 * g - 1, deadline);
+  publish(2 * g);
 }
 
 }  // namespace rg::dist

@@ -1,4 +1,5 @@
-// ShmGroup: a shared-memory all-reduce for the ranks of a process group that all run on one host.
+// ShmGroup: shared-memory collectives (all-reduce, broadcast, all-gather, barrier) for the ranks of
+// a process group that all run on one host.
 // One segment per group (created by rank 0 with shm_open, its name published through the store,
 // attached by every rank, then unlinked at once so a crash leaves nothing in /dev/shm) holds two
 // sets of one slot per rank; an all-reduce is pipelined over chunks of one slot each, so memory
@@ -51,12 +52,21 @@ class ShmGroup {
   // Every rank's data becomes the reduction over all ranks. Throws rg::Error at the deadline
   // ("timed out") or when a peer has exited; the group is unusable afterwards.
   void all_reduce(const ShmReduceArgs& args);
+  // The same pipeline without the reduction: root's `bytes` to every rank; every rank's input
+  // (`bytes`) into block r of output (size() * bytes; the input may be this rank's block); a
+  // barrier. Errors as all_reduce.
+  void broadcast(void* data, size_t bytes, int root, std::chrono::steady_clock::time_point deadline);
+  void all_gather(const void* input, void* output, size_t bytes,
+                  std::chrono::steady_clock::time_point deadline);
+  void barrier(std::chrono::steady_clock::time_point deadline);
 
  private:
   struct Control;
   ShmGroup(int rank, int size, size_t slot_bytes, void* base, size_t bytes);
   Control& control(int r) const;
   char* slot(uint64_t chunk, int r) const;
+  // Starts the next chunk: waits until its slot set is free; returns its number.
+  uint64_t next_chunk(std::chrono::steady_clock::time_point deadline);
   void reduce_chunk(const ShmReduceArgs& a, char* data, size_t len);
   void publish(uint64_t stage);
   // Until rank q's (every other rank's) stage reaches `stage`; rg::Error on failure.

@@ -1,8 +1,9 @@
-// The shared-memory all-reduce (comm/shm_allreduce.h) in real rank processes started by
-// ringgrad-run (they share a host, so gloo groups set it up and `auto` picks it): every
-// collective and dtype through it, chunk boundaries, agreement with gloo's own all-reduce on
-// random values, a peer killed mid-transfer ending in an error that names it, and ranks on
-// "different hosts" (RG_HOST_ID) falling back to gloo. Correctness only: nothing here is timed
+// The shared-memory collectives (comm/shm_allreduce.h) in real rank processes started by
+// ringgrad-run (they share a host, so gloo groups set them up and `auto` picks them): every
+// collective and dtype through them, chunk boundaries, agreement with gloo's own all-reduce on
+// random values, a peer killed mid-transfer ending in an error that names it, a rank that never
+// joins ending in a named timeout, and ranks on "different hosts" (RG_HOST_ID) falling back to
+// gloo. Correctness only: nothing here is timed
 // except the bound on how long a dead peer may take to be noticed.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -62,7 +63,7 @@ TEST(DistShm, EveryCollectiveAndDtype) {
 }
 
 // Sizes around the pipeline's chunk: one element less, exactly one, one more, several plus a
-// remainder, for every dtype and op, all-reduce and reduce-scatter.
+// remainder, for every dtype and op: all-reduce, reduce-scatter, broadcast and all-gather.
 TEST(DistShm, ChunkBoundaries) {
   ProcessGroupOptions o;
   o.algorithm = Algorithm::shm;
@@ -76,6 +77,8 @@ TEST(DistShm, ChunkBoundaries) {
     for (size_t count : {size_t(1), n - 1, n + 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 5}) {
       for (ReduceOp op : kOps) rg::testing::check_all_reduce(*pg, dt, count, op);
       rg::testing::check_reduce_scatter(*pg, dt, count / n + 1, ReduceOp::sum);
+      rg::testing::check_broadcast(*pg, dt, count, int(count % n));
+      rg::testing::check_all_gather(*pg, dt, count);
     }
   }
   pg->barrier()->wait();
