@@ -19,7 +19,7 @@ const char* reduce_op_name(ReduceOp op);
 
 // How all_reduce, reduce_scatter and all_gather are carried out: the backend library's own
 // algorithm, our ring (comm/ring_allreduce.h) over the backend's point-to-point transport, or
-// (gloo, every rank on one host) shared memory (comm/shm_allreduce.h; broadcast and barrier too).
+// (gloo, every rank on one host) shared memory (comm/shm_group.h; broadcast and barrier too).
 // `automatic` is shm where the group has it, else native.
 enum class Algorithm : uint8_t { native, ring, shm, automatic };
 const char* algorithm_name(Algorithm a);

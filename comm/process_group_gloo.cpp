@@ -20,7 +20,7 @@
 #include "comm/prefix_store.h"
 #include "comm/progress_board.h"
 #include "comm/ring_allreduce.h"
-#include "comm/shm_allreduce.h"
+#include "comm/shm_group.h"
 #include "engine/dispatch.h"
 #include "kernels/cpu/collective_reduce.h"
 #include "kernels/error.h"

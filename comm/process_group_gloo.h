@@ -1,7 +1,7 @@
 // ProcessGroupGloo: CPU collectives over Debian's libgloo (TCP). One worker thread per group runs
 // the collectives in issue order; `Algorithm::ring` runs ours over gloo's unbound buffers, and
 // `Algorithm::shm` (what `automatic` picks when every rank is on this host) runs all_reduce,
-// reduce_scatter, broadcast, all_gather and barrier through shared memory (comm/shm_allreduce.h).
+// reduce_scatter, broadcast, all_gather and barrier through shared memory (comm/shm_group.h).
 #pragma once
 
 #include <memory>

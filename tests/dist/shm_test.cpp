@@ -1,4 +1,4 @@
-// The shared-memory collectives (comm/shm_allreduce.h) in real rank processes started by
+// The shared-memory collectives (comm/shm_group.h) in real rank processes started by
 // ringgrad-run (they share a host, so gloo groups set them up and `auto` picks them): every
 // collective and dtype through them, chunk boundaries, agreement with gloo's own all-reduce on
 // random values, a peer killed mid-transfer ending in an error that names it, a rank that never

@@ -1,10 +1,10 @@
-// The shared-memory all-reduce (see shm_allreduce.h). Segment layout: a header (magic, size,
+// The shared-memory collectives (see shm_group.h). Segment layout: a header (magic, size,
 // the first failure), one cache line of control per rank (its stage counter and pid), then two
 // sets of one slot per rank, page-aligned. Chunk g (counted from 1, the same on every rank) uses
 // set g % 2; rank r's stage reaches 2g-1 when its inputs for chunk g are in its slot and 2g when
 // its reduced slice is; a set is reused by chunk g+2 only after every rank has started chunk g+1,
 // that is finished chunk g.
-#include "comm/shm_allreduce.h"
+#include "comm/shm_group.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
