@@ -245,7 +245,8 @@ void ShmGroup::publish(uint64_t stage) {
   if (c.waiters.load() > 0) futex_wake(c.word);
 }
 
-// Throws when another rank reported a failure, the deadline passed, or rank q exited.
+// Throws when another rank reported a failure, the deadline passed, or rank q exited before
+// reaching `stage` (a rank that published its last stage and then exited did its part).
 void ShmGroup::check_peer(int q, uint64_t stage, Clock::time_point deadline) {
   auto& failure = static_cast<Header*>(base_)->failure;
   auto fail = [&](FailureKind kind) {
@@ -265,7 +266,7 @@ void ShmGroup::check_peer(int q, uint64_t stage, Clock::time_point deadline) {
     RG_FAIL("shared memory: timed out waiting for rank ", q, " (stage ", stage, ")");
   }
   const int pid = control(q).pid.load(std::memory_order_acquire);
-  if (!process_alive(pid)) {
+  if (!process_alive(pid) && control(q).stage.load(std::memory_order_acquire) < stage) {
     fail(FailureKind::exited);
     RG_FAIL("shared memory: rank ", q, " (pid ", pid, ") exited");
   }
