@@ -135,7 +135,7 @@ CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o) {
   c->add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
   c->add_option("--chunk-kib", o.chunk_kib, "ring pipelining chunk (KiB)")
       ->check(CLI::PositiveNumber);
-  c->add_option("--shm-chunk-kib", o.shm_chunk_kib, "shared-memory all-reduce chunk (KiB)")
+  c->add_option("--shm-chunk-kib", o.shm_chunk_kib, "shared-memory collectives chunk (KiB)")
       ->check(CLI::PositiveNumber);
   c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
   c->add_option("--plot", o.plot, "also plot busbw against size to this PNG (needs gnuplot)");

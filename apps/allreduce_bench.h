@@ -21,8 +21,8 @@ struct AllreduceBenchOptions {
   int iters = 0;  // 0: automatic (more for small sizes)
   int warmup = 3;
   std::string csv, plot;
-  int64_t chunk_kib = 1024;     // the ring's pipelining chunk
-  int64_t shm_chunk_kib = 256;  // the shared-memory all-reduce's chunk
+  int64_t chunk_kib = 1024;      // the ring's pipelining chunk
+  int64_t shm_chunk_kib = 1024;  // the shared-memory collectives' chunk
 };
 
 CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o);

@@ -35,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x52474D4853484D31;  // "RGMHSHM1"
 constexpr size_t kLine = 64;
+constexpr size_t kMaxSlotsBytes = size_t(32) << 20;  // both slot sets of every rank
 
 // The first failure any rank saw, for the others to report at once: [kind 8][seen by 24]
 // [culprit 32]; 0 = none.
@@ -173,8 +174,10 @@ std::string host_identity() {
 
 std::unique_ptr<ShmGroup> ShmGroup::create(Store& store, int rank, int size, size_t slot_bytes,
                                            Millis timeout) {
-  slot_bytes = slot_bytes / kLine * kLine;
   if (size < 2 || slot_bytes == 0) return nullptr;
+  // Many local ranks get smaller chunks: /dev/shm is often small (64 MiB in a default container).
+  slot_bytes = std::min(slot_bytes, kMaxSlotsBytes / (2 * size_t(size))) / kLine * kLine;
+  if (slot_bytes == 0) return nullptr;
   store.set(key("host", rank), host_identity());
   const auto hosts = gather_keys(store, "host", size, timeout);
   for (const auto& h : hosts)

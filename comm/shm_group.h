@@ -42,7 +42,8 @@ class ShmGroup {
   // Collective over `store` (the group's namespaced store): every rank of the group calls it.
   // Returns null on every rank when the group has one rank, when its ranks are not all on one
   // host, or when any rank could not map the segment; the caller then uses the network.
-  // `slot_bytes` is the chunk size of the pipeline (rounded down to a multiple of 64).
+  // `slot_bytes` is the chunk size of the pipeline (rounded down to a multiple of 64, and capped
+  // so that the 2 * size slots take at most 32 MiB).
   static std::unique_ptr<ShmGroup> create(Store& store, int rank, int size, size_t slot_bytes,
                                           Millis timeout);
   ~ShmGroup();

@@ -120,7 +120,8 @@ double epsilon(DType dtype) {
 TEST(DistShm, MatchesGlooNative) {
   auto& pg = default_gloo();
   const int n = pg.size();
-  const size_t count = (size_t(256) << 10) / 4 * 3 + 7;  // several default chunks in f32
+  // Several chunks of the default 1 MiB in every dtype.
+  const size_t count = (ProcessGroupOptions{}.shm_chunk_bytes / 2) * 3 + 7;
   for (DType dt : kDtypes) {
     if (dt == DType::u8) continue;  // random u8 sums would wrap around
     for (ReduceOp op : kOps) {
