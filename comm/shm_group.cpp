@@ -155,10 +155,10 @@ void* attach_segment(const std::string& name, int size, size_t slot_bytes) {
 }  // namespace
 
 struct alignas(kLine) ShmGroup::Control {
-  std::atomic<uint64_t> stage;
-  std::atomic<uint32_t> word;     // stage's low half, what sleeping waiters' futex watches
-  std::atomic<uint32_t> waiters;  // how many sleep on `word`: publish skips the wake when none
-  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> stage{0};
+  std::atomic<uint32_t> word{0};     // stage's low half, what sleeping waiters' futex watches
+  std::atomic<uint32_t> waiters{0};  // how many sleep on `word`: publish skips the wake when none
+  std::atomic<int32_t> pid{0};
 };
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
@@ -188,6 +188,8 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Store& store, int rank, int size, siz
   if (rank == 0) {
     name = detail::cat("/ringgrad-", getpid(), "-", std::random_device{}());
     base = create_segment(name, size, slot_bytes);
+    for (int q = 0; base && q < size; ++q)
+      new (static_cast<char*>(base) + kLine * (1 + size_t(q))) Control{};
     store.set("shm/name", base ? name : "");
   } else {
     name = to_string(store.get("shm/name", timeout));
