@@ -364,7 +364,6 @@ bool ProcessGroupGloo::has_shared_memory() const { return impl_->shm != nullptr;
 
 // `automatic` resolved: shm where the group has it, else native. An explicit shm without a
 // segment is refused on the caller's thread (a group of one has nothing to share: native).
-
 Algorithm ProcessGroupGloo::effective_algorithm(const char* op) const {
   switch (algorithm()) {
     case Algorithm::automatic:
