@@ -15,6 +15,7 @@
 
 #include "apps/common/plot.h"
 #include "comm/init.h"
+#include "comm/process_group_gloo.h"
 #include "comm/process_group_nccl.h"
 #include "engine/cuda/device_guard.h"
 #include "engine/dispatch.h"
@@ -119,7 +120,8 @@ CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o) {
       "allreduce", "all-reduce bandwidth over a size sweep (run under ringgrad-run)");
   c->option_defaults()->always_capture_default();
   c->add_option("--algorithms", o.algorithms,
-                "gloo-native, gloo-ring, nccl-native, nccl-ring (nccl-* need a GPU)")
+                "gloo-native, gloo-ring, gloo-shm (every rank on one host), nccl-native, "
+                "nccl-ring (nccl-* need a GPU)")
       ->delimiter(',');
   c->add_option("--min-bytes", o.min_bytes, "smallest message (4, 64K, 16M, ...)");
   c->add_option("--max-bytes", o.max_bytes, "largest message");
@@ -133,6 +135,8 @@ CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o) {
   c->add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
   c->add_option("--chunk-kib", o.chunk_kib, "ring pipelining chunk (KiB)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--shm-chunk-kib", o.shm_chunk_kib, "shared-memory collectives chunk (KiB)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
   c->add_option("--plot", o.plot, "also plot busbw against size to this PNG (needs gnuplot)");
   return c;
@@ -145,6 +149,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
   dist::InitOptions init;
   init.backend = "gloo";
   init.group.ring_chunk_bytes = size_t(o.chunk_kib) << 10;
+  init.group.shm_chunk_bytes = size_t(o.shm_chunk_kib) << 10;
   auto pg = dist::init_process_group(init);
   const bool root = pg->rank() == 0;
   const int n = pg->size();
@@ -162,10 +167,12 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
   for (const std::string& name : o.algorithms) {
     const auto dash = name.find('-');
     RG_CHECK(dash != std::string::npos, "unknown algorithm '", name,
-             "' (expected gloo-native, gloo-ring, nccl-native or nccl-ring)");
+             "' (expected gloo-native, gloo-ring, gloo-shm, nccl-native or nccl-ring)");
     const std::string backend = name.substr(0, dash);
     const dist::Algorithm algo = dist::parse_algorithm(name.substr(dash + 1));
     RG_CHECK(backend == "gloo" || backend == "nccl", "unknown backend in '", name, "'");
+    RG_CHECK(algo != dist::Algorithm::shm || backend == "gloo", "'", name,
+             "': shared memory is gloo's (nccl-native already uses it within a node)");
     // Every rank decides alike: the GPU count of a machine is the same for all of its ranks.
     if (backend == "nccl" && !dist::nccl_available()) {
       if (root)
@@ -173,6 +180,14 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
                    cuda::built_with_cuda() ? "no CUDA device on this machine"
                                            : "ringgrad was built without CUDA");
       continue;
+    }
+    // Ranks on several hosts have no shared-memory segment (and every rank knows it alike).
+    if (algo == dist::Algorithm::shm) {
+      const auto* gloo = dynamic_cast<const dist::ProcessGroupGloo*>(pg.get());
+      if (gloo == nullptr || !gloo->has_shared_memory()) {
+        if (root) fmt::print("\n# {}: skipped: the ranks are not all on one host\n", name);
+        continue;
+      }
     }
     if (backend == "nccl" && !nccl) {
       dist::ProcessGroupOptions no;

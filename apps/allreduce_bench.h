@@ -13,14 +13,16 @@ class App;
 namespace rg::apps {
 
 struct AllreduceBenchOptions {
-  std::vector<std::string> algorithms = {"gloo-native", "gloo-ring", "nccl-native", "nccl-ring"};
+  std::vector<std::string> algorithms = {"gloo-native", "gloo-ring", "gloo-shm", "nccl-native",
+                                         "nccl-ring"};
   std::string min_bytes = "4", max_bytes = "256M";
   int step_factor = 2;
   std::string dtype = "f32";
   int iters = 0;  // 0: automatic (more for small sizes)
   int warmup = 3;
   std::string csv, plot;
-  int64_t chunk_kib = 1024;  // the ring's pipelining chunk
+  int64_t chunk_kib = 1024;      // the ring's pipelining chunk
+  int64_t shm_chunk_kib = 1024;  // the shared-memory collectives' chunk
 };
 
 CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o);

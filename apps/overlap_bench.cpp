@@ -90,7 +90,7 @@ CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
       ->check(CLI::PositiveNumber);
   c->add_option("--sim-link", o.sim_link,
                 "GBPS,LATENCY_US: all-reduces take the time of such a link and move no data");
-  c->add_option("--allreduce", o.allreduce, "native | ring (real all-reduces)");
+  c->add_option("--allreduce", o.allreduce, "auto | native | ring | shm (real all-reduces)");
   c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
   return c;
 }

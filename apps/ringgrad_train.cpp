@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
-  app.add_option("--allreduce", c.allreduce, "native (the backend's) | ring (ours)")
-      ->check(CLI::IsMember({"native", "ring"}));
+  app.add_option("--allreduce", c.allreduce,
+                 "auto (gloo: shm when every rank is on this host, else native) | native (the "
+                 "backend's) | ring (ours) | shm (gloo, one host)")
+      ->check(CLI::IsMember({"auto", "native", "ring", "shm"}));
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP bucket size (MiB)")
       ->check(CLI::PositiveNumber);
   app.add_option("--first-bucket-mb", c.first_bucket_mb, "size of DDP's first bucket (MiB)")

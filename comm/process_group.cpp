@@ -19,12 +19,24 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-const char* algorithm_name(Algorithm a) { return a == Algorithm::native ? "native" : "ring"; }
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::native:
+      return "native";
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::shm:
+      return "shm";
+    case Algorithm::automatic:
+      return "auto";
+  }
+  return "?";
+}
 
 Algorithm parse_algorithm(std::string_view name) {
-  if (name == "native") return Algorithm::native;
-  if (name == "ring") return Algorithm::ring;
-  RG_FAIL("unknown all-reduce algorithm '", name, "' (expected native or ring)");
+  for (Algorithm a : {Algorithm::native, Algorithm::ring, Algorithm::shm, Algorithm::automatic})
+    if (name == algorithm_name(a)) return a;
+  RG_FAIL("unknown all-reduce algorithm '", name, "' (expected native, ring, shm or auto)");
 }
 
 Tensor on_group_device(const ProcessGroup& pg, const Tensor& t) {

@@ -20,6 +20,7 @@
 #include "comm/prefix_store.h"
 #include "comm/progress_board.h"
 #include "comm/ring_allreduce.h"
+#include "comm/shm_group.h"
 #include "engine/dispatch.h"
 #include "kernels/cpu/collective_reduce.h"
 #include "kernels/error.h"
@@ -159,6 +160,7 @@ struct ProcessGroupGloo::Impl {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<GlooP2P> p2p;
+  std::unique_ptr<ShmGroup> shm;  // null unless every rank is on this host
   std::unique_ptr<ProgressBoard> board;
 
   std::mutex mu;
@@ -288,6 +290,31 @@ struct ProcessGroupGloo::Impl {
     gloo::allreduce(o);
   }
 
+  // The average's division of each fully reduced block (empty for the other ops), for our
+  // algorithms.
+  template <class T>
+  std::function<void(void*, size_t)> finalizer(ReduceOp op) const {
+    if (op != ReduceOp::avg) return {};
+    const int64_t world = pg.size();
+    return [world](void* d, size_t k) { kcpu::divide_by(static_cast<T*>(d), int64_t(k), world); };
+  }
+
+  template <class T>
+  void shm_all_reduce(T* data, size_t n, ReduceOp op, Clock::time_point dl) {
+    ShmReduceArgs a;
+    a.data = data;
+    a.count = n;
+    a.element_size = sizeof(T);
+    const auto cop = collective_op(op);
+    a.reduce = [cop](void* out, const void* x, const void* y, size_t k) {
+      kcpu::collective_reduce(cop, static_cast<T*>(out), static_cast<const T*>(x),
+                              static_cast<const T*>(y), int64_t(k));
+    };
+    a.finalize = finalizer<T>(op);
+    a.deadline = dl;
+    shm->all_reduce(a);
+  }
+
   template <class T>
   RingArgs ring_args(T* data, size_t n, ReduceOp op, uint64_t seq, Clock::time_point dl) {
     RingArgs a;
@@ -299,12 +326,7 @@ struct ProcessGroupGloo::Impl {
       kcpu::collective_reduce(cop, static_cast<T*>(dst), static_cast<const T*>(dst),
                               static_cast<const T*>(src), int64_t(k));
     };
-    if (op == ReduceOp::avg) {
-      const int64_t world = pg.size();
-      a.finalize = [world](void* d, size_t k) {
-        kcpu::divide_by(static_cast<T*>(d), int64_t(k), world);
-      };
-    }
+    a.finalize = finalizer<T>(op);
     a.scratch = scratch_of(ring_scratch_bytes(n, pg.size(), sizeof(T)));
     a.chunk_bytes = pg.options().ring_chunk_bytes;
     a.slot_base = ring_slot_base(seq);
@@ -323,6 +345,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   impl_->store = std::make_shared<PrefixStore>("pg/" + options_.name, std::move(store));
   impl_->join(rank, size);
   impl_->p2p = std::make_unique<GlooP2P>(impl_->context);
+  impl_->shm = ShmGroup::create(*impl_->store, rank, size, options_.shm_chunk_bytes,
+                                options_.timeout);
   impl_->board = std::make_unique<ProgressBoard>(impl_->store, rank, size);
   impl_->worker = std::thread([this] { impl_->loop(); });
 }
@@ -336,9 +360,27 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   impl_->worker.join();  // runs what was issued: every rank issued the same collectives
 }
 
+bool ProcessGroupGloo::has_shared_memory() const { return impl_->shm != nullptr; }
+
+// `automatic` resolved: shm where the group has it, else native. An explicit shm without a
+// segment is refused on the caller's thread (a group of one has nothing to share: native).
+Algorithm ProcessGroupGloo::effective_algorithm(const char* op) const {
+  switch (algorithm()) {
+    case Algorithm::automatic:
+      return has_shared_memory() ? Algorithm::shm : Algorithm::native;
+    case Algorithm::shm:
+      RG_CHECK(has_shared_memory() || size() == 1, op,
+               ": algorithm shm needs every rank of the group on one host (and /dev/shm); "
+               "use native or ring");
+      return size() == 1 ? Algorithm::native : Algorithm::shm;
+    default:
+      return algorithm();
+  }
+}
+
 WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce", "input");
-  const Algorithm algo = algorithm();
+  const Algorithm algo = effective_algorithm("all_reduce");
   std::string detail =
       detail::cat(tensor_detail(t), ", ", reduce_op_name(op), ", ", algorithm_name(algo));
   return impl_->enqueue("all_reduce", std::move(detail),
@@ -349,6 +391,8 @@ WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
                             if (algo == Algorithm::native) {
                               impl_->native_all_reduce(data, n, op, uint32_t(seq), dl);
                               if (op == ReduceOp::avg) kcpu::divide_by(data, int64_t(n), size());
+                            } else if (algo == Algorithm::shm) {
+                              impl_->shm_all_reduce(data, n, op, dl);
                             } else {
                               ring_all_reduce(*impl_->p2p, impl_->ring_args(data, n, op, seq, dl));
                             }
@@ -359,10 +403,13 @@ WorkPtr ProcessGroupGloo::all_reduce(const Tensor& t, ReduceOp op) {
 WorkPtr ProcessGroupGloo::broadcast(const Tensor& t, int root) {
   check_tensor(t, "broadcast", "input");
   check_rank(root, "broadcast", "root");
-  std::string detail = detail::cat(tensor_detail(t), ", root ", root);
+  // Gloo's broadcast unless shared memory is asked for (or picked by auto).
+  const bool shm = effective_algorithm("broadcast") == Algorithm::shm;
+  std::string detail = detail::cat(tensor_detail(t), ", root ", root, shm ? ", shm" : "");
   return impl_->enqueue(
-      "broadcast", std::move(detail), [this, t, root](uint64_t seq, Clock::time_point dl) {
+      "broadcast", std::move(detail), [this, t, root, shm](uint64_t seq, Clock::time_point dl) {
         if (t.numel() == 0 || size() == 1) return;
+        if (shm) return impl_->shm->broadcast(t.raw_data(), t.nbytes(), root, dl);
         dispatch_all(t.dtype(), [&]<class T>() {
           gloo::BroadcastOptions o(impl_->context);
           o.setOutput(reinterpret_cast<GlooType<T>*>(t.data<T>()), size_t(t.numel()));
@@ -381,7 +428,7 @@ WorkPtr ProcessGroupGloo::all_gather(const Tensor& output, const Tensor& input) 
            " differs from input dtype ", dtype_name(input.dtype()));
   RG_CHECK(output.numel() == input.numel() * size(), "all_gather: output has ", output.numel(),
            " elements; expected group size ", size(), " x input ", input.numel());
-  const Algorithm algo = algorithm();
+  const Algorithm algo = effective_algorithm("all_gather");
   std::string detail = detail::cat(tensor_detail(input), ", ", algorithm_name(algo));
   return impl_->enqueue("all_gather", std::move(detail),
                         [this, output, input, algo](uint64_t seq, Clock::time_point dl) {
@@ -398,6 +445,8 @@ WorkPtr ProcessGroupGloo::all_gather(const Tensor& output, const Tensor& input) 
                               o.setTag(uint32_t(seq));
                               o.setTimeout(until(dl));
                               gloo::allgather(o);
+                            } else if (algo == Algorithm::shm) {
+                              impl_->shm->all_gather(input.data<T>(), out, n * sizeof(T), dl);
                             } else {
                               std::memcpy(out + n * size_t(rank()), input.data<T>(), n * sizeof(T));
                               RingArgs a =
@@ -415,7 +464,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
            dtype_name(output.dtype()), " differs from input dtype ", dtype_name(input.dtype()));
   RG_CHECK(input.numel() == output.numel() * size(), "reduce_scatter: input has ", input.numel(),
            " elements; expected group size ", size(), " x output ", output.numel());
-  const Algorithm algo = algorithm();
+  const Algorithm algo = effective_algorithm("reduce_scatter");
   std::string detail =
       detail::cat(tensor_detail(input), ", ", reduce_op_name(op), ", ", algorithm_name(algo));
   return impl_->enqueue(
@@ -432,6 +481,8 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
             impl_->native_all_reduce(work.data(), n, op, uint32_t(seq), dl);
             if (op == ReduceOp::avg)
               kcpu::divide_by(work.data() + m * size_t(rank()), int64_t(m), size());
+          } else if (algo == Algorithm::shm) {
+            impl_->shm_all_reduce(work.data(), n, op, dl);  // as native: all-reduce, keep ours
           } else {
             ring_reduce_scatter(*impl_->p2p, impl_->ring_args(work.data(), n, op, seq, dl));
           }
@@ -441,8 +492,10 @@ WorkPtr ProcessGroupGloo::reduce_scatter(const Tensor& output, const Tensor& inp
 }
 
 WorkPtr ProcessGroupGloo::barrier() {
-  return impl_->enqueue("barrier", "", [this](uint64_t seq, Clock::time_point dl) {
+  const bool shm = effective_algorithm("barrier") == Algorithm::shm;
+  return impl_->enqueue("barrier", shm ? "shm" : "", [this, shm](uint64_t seq, Clock::time_point dl) {
     if (size() == 1) return;
+    if (shm) return impl_->shm->barrier(dl);
     gloo::BarrierOptions o(impl_->context);
     o.setTag(uint32_t(seq));
     o.setTimeout(until(dl));

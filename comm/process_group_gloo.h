@@ -1,5 +1,7 @@
 // ProcessGroupGloo: CPU collectives over Debian's libgloo (TCP). One worker thread per group runs
-// the collectives in issue order; `Algorithm::ring` runs ours over gloo's unbound buffers.
+// the collectives in issue order; `Algorithm::ring` runs ours over gloo's unbound buffers, and
+// `Algorithm::shm` (what `automatic` picks when every rank is on this host) runs all_reduce,
+// reduce_scatter, broadcast, all_gather and barrier through shared memory (comm/shm_group.h).
 #pragma once
 
 #include <memory>
@@ -26,7 +28,13 @@ class ProcessGroupGloo : public ProcessGroup {
   WorkPtr send(const Tensor& tensor, int dst, uint32_t tag = 0) override;
   WorkPtr recv(const Tensor& tensor, int src, uint32_t tag = 0) override;
 
+  // Whether the group set up its shared-memory segment (every rank on one host, size > 1).
+  bool has_shared_memory() const;
+
  private:
+  // What a collective runs: `automatic` resolved; throws for shm without a segment.
+  Algorithm effective_algorithm(const char* op) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

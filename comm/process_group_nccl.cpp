@@ -306,7 +306,9 @@ int ProcessGroupNCCL::device() const { return impl_->device; }
 
 WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->check_tensor(t, "all_reduce", "input");
-  const bool ring = algorithm() == Algorithm::ring;
+  RG_CHECK(algorithm() != Algorithm::shm,
+           "all_reduce: algorithm shm is gloo's (NCCL uses shared memory within a node itself)");
+  const bool ring = algorithm() == Algorithm::ring;  // auto: native
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], ",
                                     reduce_op_name(op), ring ? ", ring" : ", native");
   if (!ring) {

@@ -40,7 +40,7 @@ struct TrainConfig {
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.
   std::string backend = "auto";      // gloo | nccl | auto
-  std::string allreduce = "native";  // native | ring
+  std::string allreduce = "auto";  // auto | native | ring | shm (dist::parse_algorithm)
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool overlap = true;                  // false: --no-overlap

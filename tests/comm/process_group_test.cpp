@@ -27,6 +27,7 @@ ProcessGroupOptions small_chunks(Algorithm algo, Millis timeout = 30s) {
   ProcessGroupOptions o;
   o.algorithm = algo;
   o.ring_chunk_bytes = 256;  // many chunks per block even for small tensors
+  o.shm_chunk_bytes = 256;   // and many shared-memory chunks
   o.timeout = timeout;
   return o;
 }
@@ -40,6 +41,10 @@ TEST_P(CollectivesTest, EveryCollectiveDtypeAndSizeMatchesBothAlgorithms) {
     ProcessGroupGloo pg(store, rank, n, small_chunks(Algorithm::native));
     rg::testing::check_everything(pg, /*heavy=*/n <= 2);
     pg.set_algorithm(Algorithm::ring);
+    rg::testing::check_everything(pg, /*heavy=*/n <= 2);
+    // Threads of one process share its host: shared memory too (size 1: gloo's).
+    EXPECT_EQ(pg.has_shared_memory(), n > 1);
+    pg.set_algorithm(Algorithm::shm);
     rg::testing::check_everything(pg, /*heavy=*/n <= 2);
   });
 }
@@ -165,6 +170,9 @@ TEST(ProcessGroupGlooTest, BadArgumentsFailOnTheCallersThread) {
 TEST(ProcessGroupGlooTest, AlgorithmNamesParse) {
   EXPECT_EQ(parse_algorithm("ring"), Algorithm::ring);
   EXPECT_EQ(parse_algorithm("native"), Algorithm::native);
+  EXPECT_EQ(parse_algorithm("shm"), Algorithm::shm);
+  EXPECT_EQ(parse_algorithm("auto"), Algorithm::automatic);
+  EXPECT_EQ(ProcessGroupOptions{}.algorithm, Algorithm::automatic);
   rg::testing::expect_error([] { parse_algorithm("tree"); }, "unknown all-reduce algorithm");
 }
 
