@@ -10,7 +10,7 @@ better for img/s and bandwidth, lower for RSS). Configurations:
           oneDNN; ringgrad's own kernels are compiled for the baseline x86-64 and are not capped)
   ddp     2 ranks x 1 thread on this host: ringgrad-run + ringgrad-bench train --ddp (Gloo) against
           mp.spawn + DistributedDataParallel (Gloo)
-  allreduce  64 MiB f32 all-reduce, 2 and 4 ranks: our ring against Gloo's own algorithm, both
+  allreduce  64 MiB f32 all-reduce, 2 and 4 ranks: our ring and shared memory against Gloo's own, all
           inside ringgrad-bench allreduce (same processes, same transport)
 """
 import argparse
@@ -131,7 +131,7 @@ def main():
             runs = []
             for _ in range(a.repeats):
                 out = run([launcher, "--nproc-per-node", str(n), "--master-port", "0", bench,
-                           "allreduce", "--algorithms", "gloo-native", "gloo-ring",
+                           "allreduce", "--algorithms", "gloo-native", "gloo-ring", "gloo-shm",
                            "--min-bytes", "64M", "--max-bytes", "64M"], {"OMP_NUM_THREADS": "1"}, 900)
                 runs.append(out)
             print(f"allreduce 64 MiB, {n} ranks (ringgrad-bench allreduce rows, {a.repeats} runs):")

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/error.h"
 
 namespace rg::kernels::cpu {
 namespace {
@@ -63,42 +64,70 @@ Dims dims_of(const Conv2dGeometry& g) {
 memory::desc any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
 memory::desc plain(const memory::dims& d, tag t) { return memory::desc(d, dt::f32, t); }
 
-// A primitive argument in oneDNN's chosen layout: `plain` is our array (its handle set per call),
-// `inner` the primitive's memory, the same object when the layouts agree.
+// Per-thread, grow-only buffers for what oneDNN's layouts need besides our arrays: the reordered
+// copies of inputs and outputs and the scratchpad. Shared by every geometry, so memory stays at
+// the largest layer's needs instead of one copy per cached geometry (which made ResNet-18's
+// peak RSS 1.17x PyTorch's). Each thread has its own, so primitives run concurrently.
+enum Slot { kSrc, kWeights, kDst, kScratchpad, kSlots };
+void* scratch(Slot slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    size_t bytes = 0;
+  };
+  thread_local Buffer buffers[kSlots];
+  Buffer& b = buffers[slot];
+  if (b.bytes < bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    b.data.reset(std::aligned_alloc(64, rounded));
+    RG_CHECK(b.data != nullptr, "oneDNN convolution: cannot allocate ", rounded, " bytes");
+    b.bytes = rounded;
+  }
+  return b.data.get();
+}
+
+// A primitive argument: our array's layout and the one oneDNN chose (equal when no reorder is
+// needed), and the scratch slot that holds the reordered copy.
 struct Operand {
+  memory::desc ours, chosen;
+  Slot slot;
+};
+// The memories of one call: `plain` over our array, `inner` what the primitive reads or writes.
+struct Bound {
   memory plain, inner;
   bool reordered() const { return plain != inner; }
 };
-Operand operand(const memory::desc& ours, const memory::desc& chosen) {
-  memory p(ours, cpu_engine(), DNNL_MEMORY_NONE);
-  return {p, chosen == ours ? p : memory(chosen, cpu_engine())};
+Bound bind(const Operand& op, const float* data) {
+  memory plain(op.ours, cpu_engine(), const_cast<float*>(data));
+  if (op.chosen == op.ours) return {plain, plain};
+  return {plain, memory(op.chosen, cpu_engine(), scratch(op.slot, op.chosen.get_size()))};
 }
-// Copies our array into the primitive's layout (an input).
-void bring_in(dnnl::stream& s, Operand& op, const float* data) {
-  op.plain.set_data_handle(const_cast<float*>(data));
-  if (op.reordered()) dnnl::reorder(op.plain, op.inner).execute(s, op.plain, op.inner);
+// An input: our array reordered into the primitive's layout where they differ.
+memory bring_in(dnnl::stream& s, const Operand& op, const float* data) {
+  Bound b = bind(op, data);
+  if (b.reordered()) dnnl::reorder(b.plain, b.inner).execute(s, b.plain, b.inner);
+  return b.inner;
 }
-// Points the operand at our array (an output); send_out copies the result back after execution.
-void bind_out(Operand& op, float* data) { op.plain.set_data_handle(data); }
-void send_out(dnnl::stream& s, Operand& op) {
-  if (op.reordered()) dnnl::reorder(op.inner, op.plain).execute(s, op.inner, op.plain);
+// After execution, an output in the primitive's layout copied back into our array.
+void send_out(dnnl::stream& s, Bound b) {
+  if (b.reordered()) dnnl::reorder(b.inner, b.plain).execute(s, b.inner, b.plain);
+}
+memory scratchpad(const memory::desc& d) {
+  return memory(d, cpu_engine(), scratch(kScratchpad, d.get_size()));
 }
 
 struct Forward {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   Operand src, wei, dst;
-  std::optional<memory> bias;
-  memory scratch;
-  std::mutex mu;
+  memory::desc bias;
 };
 
 struct Backward {
+  std::optional<dnnl::convolution_backward_data::primitive_desc> data_pd;
   std::optional<dnnl::convolution_backward_data> data;
+  std::optional<dnnl::convolution_backward_weights::primitive_desc> weights_pd;
   std::optional<dnnl::convolution_backward_weights> weights;
   Operand data_wei, data_dy, data_dx, w_src, w_dy, w_dw;
-  memory data_scratch, w_scratch;
-  std::mutex mu;
 };
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dGeometry& g, bool bias) {
@@ -131,17 +160,13 @@ Forward& forward_for(const Conv2dGeometry& g, bool bias) {
   return cached<Forward>(cache, mu, key_of(g, bias, 0), [&] {
     const Dims d = dims_of(g);
     auto pd = forward_pd(g, bias);
-    auto f =
-        std::unique_ptr<Forward>(new Forward{pd,
-                                             dnnl::convolution_forward(pd),
-                                             operand(plain(d.src, tag::nchw), pd.src_desc()),
-                                             operand(plain(d.wei, tag::oihw), pd.weights_desc()),
-                                             operand(plain(d.dst, tag::nchw), pd.dst_desc()),
-                                             std::nullopt,
-                                             memory(pd.scratchpad_desc(), cpu_engine()),
-                                             {}});
-    if (bias) f->bias = memory(plain(d.bias, tag::x), cpu_engine(), DNNL_MEMORY_NONE);
-    return f;
+    return std::unique_ptr<Forward>(
+        new Forward{pd,
+                    dnnl::convolution_forward(pd),
+                    {plain(d.src, tag::nchw), pd.src_desc(), kSrc},
+                    {plain(d.wei, tag::oihw), pd.weights_desc(), kWeights},
+                    {plain(d.dst, tag::nchw), pd.dst_desc(), kDst},
+                    plain(d.bias, tag::x)});
   });
 }
 
@@ -156,28 +181,26 @@ Backward& backward_for(const Conv2dGeometry& g, bool want_gx, bool want_gw) {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (want_gx) {
-      const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(d.src),
-                                                any(d.wei), any(d.dst), d.strides, d.dilates,
-                                                d.pad_l, d.pad_r),
-          attr, cpu_engine(), hint);
+      b->data_pd.emplace(dnnl::convolution_backward_data::desc(
+                             dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
+                             any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
+                         attr, cpu_engine(), hint);
+      const auto& pd = *b->data_pd;
       b->data.emplace(pd);
-      b->data_wei = operand(plain(d.wei, tag::oihw), pd.weights_desc());
-      b->data_dy = operand(plain(d.dst, tag::nchw), pd.diff_dst_desc());
-      b->data_dx = operand(plain(d.src, tag::nchw), pd.diff_src_desc());
-      b->data_scratch = memory(pd.scratchpad_desc(), cpu_engine());
+      b->data_wei = {plain(d.wei, tag::oihw), pd.weights_desc(), kWeights};
+      b->data_dy = {plain(d.dst, tag::nchw), pd.diff_dst_desc(), kDst};
+      b->data_dx = {plain(d.src, tag::nchw), pd.diff_src_desc(), kSrc};
     }
     if (want_gw) {
-      const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(d.src),
-                                                   any(d.wei), any(d.dst), d.strides, d.dilates,
-                                                   d.pad_l, d.pad_r),
-          attr, cpu_engine(), hint);
+      b->weights_pd.emplace(dnnl::convolution_backward_weights::desc(
+                                dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
+                                any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
+                            attr, cpu_engine(), hint);
+      const auto& pd = *b->weights_pd;
       b->weights.emplace(pd);
-      b->w_src = operand(plain(d.src, tag::nchw), pd.src_desc());
-      b->w_dy = operand(plain(d.dst, tag::nchw), pd.diff_dst_desc());
-      b->w_dw = operand(plain(d.wei, tag::oihw), pd.diff_weights_desc());
-      b->w_scratch = memory(pd.scratchpad_desc(), cpu_engine());
+      b->w_src = {plain(d.src, tag::nchw), pd.src_desc(), kSrc};
+      b->w_dy = {plain(d.dst, tag::nchw), pd.diff_dst_desc(), kDst};
+      b->w_dw = {plain(d.wei, tag::oihw), pd.diff_weights_desc(), kWeights};
     }
     return b;
   });
@@ -197,22 +220,16 @@ bool onednn_conv2d_forward(const Conv2dGeometry& g, const float* x, const float*
                            const float* bias, float* y) {
   if (!usable(g)) return false;
   follow_thread_count();
-  Forward& f = forward_for(g, bias != nullptr);
-  std::lock_guard lock(f.mu);
+  const Forward& f = forward_for(g, bias != nullptr);
   dnnl::stream s(cpu_engine());
-  bring_in(s, f.src, x);
-  bring_in(s, f.wei, w);
-  bind_out(f.dst, y);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f.src.inner},
-                                       {DNNL_ARG_WEIGHTS, f.wei.inner},
-                                       {DNNL_ARG_DST, f.dst.inner},
-                                       {DNNL_ARG_SCRATCHPAD, f.scratch}};
-  if (bias) {
-    f.bias->set_data_handle(const_cast<float*>(bias));
-    args.emplace(DNNL_ARG_BIAS, *f.bias);
-  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bring_in(s, f.src, x)},
+                                       {DNNL_ARG_WEIGHTS, bring_in(s, f.wei, w)}};
+  const Bound dst = bind(f.dst, y);
+  args.emplace(DNNL_ARG_DST, dst.inner);
+  args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad(f.pd.scratchpad_desc()));
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(f.bias, cpu_engine(), const_cast<float*>(bias)));
   f.prim.execute(s, args);
-  send_out(s, f.dst);
+  send_out(s, dst);
   s.wait();
   return true;
 }
@@ -222,28 +239,25 @@ bool onednn_conv2d_backward(const Conv2dGeometry& g, const float* x, const float
   if (!usable(g)) return false;
   if (!gx && !gw) return true;
   follow_thread_count();
-  Backward& b = backward_for(g, gx != nullptr, gw != nullptr);
-  std::lock_guard lock(b.mu);
+  const Backward& b = backward_for(g, gx != nullptr, gw != nullptr);
   dnnl::stream s(cpu_engine());
   if (gx) {
-    bring_in(s, b.data_wei, w);
-    bring_in(s, b.data_dy, gy);
-    bind_out(b.data_dx, gx);
-    b.data->execute(s, {{DNNL_ARG_WEIGHTS, b.data_wei.inner},
-                        {DNNL_ARG_DIFF_DST, b.data_dy.inner},
-                        {DNNL_ARG_DIFF_SRC, b.data_dx.inner},
-                        {DNNL_ARG_SCRATCHPAD, b.data_scratch}});
-    send_out(s, b.data_dx);
+    const memory wei = bring_in(s, b.data_wei, w), dy = bring_in(s, b.data_dy, gy);
+    const Bound dx = bind(b.data_dx, gx);
+    b.data->execute(s, {{DNNL_ARG_WEIGHTS, wei},
+                        {DNNL_ARG_DIFF_DST, dy},
+                        {DNNL_ARG_DIFF_SRC, dx.inner},
+                        {DNNL_ARG_SCRATCHPAD, scratchpad(b.data_pd->scratchpad_desc())}});
+    send_out(s, dx);
   }
   if (gw) {
-    bring_in(s, b.w_src, x);
-    bring_in(s, b.w_dy, gy);
-    bind_out(b.w_dw, gw);
-    b.weights->execute(s, {{DNNL_ARG_SRC, b.w_src.inner},
-                           {DNNL_ARG_DIFF_DST, b.w_dy.inner},
-                           {DNNL_ARG_DIFF_WEIGHTS, b.w_dw.inner},
-                           {DNNL_ARG_SCRATCHPAD, b.w_scratch}});
-    send_out(s, b.w_dw);
+    const memory src = bring_in(s, b.w_src, x), dy = bring_in(s, b.w_dy, gy);
+    const Bound dw = bind(b.w_dw, gw);
+    b.weights->execute(s, {{DNNL_ARG_SRC, src},
+                           {DNNL_ARG_DIFF_DST, dy},
+                           {DNNL_ARG_DIFF_WEIGHTS, dw.inner},
+                           {DNNL_ARG_SCRATCHPAD, scratchpad(b.weights_pd->scratchpad_desc())}});
+    send_out(s, dw);
   }
   s.wait();
   return true;
