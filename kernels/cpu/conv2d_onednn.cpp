@@ -46,9 +46,16 @@ bool usable(const Conv2dGeometry& g) {
 }
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, bool, int>;
-Key key_of(const Conv2dGeometry& g, bool bias, int pass) {
-  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, bias, pass};
+                       int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, bool>;
+Key key_of(const Conv2dGeometry& g, bool bias, int pass, bool winograd) {
+  return {g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw, g.sh,
+          g.sw, g.ph, g.pw, g.dh, g.dw, bias, pass, winograd};
+}
+
+// convolution_auto lets oneDNN use Winograd (F(4x4, 3x3) on AVX-512 machines) where it has it,
+// direct convolution elsewhere; convolution_direct is PyTorch's choice.
+dnnl::algorithm conv_algorithm(bool winograd) {
+  return winograd ? dnnl::algorithm::convolution_auto : dnnl::algorithm::convolution_direct;
 }
 
 struct Dims {
@@ -61,6 +68,14 @@ Dims dims_of(const Conv2dGeometry& g) {
   return {{g.n, g.c, g.h, g.w}, {g.o, g.c, g.kh, g.kw}, {g.o},        {g.n, g.o, g.ho, g.wo},
           {g.sh, g.sw},         {g.dh - 1, g.dw - 1},   {g.ph, g.pw}, {pr_h, pr_w}};
 }
+std::atomic<bool>& winograd_flag() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("RG_ONEDNN_ALGO");
+    return v == nullptr || std::string(v) != "direct";
+  }()};
+  return on;
+}
+
 memory::desc any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
 memory::desc plain(const memory::dims& d, tag t) { return memory::desc(d, dt::f32, t); }
 
@@ -130,16 +145,17 @@ struct Backward {
   Operand data_wei, data_dy, data_dx, w_src, w_dy, w_dw;
 };
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dGeometry& g, bool bias) {
+dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dGeometry& g, bool bias,
+                                                     bool winograd) {
   const Dims d = dims_of(g);
   const auto desc =
-      bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                             dnnl::algorithm::convolution_direct, any(d.src),
-                                             any(d.wei), plain(d.bias, tag::x), any(d.dst),
-                                             d.strides, d.dilates, d.pad_l, d.pad_r)
-           : dnnl::convolution_forward::desc(
-                 dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(d.src),
-                 any(d.wei), any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+      bias
+          ? dnnl::convolution_forward::desc(
+                dnnl::prop_kind::forward_training, conv_algorithm(winograd), any(d.src), any(d.wei),
+                plain(d.bias, tag::x), any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r)
+          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                            conv_algorithm(winograd), any(d.src), any(d.wei),
+                                            any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
@@ -154,12 +170,12 @@ V& cached(std::map<Key, std::unique_ptr<V>>& cache, std::mutex& mu, const Key& k
   return *slot;
 }
 
-Forward& forward_for(const Conv2dGeometry& g, bool bias) {
+Forward& forward_for(const Conv2dGeometry& g, bool bias, bool winograd) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Forward>> cache;
-  return cached<Forward>(cache, mu, key_of(g, bias, 0), [&] {
+  return cached<Forward>(cache, mu, key_of(g, bias, 0, winograd), [&] {
     const Dims d = dims_of(g);
-    auto pd = forward_pd(g, bias);
+    auto pd = forward_pd(g, bias, winograd);
     return std::unique_ptr<Forward>(
         new Forward{pd,
                     dnnl::convolution_forward(pd),
@@ -170,21 +186,21 @@ Forward& forward_for(const Conv2dGeometry& g, bool bias) {
   });
 }
 
-Backward& backward_for(const Conv2dGeometry& g, bool want_gx, bool want_gw) {
+Backward& backward_for(const Conv2dGeometry& g, bool want_gx, bool want_gw, bool winograd) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Backward>> cache;
   const int pass = 1 + (want_gx ? 1 : 0) + (want_gw ? 2 : 0);
-  return cached<Backward>(cache, mu, key_of(g, false, pass), [&] {
+  return cached<Backward>(cache, mu, key_of(g, false, pass, winograd), [&] {
     const Dims d = dims_of(g);
     auto b = std::make_unique<Backward>();
-    const auto hint = forward_pd(g, false);
+    const auto hint = forward_pd(g, false, winograd);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (want_gx) {
-      b->data_pd.emplace(dnnl::convolution_backward_data::desc(
-                             dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
-                             any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
-                         attr, cpu_engine(), hint);
+      b->data_pd.emplace(
+          dnnl::convolution_backward_data::desc(conv_algorithm(winograd), any(d.src), any(d.wei),
+                                                any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
+          attr, cpu_engine(), hint);
       const auto& pd = *b->data_pd;
       b->data.emplace(pd);
       b->data_wei = {plain(d.wei, tag::oihw), pd.weights_desc(), kWeights};
@@ -193,8 +209,8 @@ Backward& backward_for(const Conv2dGeometry& g, bool want_gx, bool want_gw) {
     }
     if (want_gw) {
       b->weights_pd.emplace(dnnl::convolution_backward_weights::desc(
-                                dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
-                                any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
+                                conv_algorithm(winograd), any(d.src), any(d.wei), any(d.dst),
+                                d.strides, d.dilates, d.pad_l, d.pad_r),
                             attr, cpu_engine(), hint);
       const auto& pd = *b->weights_pd;
       b->weights.emplace(pd);
@@ -215,12 +231,18 @@ void follow_thread_count() {
 
 bool onednn_enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 void set_onednn_enabled(bool enabled) { enabled_flag().store(enabled); }
+bool onednn_winograd() { return winograd_flag().load(std::memory_order_relaxed); }
+void set_onednn_winograd(bool enabled) { winograd_flag().store(enabled); }
+
+std::string onednn_forward_impl(const Conv2dGeometry& g) {
+  return forward_for(g, false, onednn_winograd()).pd.impl_info_str();
+}
 
 bool onednn_conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w,
                            const float* bias, float* y) {
   if (!usable(g)) return false;
   follow_thread_count();
-  const Forward& f = forward_for(g, bias != nullptr);
+  const Forward& f = forward_for(g, bias != nullptr, onednn_winograd());
   dnnl::stream s(cpu_engine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bring_in(s, f.src, x)},
                                        {DNNL_ARG_WEIGHTS, bring_in(s, f.wei, w)}};
@@ -239,7 +261,7 @@ bool onednn_conv2d_backward(const Conv2dGeometry& g, const float* x, const float
   if (!usable(g)) return false;
   if (!gx && !gw) return true;
   follow_thread_count();
-  const Backward& b = backward_for(g, gx != nullptr, gw != nullptr);
+  const Backward& b = backward_for(g, gx != nullptr, gw != nullptr, onednn_winograd());
   dnnl::stream s(cpu_engine());
   if (gx) {
     const memory wei = bring_in(s, b.data_wei, w), dy = bring_in(s, b.data_dy, gy);

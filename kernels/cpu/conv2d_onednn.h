@@ -4,6 +4,8 @@
 // switched off, or a geometry it is not used for) and the caller takes the im2col + GEMM path.
 #pragma once
 
+#include <string>
+
 #include "kernels/conv2d.h"
 
 namespace rg::kernels::cpu {
@@ -12,6 +14,17 @@ namespace rg::kernels::cpu {
 // torch.backends.mkldnn.enabled).
 bool onednn_enabled();
 void set_onednn_enabled(bool enabled);
+// Whether oneDNN may use Winograd convolutions (its convolution_auto: F(4x4, 3x3) for most 3x3
+// stride-1 layers on AVX-512 machines; about 1.4x faster ResNet-18 training there). Its rounding
+// error is about 2e-6 of the output's scale in y and gx against the direct algorithm's 4e-7 (and
+// 7e-7 against 7e-6 in gw; test Conv2dOneDnn.WinogradAndDirectStayWithinFloatRounding). On by
+// default; RG_ONEDNN_ALGO=direct or set_onednn_winograd(false) give PyTorch's algorithm.
+bool onednn_winograd();
+void set_onednn_winograd(bool enabled);
+
+// The name of the implementation oneDNN picked for the forward pass of `g` (e.g.
+// "jit:avx512_core" or "jit_wino_4x3:avx512_core"), for tests and diagnostics.
+std::string onednn_forward_impl(const Conv2dGeometry& g);
 
 // y = conv(x, w) + bias (bias may be null).
 bool onednn_conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w,
