@@ -10,6 +10,8 @@ better for img/s and bandwidth, lower for RSS). Configurations:
           oneDNN; ringgrad's own kernels are compiled for the baseline x86-64 and are not capped)
   ddp     2 ranks x 1 thread on this host: ringgrad-run + ringgrad-bench train --ddp (Gloo) against
           mp.spawn + DistributedDataParallel (Gloo)
+  busy    the 2-thread training runs again while another process keeps one core busy (the
+          situation of a second job, or of a DDP rank's neighbour, on the same machine)
   allreduce  64 MiB f32 all-reduce, 2 and 4 ranks: our ring and shared memory against Gloo's own, all
           inside ringgrad-bench allreduce (same processes, same transport)
 """
@@ -70,7 +72,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build", "ci"), help="ringgrad build dir")
     p.add_argument("--repeats", type=int, default=3, help="runs per side and configuration")
-    p.add_argument("--only", default="train,ddp,allreduce", help="comma list: train,ddp,allreduce")
+    p.add_argument("--only", default="train,ddp,busy,allreduce",
+                   help="comma list: train,ddp,busy,allreduce")
     p.add_argument("--models", default="toynet,resnet18")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--isa", default="native,avx2")
@@ -94,11 +97,18 @@ def main():
 
     rows = []
 
-    def compare(label, ours_cmd, torch_cmd, env, timeout=900):
+    def compare(label, ours_cmd, torch_cmd, env, timeout=900, busy=False):
         ours, theirs = [], []
-        for _ in range(a.repeats):
-            ours.append(train_figures(run(ours_cmd, env, timeout)))
-            theirs.append(train_figures(run(torch_cmd, env, timeout)))
+        # A spinning process for the whole comparison, so both sides meet the same competition.
+        spinner = subprocess.Popen(["/usr/bin/python3", "-c", "while True: pass"]) if busy else None
+        try:
+            for _ in range(a.repeats):
+                ours.append(train_figures(run(ours_cmd, env, timeout)))
+                theirs.append(train_figures(run(torch_cmd, env, timeout)))
+        finally:
+            if spinner:
+                spinner.kill()
+                spinner.wait()
         o_rate = statistics.median(x[0] for x in ours)
         t_rate = statistics.median(x[0] for x in theirs)
         o_rss = statistics.median(x[1] for x in ours)
@@ -118,6 +128,11 @@ def main():
                     compare(f"train {model} {threads}T {isa}", [bench, "train"] + args,
                             ["/usr/bin/python3", TORCH_BENCH] + args,
                             dict(env, OMP_NUM_THREADS=threads))
+    if "busy" in only:
+        for model in a.models.split(","):
+            args = ["--model", model, "--batch-size", "64", "--threads", "2"] + windows(model)
+            compare(f"train {model} 2T, 1 core busy", [bench, "train"] + args,
+                    ["/usr/bin/python3", TORCH_BENCH] + args, {"OMP_NUM_THREADS": "2"}, busy=True)
     if "ddp" in only:
         for model in a.models.split(","):
             args = ["--model", model, "--batch-size", "64", "--threads", "1"] + windows(model)
