@@ -16,6 +16,29 @@ int64_t channel_grain(int64_t n, int64_t hw) {
   return per_channel >= (1 << 12) ? 1 : (1 << 12) / (per_channel + 1) + 1;
 }
 
+// Per-channel sums in f64 with kLanes independent accumulators, added up at the end: one
+// accumulator makes every add wait for the previous one (the compiler may not reorder
+// floating-point adds), lanes let it vectorize. The result differs from a single running sum
+// only in the last bits of the f64 total.
+constexpr int kLanes = 8;
+struct Lanes {
+  double v[kLanes] = {};
+  double total() const {
+    double t = 0;
+    for (double x : v) t += x;
+    return t;
+  }
+};
+// acc += f(i) for i in [0, hw); f may also add into other Lanes itself (f(i, lane)).
+template <class F>
+void accumulate(int64_t hw, Lanes& acc, F&& f) {
+  int64_t i = 0;
+  for (; i + kLanes <= hw; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc.v[j] += f(i + j, j);
+  }
+  for (; i < hw; ++i) acc.v[i % kLanes] += f(i, int(i % kLanes));
+}
+
 }  // namespace
 
 template <>
@@ -25,28 +48,31 @@ void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double*
   detail::check_batch_norm_sizes("batch_norm_stats", n, c, hw);
   RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
   const double count = double(n * hw);
-  cpu::parallel_for(0, c, channel_grain(n, hw), [&](int64_t lo, int64_t hi) {
-    for (int64_t ch = lo; ch < hi; ++ch) {
-      double sum = 0;
-      for (int64_t s = 0; s < n; ++s) {
-        const T* p = x + (s * c + ch) * hw;
-        for (int64_t i = 0; i < hw; ++i) sum += double(p[i]);
-      }
-      const double m = sum / count;
-      // Second pass around the mean: no cancellation from E[x^2] - E[x]^2.
-      double sq = 0;
-      for (int64_t s = 0; s < n; ++s) {
-        const T* p = x + (s * c + ch) * hw;
-        for (int64_t i = 0; i < hw; ++i) {
-          const double d = double(p[i]) - m;
-          sq += d * d;
+  cpu::parallel_for(
+      0, c, channel_grain(n, hw),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t ch = lo; ch < hi; ++ch) {
+          Lanes sum;
+          for (int64_t s = 0; s < n; ++s) {
+            const T* p = x + (s * c + ch) * hw;
+            accumulate(hw, sum, [p](int64_t i, int) { return double(p[i]); });
+          }
+          const double m = sum.total() / count;
+          // Second pass around the mean: no cancellation from E[x^2] - E[x]^2.
+          Lanes sq;
+          for (int64_t s = 0; s < n; ++s) {
+            const T* p = x + (s * c + ch) * hw;
+            accumulate(hw, sq, [p, m](int64_t i, int) {
+              const double d = double(p[i]) - m;
+              return d * d;
+            });
+          }
+          mean[ch] = m;
+          var[ch] = sq.total() / count;
+          if (invstd) invstd[ch] = 1.0 / std::sqrt(var[ch] + eps);
         }
-      }
-      mean[ch] = m;
-      var[ch] = sq / count;
-      if (invstd) invstd[ch] = 1.0 / std::sqrt(var[ch] + eps);
-    }
-  }, ctx.threads);
+      },
+      ctx.threads);
 }
 
 template <>
@@ -54,19 +80,22 @@ template <class T>
 void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
                            const double* invstd, const T* weight, const T* bias, T* y, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
-  cpu::parallel_for(0, n * c, channel_grain(1, hw), [&](int64_t lo, int64_t hi) {
-    for (int64_t job = lo; job < hi; ++job) {
-      const int64_t ch = job % c;
-      // Centre first, in T: folding the mean into one shift (x * scale + shift) would cancel
-      // catastrophically when |mean| is large next to the spread.
-      const T m = T(mean[ch]);
-      const T scale = T(invstd[ch] * (weight ? double(weight[ch]) : 1.0));
-      const T shift = bias ? bias[ch] : T(0);
-      const T* p = x + job * hw;
-      T* q = y + job * hw;
-      for (int64_t i = 0; i < hw; ++i) q[i] = (p[i] - m) * scale + shift;
-    }
-  }, ctx.threads);
+  cpu::parallel_for(
+      0, n * c, channel_grain(1, hw),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t job = lo; job < hi; ++job) {
+          const int64_t ch = job % c;
+          // Centre first, in T: folding the mean into one shift (x * scale + shift) would cancel
+          // catastrophically when |mean| is large next to the spread.
+          const T m = T(mean[ch]);
+          const T scale = T(invstd[ch] * (weight ? double(weight[ch]) : 1.0));
+          const T shift = bias ? bias[ch] : T(0);
+          const T* p = x + job * hw;
+          T* q = y + job * hw;
+          for (int64_t i = 0; i < hw; ++i) q[i] = (p[i] - m) * scale + shift;
+        }
+      },
+      ctx.threads);
 }
 
 template <>
@@ -93,39 +122,45 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
                               bool batch_stats, T* gx, T* gweight, T* gbias, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   const double count = double(n * hw);
-  cpu::parallel_for(0, c, channel_grain(n, hw), [&](int64_t lo, int64_t hi) {
-    for (int64_t ch = lo; ch < hi; ++ch) {
-      const double m = mean[ch], is = invstd[ch];
-      // sum(gy) and sum(gy * xhat) with xhat = (x - mean) * invstd.
-      double sum_gy = 0, sum_gy_xmu = 0;
-      for (int64_t s = 0; s < n; ++s) {
-        const T* g = gy + (s * c + ch) * hw;
-        const T* p = x + (s * c + ch) * hw;
-        for (int64_t i = 0; i < hw; ++i) {
-          sum_gy += double(g[i]);
-          sum_gy_xmu += double(g[i]) * (double(p[i]) - m);
+  cpu::parallel_for(
+      0, c, channel_grain(n, hw),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t ch = lo; ch < hi; ++ch) {
+          const double m = mean[ch], is = invstd[ch];
+          // sum(gy) and sum(gy * xhat) with xhat = (x - mean) * invstd.
+          Lanes gy_lanes, gy_xmu_lanes;
+          for (int64_t s = 0; s < n; ++s) {
+            const T* g = gy + (s * c + ch) * hw;
+            const T* p = x + (s * c + ch) * hw;
+            // One pass for both sums: sum(gy) in gy_lanes, sum(gy * (x - mean)) in gy_xmu_lanes.
+            accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes](int64_t i, int lane) {
+              const double gv = double(g[i]);
+              gy_lanes.v[lane] += gv;
+              return gv * (double(p[i]) - m);
+            });
+          }
+          const double sum_gy = gy_lanes.total();
+          const double sum_gy_xhat = gy_xmu_lanes.total() * is;
+          if (gweight) gweight[ch] = T(sum_gy_xhat);
+          if (gbias) gbias[ch] = T(sum_gy);
+          if (!gx) continue;
+          const double w = weight ? double(weight[ch]) : 1.0;
+          // gx = a * gy + b * (x - mean) + d: the training-mode terms fold into b and d.
+          double a = w * is, b = 0, d = 0;
+          if (batch_stats) {
+            b = -w * is * is * sum_gy_xhat / count;
+            d = -w * is * sum_gy / count;
+          }
+          const T ta = T(a), tb = T(b), td = T(d), tm = T(m);
+          for (int64_t s = 0; s < n; ++s) {
+            const T* g = gy + (s * c + ch) * hw;
+            const T* p = x + (s * c + ch) * hw;
+            T* q = gx + (s * c + ch) * hw;
+            for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
+          }
         }
-      }
-      const double sum_gy_xhat = sum_gy_xmu * is;
-      if (gweight) gweight[ch] = T(sum_gy_xhat);
-      if (gbias) gbias[ch] = T(sum_gy);
-      if (!gx) continue;
-      const double w = weight ? double(weight[ch]) : 1.0;
-      // gx = a * gy + b * (x - mean) + d: the training-mode terms fold into b and d.
-      double a = w * is, b = 0, d = 0;
-      if (batch_stats) {
-        b = -w * is * is * sum_gy_xhat / count;
-        d = -w * is * sum_gy / count;
-      }
-      const T ta = T(a), tb = T(b), td = T(d), tm = T(m);
-      for (int64_t s = 0; s < n; ++s) {
-        const T* g = gy + (s * c + ch) * hw;
-        const T* p = x + (s * c + ch) * hw;
-        T* q = gx + (s * c + ch) * hw;
-        for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
-      }
-    }
-  }, ctx.threads);
+      },
+      ctx.threads);
 }
 
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
