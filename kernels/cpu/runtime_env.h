@@ -4,9 +4,9 @@
 //    generic "Prescott" SSE3 kernels (about 5x slower sgemm), and may give AMD's AVX-512 CPUs
 //    its AVX2 kernels ("Zen", "Haswell"); we pick SkylakeX or Haswell from the CPU's own feature
 //    flags.
-//  - OMP_WAIT_POLICY=passive: idle OpenMP workers sleep instead of spinning, so a process shares
-//    the machine with other ranks or jobs (see runtime_env.cpp for the measurement); unless
-//    OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
+//  - GOMP_SPINCOUNT=2000: idle OpenMP workers spin briefly and then sleep, so a process shares
+//    the machine with other ranks or jobs without slowing small ops (see runtime_env.cpp for the
+//    measurements); unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
 // Values the user set are kept. RG_NO_REEXEC=1 disables the re-exec.
 #pragma once
 
