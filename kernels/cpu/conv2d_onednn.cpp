@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -130,6 +131,30 @@ memory scratchpad(const memory::desc& d) {
   return memory(d, cpu_engine(), scratch(kScratchpad, d.get_size()));
 }
 
+// Runs one convolution primitive on our arrays: reorders the inputs in, executes with the
+// scratchpad of `pd` (and any `args` that need no reorder, such as the bias), then reorders the
+// output back.
+struct In {
+  int arg;
+  const Operand& op;
+  const float* data;
+};
+struct Out {
+  int arg;
+  const Operand& op;
+  float* data;
+};
+void run(dnnl::stream& s, const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+         std::initializer_list<In> inputs, const Out& output,
+         std::unordered_map<int, memory> args = {}) {
+  for (const In& in : inputs) args.emplace(in.arg, bring_in(s, in.op, in.data));
+  const Bound out = bind(output.op, output.data);
+  args.emplace(output.arg, out.inner);
+  args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad(pd.scratchpad_desc()));
+  prim.execute(s, args);
+  send_out(s, out);
+}
+
 struct Forward {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
@@ -244,14 +269,10 @@ bool onednn_conv2d_forward(const Conv2dGeometry& g, const float* x, const float*
   follow_thread_count();
   const Forward& f = forward_for(g, bias != nullptr, onednn_winograd());
   dnnl::stream s(cpu_engine());
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bring_in(s, f.src, x)},
-                                       {DNNL_ARG_WEIGHTS, bring_in(s, f.wei, w)}};
-  const Bound dst = bind(f.dst, y);
-  args.emplace(DNNL_ARG_DST, dst.inner);
-  args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad(f.pd.scratchpad_desc()));
+  std::unordered_map<int, memory> args;
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(f.bias, cpu_engine(), const_cast<float*>(bias)));
-  f.prim.execute(s, args);
-  send_out(s, dst);
+  run(s, f.prim, f.pd, {{DNNL_ARG_SRC, f.src, x}, {DNNL_ARG_WEIGHTS, f.wei, w}},
+      {DNNL_ARG_DST, f.dst, y}, std::move(args));
   s.wait();
   return true;
 }
@@ -264,22 +285,13 @@ bool onednn_conv2d_backward(const Conv2dGeometry& g, const float* x, const float
   const Backward& b = backward_for(g, gx != nullptr, gw != nullptr, onednn_winograd());
   dnnl::stream s(cpu_engine());
   if (gx) {
-    const memory wei = bring_in(s, b.data_wei, w), dy = bring_in(s, b.data_dy, gy);
-    const Bound dx = bind(b.data_dx, gx);
-    b.data->execute(s, {{DNNL_ARG_WEIGHTS, wei},
-                        {DNNL_ARG_DIFF_DST, dy},
-                        {DNNL_ARG_DIFF_SRC, dx.inner},
-                        {DNNL_ARG_SCRATCHPAD, scratchpad(b.data_pd->scratchpad_desc())}});
-    send_out(s, dx);
+    run(s, *b.data, *b.data_pd,
+        {{DNNL_ARG_WEIGHTS, b.data_wei, w}, {DNNL_ARG_DIFF_DST, b.data_dy, gy}},
+        {DNNL_ARG_DIFF_SRC, b.data_dx, gx});
   }
   if (gw) {
-    const memory src = bring_in(s, b.w_src, x), dy = bring_in(s, b.w_dy, gy);
-    const Bound dw = bind(b.w_dw, gw);
-    b.weights->execute(s, {{DNNL_ARG_SRC, src},
-                           {DNNL_ARG_DIFF_DST, dy},
-                           {DNNL_ARG_DIFF_WEIGHTS, dw.inner},
-                           {DNNL_ARG_SCRATCHPAD, scratchpad(b.weights_pd->scratchpad_desc())}});
-    send_out(s, dw);
+    run(s, *b.weights, *b.weights_pd, {{DNNL_ARG_SRC, b.w_src, x}, {DNNL_ARG_DIFF_DST, b.w_dy, gy}},
+        {DNNL_ARG_DIFF_WEIGHTS, b.w_dw, gw});
   }
   s.wait();
   return true;

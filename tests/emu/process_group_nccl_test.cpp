@@ -93,6 +93,12 @@ TEST_F(ProcessGroupNcclThreads, BadArgumentsAreRefusedAndLeaveTheGroupUsable) {
                  "send: rank " + std::to_string(rank) + " cannot send to itself");
     expect_error([&] { pg.recv(t, rank); },
                  "recv: rank " + std::to_string(rank) + " cannot receive from itself");
+    // Shared memory is gloo's algorithm; automatic (the default) means native on NCCL.
+    pg.set_algorithm(Algorithm::shm);
+    expect_error([&] { pg.all_reduce(t); },
+                 "all_reduce: algorithm shm is gloo's (NCCL uses shared memory within a node "
+                 "itself)");
+    pg.set_algorithm(Algorithm::automatic);
     // Nothing was queued: the next collective is #1 on both ranks, and the group works.
     Tensor one = Tensor::empty({1}, DType::f32, mine);
     one.fill_(1.0);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "emu/kernels/kernel_test_util.h"
@@ -107,12 +108,10 @@ TEST(EmuPool, MaxPoolForwardBackwardMatchesCpu) {
   });
 }
 
-TEST(EmuPool, MaxPoolPropagatesNanAndMatchesCpu) {
-  const Pool2dGeometry g = geometry(2, 5, 7, {3, 3}, {2, 2}, {1, 1});
-  auto x = random_values<float>(g.planes * g.h * g.w, 9);
-  x[8] = std::numeric_limits<float>::quiet_NaN();
-  x[9] = std::numeric_limits<float>::quiet_NaN();
-  x[40] = std::numeric_limits<float>::infinity();
+// Max pooling of x (f32) by the emulated CUDA kernel and by the CPU kernel: expects the same
+// values (NaN where the other has NaN) and the same argmax, and returns the CPU's.
+std::pair<std::vector<float>, std::vector<int64_t>> expect_max_pool_matches(
+    const Pool2dGeometry& g, const std::vector<float>& x) {
   std::vector<float> y(size_t(g.planes * g.ho * g.wo)), want(y.size());
   std::vector<int64_t> argmax(y.size()), want_argmax(y.size());
   Cu::max_pool2d<float>(g, x.data(), y.data(), argmax.data(), {});
@@ -122,6 +121,16 @@ TEST(EmuPool, MaxPoolPropagatesNanAndMatchesCpu) {
         << "element " << i << " is " << y[i] << ", expected " << want[i];
   }
   EXPECT_EQ(argmax, want_argmax);
+  return {want, want_argmax};
+}
+
+TEST(EmuPool, MaxPoolPropagatesNanAndMatchesCpu) {
+  const Pool2dGeometry g = geometry(2, 5, 7, {3, 3}, {2, 2}, {1, 1});
+  auto x = random_values<float>(g.planes * g.h * g.w, 9);
+  x[8] = std::numeric_limits<float>::quiet_NaN();
+  x[9] = std::numeric_limits<float>::quiet_NaN();
+  x[40] = std::numeric_limits<float>::infinity();
+  const auto [y, argmax] = expect_max_pool_matches(g, x);
   EXPECT_TRUE(std::isnan(y[0]));
 }
 
@@ -137,15 +146,7 @@ TEST(EmuPool, TwoByTwoMaxPoolKeepsTheFirstMaximumAndTheFirstNan) {
   x[4] = -inf, x[5] = -inf, x[10] = -inf, x[11] = -inf;
   x[13] = inf, x[19] = inf;  // two +inf: the first wins
   x[26] = nan;               // NaN first in its window
-  std::vector<float> y(size_t(g.planes * g.ho * g.wo)), want(y.size());
-  std::vector<int64_t> argmax(y.size()), want_argmax(y.size());
-  Cpu::max_pool2d<float>(g, x.data(), y.data(), argmax.data(), {});
-  Cu::max_pool2d<float>(g, x.data(), want.data(), want_argmax.data(), {});
-  for (size_t i = 0; i < y.size(); ++i) {
-    EXPECT_TRUE(y[i] == want[i] || (std::isnan(y[i]) && std::isnan(want[i])))
-        << "element " << i << " is " << y[i] << ", expected " << want[i];
-  }
-  EXPECT_EQ(argmax, want_argmax);
+  const auto [y, argmax] = expect_max_pool_matches(g, x);
   EXPECT_EQ(argmax[0], 0);
   EXPECT_EQ(argmax[1], 3);
   EXPECT_EQ(argmax[2], 4);
