@@ -14,10 +14,9 @@
 #include <vector>
 
 #include "kernels/cpu/conv2d_onednn.h"
+#include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace rg::kernels::cpu {
 namespace {
@@ -105,16 +104,6 @@ Plan make_plan(const Conv2dGeometry& g, int64_t element_size, bool split_rows) {
   p.workers = std::min(threads, p.chunks);
   return p;
 }
-
-// While our workers each run their own GEMMs, OpenBLAS must not start threads of its own: two
-// thread pools on the same cores make each other wait (an idle pool spins before it sleeps).
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() { openblas_set_num_threads(1); }
-  ~SingleThreadedBlas() { openblas_set_num_threads(num_threads()); }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-};
 
 // Runs body(worker, chunk) for every chunk; worker w takes a fixed contiguous run of chunks, so
 // that sums across chunks (the weight gradient) are added in the same order on every run. With
@@ -612,11 +601,23 @@ void conv2d_bias_grad(const Conv2dGeometry& g, const T* gy, T* gb) {
   });
 }
 
+// Our Winograd convolution takes the layers it applies to unless oneDNN runs them with its own
+// Winograd (AVX-512 machines): where oneDNN would run a direct convolution (AVX2 and older, or
+// oneDNN switched off), ours is faster (docs/architecture.md, "CPU convolutions").
+bool use_own_winograd(const Conv2dGeometry& g) {
+  return winograd_enabled() && winograd_applies(g) && !onednn_runs_winograd(g);
+}
+
 template <class T>
 void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw,
                      T* gb) {
   if (gb) conv2d_bias_grad(g, gy, gb);
   if constexpr (std::is_same_v<T, float>) {
+    if (use_own_winograd(g)) {
+      if (gx) winograd_conv2d_input_grad(g, w, gy, gx);
+      if (gw) winograd_conv2d_weight_grad(g, x, gy, gw);
+      return;
+    }
     if (onednn_conv2d_backward(g, x, w, gy, gx, gw)) return;
   }
   if (g.n == 0) {
@@ -643,6 +644,10 @@ template <class T>
 void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
                           bool, Workspace, Ctx) {
   if constexpr (std::is_same_v<T, float>) {
+    if (cpu::use_own_winograd(g)) {
+      cpu::winograd_conv2d_forward(g, x, w, bias, y);
+      return;
+    }
     if (cpu::onednn_conv2d_forward(g, x, w, bias, y)) return;
   }
   cpu::conv2d_forward(g, x, w, bias, y);

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/error.h"
 
@@ -68,13 +69,6 @@ Dims dims_of(const Conv2dGeometry& g) {
   const int64_t pr_w = (g.wo - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw;
   return {{g.n, g.c, g.h, g.w}, {g.o, g.c, g.kh, g.kw}, {g.o},        {g.n, g.o, g.ho, g.wo},
           {g.sh, g.sw},         {g.dh - 1, g.dw - 1},   {g.ph, g.pw}, {pr_h, pr_w}};
-}
-std::atomic<bool>& winograd_flag() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("RG_ONEDNN_ALGO");
-    return v == nullptr || std::string(v) != "direct";
-  }()};
-  return on;
 }
 
 memory::desc any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
@@ -256,18 +250,21 @@ void follow_thread_count() {
 
 bool onednn_enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 void set_onednn_enabled(bool enabled) { enabled_flag().store(enabled); }
-bool onednn_winograd() { return winograd_flag().load(std::memory_order_relaxed); }
-void set_onednn_winograd(bool enabled) { winograd_flag().store(enabled); }
 
 std::string onednn_forward_impl(const Conv2dGeometry& g) {
-  return forward_for(g, false, onednn_winograd()).pd.impl_info_str();
+  return forward_for(g, false, winograd_enabled()).pd.impl_info_str();
+}
+
+bool onednn_runs_winograd(const Conv2dGeometry& g) {
+  return usable(g) && winograd_enabled() &&
+         onednn_forward_impl(g).find("wino") != std::string::npos;
 }
 
 bool onednn_conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w,
                            const float* bias, float* y) {
   if (!usable(g)) return false;
   follow_thread_count();
-  const Forward& f = forward_for(g, bias != nullptr, onednn_winograd());
+  const Forward& f = forward_for(g, bias != nullptr, winograd_enabled());
   dnnl::stream s(cpu_engine());
   std::unordered_map<int, memory> args;
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(f.bias, cpu_engine(), const_cast<float*>(bias)));
@@ -282,7 +279,7 @@ bool onednn_conv2d_backward(const Conv2dGeometry& g, const float* x, const float
   if (!usable(g)) return false;
   if (!gx && !gw) return true;
   follow_thread_count();
-  const Backward& b = backward_for(g, gx != nullptr, gw != nullptr, onednn_winograd());
+  const Backward& b = backward_for(g, gx != nullptr, gw != nullptr, winograd_enabled());
   dnnl::stream s(cpu_engine());
   if (gx) {
     run(s, *b.data, *b.data_pd,

@@ -14,17 +14,17 @@ namespace rg::kernels::cpu {
 // torch.backends.mkldnn.enabled).
 bool onednn_enabled();
 void set_onednn_enabled(bool enabled);
-// Whether oneDNN may use Winograd convolutions (its convolution_auto: F(4x4, 3x3) for most 3x3
-// stride-1 layers on AVX-512 machines; about 1.4x faster ResNet-18 training there). Its rounding
-// error is about 2e-6 of the output's scale in y and gx against the direct algorithm's 4e-7 (and
-// 7e-7 against 7e-6 in gw; test Conv2dOneDnn.WinogradAndDirectStayWithinFloatRounding). On by
-// default; RG_ONEDNN_ALGO=direct or set_onednn_winograd(false) give PyTorch's algorithm.
-bool onednn_winograd();
-void set_onednn_winograd(bool enabled);
+// oneDNN uses Winograd (its convolution_auto: F(4x4, 3x3) for most 3x3 stride-1 layers on
+// AVX-512 machines; about 1.4x faster ResNet-18 training there) when winograd_enabled()
+// (kernels/cpu/conv2d_winograd.h). Its rounding error is about 2e-6 of the output's scale in y and
+// gx against the direct algorithm's 4e-7 (and 7e-7 against 7e-6 in gw; test
+// Conv2dOneDnn.WinogradAndDirectStayWithinFloatRounding).
 
 // The name of the implementation oneDNN picked for the forward pass of `g` (e.g.
 // "jit:avx512_core" or "jit_wino_4x3:avx512_core"), for tests and diagnostics.
 std::string onednn_forward_impl(const Conv2dGeometry& g);
+// Whether oneDNN is on and runs `g` with its Winograd algorithm.
+bool onednn_runs_winograd(const Conv2dGeometry& g);
 
 // y = conv(x, w) + bias (bias may be null).
 bool onednn_conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w,

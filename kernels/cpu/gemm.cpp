@@ -30,6 +30,11 @@ void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alph
               int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
+extern "C" void openblas_set_num_threads(int);
+
+SingleThreadedBlas::SingleThreadedBlas() { openblas_set_num_threads(1); }
+SingleThreadedBlas::~SingleThreadedBlas() { openblas_set_num_threads(num_threads()); }
+
 }  // namespace rg::kernels::cpu
 
 namespace rg::kernels {

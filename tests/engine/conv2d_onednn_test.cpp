@@ -2,6 +2,7 @@
 // it replaces, on geometries that exercise its padding arithmetic (floored last windows: oneDNN's
 // right padding), strides, dilation, 1x1 kernels, a missing bias and missing gradients.
 #include "kernels/cpu/conv2d_onednn.h"
+#include "kernels/cpu/conv2d_winograd.h"
 
 #include <gtest/gtest.h>
 
@@ -104,13 +105,13 @@ Outputs run_conv(const Conv2dGeometry& g, const std::string& mode) {
     return o;
   }
   cpu::set_onednn_enabled(mode != "gemm");
-  cpu::set_onednn_winograd(mode == "winograd");
+  cpu::set_winograd_enabled(mode == "winograd");
   std::vector<float> y(gy.size()), gx(x.size()), gw(w.size());
   Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), nullptr, y.data(), false, {}, {});
   Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), nullptr,
                                false, {}, {});
   cpu::set_onednn_enabled(true);
-  cpu::set_onednn_winograd(true);
+  cpu::set_winograd_enabled(true);
   return {widen(y), widen(gx), widen(gw)};
 }
 
@@ -132,7 +133,7 @@ double scaled_error(const std::vector<double>& a, const std::vector<double>& ref
 TEST(Conv2dOneDnn, WinogradAndDirectStayWithinFloatRounding) {
   const Conv2dGeometry g = geometry(64, 64, 32, 32, 64, 3, 1, 1, 1);
   const Outputs ref = run_conv(g, "f64"), gemm = run_conv(g, "gemm");
-  cpu::set_onednn_winograd(true);
+  cpu::set_winograd_enabled(true);
   std::printf("oneDNN's forward for this layer with Winograd allowed: %s\n",
               cpu::onednn_forward_impl(g).c_str());
   for (const std::string mode : {"direct", "winograd"}) {
