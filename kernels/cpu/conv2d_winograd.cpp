@@ -85,28 +85,50 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
       k.filter(w, s.o, s.c, flipped, base, rows, lo, hi, u.get());
     });
   };
-  if (one_slice) transform_filters(0, s.o);
   auto v = scratch(kPoints * s.c * plan.block);
   auto m = scratch(kPoints * plan.rows * plan.block);
   std::vector<Tile> tiles(size_t(plan.block));
   SingleThreadedBlas single;
-  for (int64_t t0 = 0; t0 < plan.tiles; t0 += plan.block) {
-    const int64_t count = plan.fill(t0, tiles.data()), width = round8(count);
+  auto transform_inputs = [&](int64_t t0) {
+    const int64_t count = plan.fill(t0, tiles.data());
     parallel_for(0, s.c, 1, [&](int64_t lo, int64_t hi) {
-      k.input(s, x, tiles.data(), count, width, lo, hi, v.get());
+      auto pad = scratch(input_scratch_floats(s, count));
+      k.input(s, x, tiles.data(), count, round8(count), lo, hi, v.get(), pad.get());
     });
+  };
+  auto multiply_and_write = [&](int64_t t0, int64_t base, int64_t rows) {
+    const int64_t count = std::min(plan.block, plan.tiles - t0), width = round8(count);
+    parallel_for(0, kPoints, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t p = lo; p < hi; ++p) {
+        gemm<float>(false, false, rows, width, s.c, 1.0f, u.get() + p * rows * s.c, s.c,
+                    v.get() + p * s.c * width, width, 0.0f, m.get() + p * rows * width, width);
+      }
+    });
+    parallel_for(base, base + rows, 1, [&](int64_t lo, int64_t hi) {
+      k.output(s, m.get(), tiles.data(), count, width, bias, base, rows, lo, hi, y);
+    });
+  };
+  if (one_slice || plan.tiles <= plan.block) {
+    // Every transform made once: the filters up front, or the one block's inputs.
+    if (one_slice) transform_filters(0, s.o);
+    for (int64_t t0 = 0; t0 < plan.tiles; t0 += plan.block) {
+      transform_inputs(t0);
+      for (int64_t base = 0; base < s.o; base += plan.rows) {
+        const int64_t rows = std::min(plan.rows, s.o - base);
+        if (!one_slice) transform_filters(base, rows);
+        multiply_and_write(t0, base, rows);
+      }
+    }
+  } else {
+    // Several slices and several blocks: the inputs are transformed again for every slice
+    // (slices are few: repeating the filters' transform for every block costs more).
     for (int64_t base = 0; base < s.o; base += plan.rows) {
       const int64_t rows = std::min(plan.rows, s.o - base);
-      if (!one_slice) transform_filters(base, rows);
-      parallel_for(0, kPoints, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t p = lo; p < hi; ++p) {
-          gemm<float>(false, false, rows, width, s.c, 1.0f, u.get() + p * rows * s.c, s.c,
-                      v.get() + p * s.c * width, width, 0.0f, m.get() + p * rows * width, width);
-        }
-      });
-      parallel_for(base, base + rows, 1, [&](int64_t lo, int64_t hi) {
-        k.output(s, m.get(), tiles.data(), count, width, bias, base, rows, lo, hi, y);
-      });
+      transform_filters(base, rows);
+      for (int64_t t0 = 0; t0 < plan.tiles; t0 += plan.block) {
+        transform_inputs(t0);
+        multiply_and_write(t0, base, rows);
+      }
     }
   }
 }
@@ -178,7 +200,8 @@ void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const 
       parallel_for(0, inputs + rows, 1, [&](int64_t lo, int64_t hi) {
         // Channels [0, inputs) of the input, then the slice's channels of the gradient.
         if (lo < inputs) {
-          k.input(s, x, tiles.data(), count, width, lo, std::min(hi, inputs), xt.get());
+          auto pad = scratch(input_scratch_floats(s, count));
+          k.input(s, x, tiles.data(), count, width, lo, std::min(hi, inputs), xt.get(), pad.get());
         }
         if (hi > inputs) {
           k.grad(s, gy, tiles.data(), count, width, base, rows, base + std::max(lo, inputs) - inputs,

@@ -26,8 +26,9 @@ struct Shape {
 struct Kernels {
   // V[(p * C + c) * tbp + t] = (BT d_t B)[p] for the 6x6 input patch d_t of tile t (zero outside
   // the image), channels [c0, c1); tiles t >= tb are zero. tbp is a multiple of 8.
+  // `pad` is scratch of input_scratch_floats(s, tb) floats.
   void (*input)(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
-                int64_t c0, int64_t c1, float* v);
+                int64_t c0, int64_t c1, float* v, float* pad);
   // The transformed matrices below hold a slice of `rows` output channels starting at `base`:
   // channel o is row o - base of each of the 36 matrices.
   //
@@ -50,6 +51,14 @@ struct Kernels {
                  int64_t o1, float* gw);
 };
 
+// Floats of `pad` that input() needs: the padded planes of the images one block of `tb` tiles
+// can touch.
+inline int64_t input_scratch_floats(const Shape& s, int64_t tb) {
+  const int64_t tile_rows = (s.ho + 3) / 4, tile_cols = (s.wo + 3) / 4;
+  const int64_t images = (tb + tile_rows * tile_cols - 1) / (tile_rows * tile_cols) + 1;
+  return images * (4 * tile_rows + 2) * (4 * tile_cols + 4);
+}
+
 // The table compiled for any x86-64 and the AVX2 + FMA one (null when not built).
 const Kernels& generic_kernels();
 const Kernels* avx2_kernels();
@@ -69,6 +78,7 @@ const Kernels* avx2_kernels();
 namespace rg::kernels::cpu::winograd::RG_WINOGRAD_ISA {
 
 using v8 = float __attribute__((vector_size(32)));
+using i8 = int __attribute__((vector_size(32)));
 
 [[gnu::always_inline]] inline v8 load8(const float* p) {
   v8 v;
@@ -132,39 +142,73 @@ inline constexpr auto kG = kF43.g;     // 6 x 3
 inline constexpr auto kGw = kF34.g;    // 6 x 4
 inline constexpr auto kAWt = kF34.at;  // 3 x 6
 
+// The 8x8 transpose of rows r[0..7]: r[l] becomes column l (GCC turns the shuffles into
+// unpck/shufps/vperm2f128 with AVX, pairs of SSE shuffles without).
+[[gnu::always_inline]] inline void transpose8(v8 (&r)[8]) {
+  v8 t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = __builtin_shuffle(r[2 * k], r[2 * k + 1], i8{0, 8, 1, 9, 4, 12, 5, 13});
+    t[2 * k + 1] = __builtin_shuffle(r[2 * k], r[2 * k + 1], i8{2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (int k = 0; k < 2; ++k) {
+    for (int h = 0; h < 2; ++h) {
+      const v8 a = t[4 * k + h], b = t[4 * k + h + 2];
+      u[4 * k + 2 * h] = __builtin_shuffle(a, b, i8{0, 1, 8, 9, 4, 5, 12, 13});
+      u[4 * k + 2 * h + 1] = __builtin_shuffle(a, b, i8{2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = __builtin_shuffle(u[j], u[j + 4], i8{0, 1, 2, 3, 8, 9, 10, 11});
+    r[j + 4] = __builtin_shuffle(u[j], u[j + 4], i8{4, 5, 6, 7, 12, 13, 14, 15});
+  }
+}
+
 inline void input(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
-                  int64_t c0, int64_t c1, float* v) {
+                  int64_t c0, int64_t c1, float* v, float* pad) {
+  // Per channel, the block's images are first copied into zero-padded planes (the padding, and
+  // room for 8-float loads past a tile's 6 columns), so that every tile row is one unconditional
+  // load; eight of those (one per tile) are transposed into the 6 columns of the patches.
+  const int64_t tile_rows = (s.ho + 3) / 4, tile_cols = (s.wo + 3) / 4;
+  const int64_t hp = 4 * tile_rows + 2, wp = 4 * tile_cols + 4;
+  const int64_t first = tiles[0].image, images = tiles[tb - 1].image - first + 1;
   for (int64_t c = c0; c < c1; ++c) {
+    for (int64_t i = 0; i < images; ++i) {
+      const float* plane = x + ((first + i) * s.c + c) * s.h * s.w;
+      float* dst = pad + i * hp * wp;
+      for (int64_t yy = 0; yy < hp; ++yy) {
+        float* row = dst + yy * wp;
+        const int64_t sy = yy - s.ph;
+        if (sy < 0 || sy >= s.h) {
+          __builtin_memset(row, 0, size_t(wp) * sizeof(float));
+          continue;
+        }
+        const int64_t lead = s.pw < wp ? s.pw : wp;
+        const int64_t span = lesser(s.w, wp - lead);
+        __builtin_memset(row, 0, size_t(lead) * sizeof(float));
+        __builtin_memcpy(row + lead, plane + sy * s.w, size_t(span) * sizeof(float));
+        __builtin_memset(row + lead + span, 0, size_t(wp - lead - span) * sizeof(float));
+      }
+    }
     for (int64_t t0 = 0; t0 < tbp; t0 += 8) {
+      const float* origin[8];
+      for (int l = 0; l < 8; ++l) {
+        const Tile& t = tiles[t0 + l < tb ? t0 + l : t0];
+        origin[l] = pad + (t.image - first) * hp * wp + t.oy * wp + t.ox;
+      }
       v8 d[6][6];
       for (int i = 0; i < 6; ++i) {
-        for (int j = 0; j < 6; ++j) d[i][j] = splat(0.0f);
-      }
-      for (int l = 0; l < 8 && t0 + l < tb; ++l) {
-        const Tile& t = tiles[t0 + l];
-        const float* plane = x + (t.image * s.c + c) * s.h * s.w;
-        const int64_t y0 = t.oy - s.ph, x0 = t.ox - s.pw;
-        if (y0 >= 0 && x0 >= 0 && y0 + 6 <= s.h && x0 + 6 <= s.w) {
-          for (int i = 0; i < 6; ++i) {
-            const float* row = plane + (y0 + i) * s.w + x0;
-            for (int j = 0; j < 6; ++j) d[i][j][l] = row[j];
-          }
-        } else {
-          for (int i = 0; i < 6; ++i) {
-            const int64_t yy = y0 + i;
-            if (yy < 0 || yy >= s.h) continue;
-            const float* row = plane + yy * s.w;
-            for (int j = 0; j < 6; ++j) {
-              const int64_t xx = x0 + j;
-              if (xx >= 0 && xx < s.w) d[i][j][l] = row[xx];
-            }
-          }
-        }
+        v8 r[8];
+        for (int l = 0; l < 8; ++l) r[l] = t0 + l < tb ? load8(origin[l] + i * wp) : splat(0.0f);
+        transpose8(r);
+        for (int j = 0; j < 6; ++j) d[i][j] = r[j];
       }
       v8 t[6][6], r[6][6];
       left<6, 6, 6, kBT>(d, t);
       right<6, 6, 6, kBT>(t, r);
-      for (int p = 0; p < 36; ++p) store8(v + (p * s.c + c) * tbp + t0, r[p / 6][p % 6]);
+      float* dst = v + c * tbp + t0;
+      const int64_t stride = s.c * tbp;
+#pragma GCC unroll 36
+      for (int p = 0; p < 36; ++p) store8(dst + p * stride, r[p / 6][p % 6]);
     }
   }
 }
@@ -208,17 +252,40 @@ inline void output(const Shape& s, const float* m, const Tile* tiles, int64_t tb
     const float b = bias ? bias[o] : 0.0f;
     for (int64_t t0 = 0; t0 < tb; t0 += 8) {
       v8 in[6][6];
-      for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load8(m + (p * rows + o - base) * tbp + t0);
+      const float* src = m + (o - base) * tbp + t0;
+      const int64_t stride = rows * tbp;
+#pragma GCC unroll 36
+      for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load8(src + p * stride);
       v8 t[4][6], r[4][4];
       left<4, 6, 6, kAT>(in, t);
       right<4, 6, 4, kAT>(t, r);
+      // Row i of every tile: the 4 vectors r[i][0..3] regrouped so that q[l % 4] holds tile l's
+      // 4 values in its low (l < 4) or high half.
+      float rows4[4][4][8];
+      for (int i = 0; i < 4; ++i) {
+        const v8 q[4] = {r[i][0] + splat(b), r[i][1] + splat(b), r[i][2] + splat(b),
+                         r[i][3] + splat(b)};
+        const v8 t[4] = {__builtin_shuffle(q[0], q[1], i8{0, 8, 1, 9, 4, 12, 5, 13}),
+                         __builtin_shuffle(q[0], q[1], i8{2, 10, 3, 11, 6, 14, 7, 15}),
+                         __builtin_shuffle(q[2], q[3], i8{0, 8, 1, 9, 4, 12, 5, 13}),
+                         __builtin_shuffle(q[2], q[3], i8{2, 10, 3, 11, 6, 14, 7, 15})};
+        store8(rows4[i][0], __builtin_shuffle(t[0], t[2], i8{0, 1, 8, 9, 4, 5, 12, 13}));
+        store8(rows4[i][1], __builtin_shuffle(t[0], t[2], i8{2, 3, 10, 11, 6, 7, 14, 15}));
+        store8(rows4[i][2], __builtin_shuffle(t[1], t[3], i8{0, 1, 8, 9, 4, 5, 12, 13}));
+        store8(rows4[i][3], __builtin_shuffle(t[1], t[3], i8{2, 3, 10, 11, 6, 7, 14, 15}));
+      }
       for (int l = 0; l < 8 && t0 + l < tb; ++l) {
         const Tile& tile = tiles[t0 + l];
         float* plane = y + (tile.image * s.o + o) * s.ho * s.wo;
         const int rows = int(lesser(4, s.ho - tile.oy)), cols = int(lesser(4, s.wo - tile.ox));
         for (int i = 0; i < rows; ++i) {
           float* row = plane + (tile.oy + i) * s.wo + tile.ox;
-          for (int j = 0; j < cols; ++j) row[j] = r[i][j][l] + b;
+          const float* src = rows4[i][l % 4] + 4 * (l / 4);
+          if (cols == 4) {
+            __builtin_memcpy(row, src, 4 * sizeof(float));
+          } else {
+            for (int j = 0; j < cols; ++j) row[j] = src[j];
+          }
         }
       }
     }
@@ -245,7 +312,10 @@ inline void grad(const Shape& s, const float* gy, const Tile* tiles, int64_t tb,
       v8 t[6][4], r[6][6];
       left<6, 4, 4, kGw>(e, t);
       right<6, 4, 6, kGw>(t, r);
-      for (int p = 0; p < 36; ++p) store8(gyt + (p * rows + o - base) * tbp + t0, r[p / 6][p % 6]);
+      float* dst = gyt + (o - base) * tbp + t0;
+      const int64_t stride = rows * tbp;
+#pragma GCC unroll 36
+      for (int p = 0; p < 36; ++p) store8(dst + p * stride, r[p / 6][p % 6]);
     }
   }
 }
