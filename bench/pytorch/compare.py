@@ -7,7 +7,8 @@ better for img/s and bandwidth, lower for RSS). Configurations:
   train   ToyNet and ResNet-18 at batch 64, 1 and 2 threads, with the instruction set native and
           capped to AVX2 for both sides (OPENBLAS_CORETYPE=Haswell for OpenBLAS, which both use;
           ATEN_CPU_CAPABILITY=avx2 and DNNL/ONEDNN_MAX_CPU_ISA=AVX2 for PyTorch's own kernels and
-          oneDNN; ringgrad's own kernels are compiled for the baseline x86-64 and are not capped)
+          oneDNN; ringgrad's own kernels are compiled for the baseline x86-64, except its Winograd
+          transforms, which use AVX2 + FMA at most, so the cap does not concern them)
   ddp     2 ranks x 1 thread on this host: ringgrad-run + ringgrad-bench train --ddp (Gloo) against
           mp.spawn + DistributedDataParallel (Gloo)
   busy    the 2-thread training runs again while another process keeps one core busy (the
