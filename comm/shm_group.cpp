@@ -36,6 +36,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMagic = 0x52474D4853484D31;  // "RGMHSHM1"
 constexpr size_t kLine = 64;
 constexpr size_t kMaxSlotsBytes = size_t(32) << 20;  // both slot sets of every rank
+constexpr size_t kReducePiece = size_t(16) << 10;
 
 // The first failure any rank saw, for the others to report at once: [kind 8][seen by 24]
 // [culprit 32]; 0 = none.
@@ -330,13 +331,18 @@ void ShmGroup::reduce_chunk(const ShmReduceArgs& a, char* data, size_t len) {
   std::memcpy(mine + b1, data + b1, end - b1);
   publish(2 * g - 1);
   wait_all(2 * g - 1, a.deadline);
-  // 2. My slice, reduced over ranks in rank order (the same bits on every rank), into my slot.
+  // 2. My slice, reduced over ranks in rank order (the same bits on every rank), into my slot,
+  // in pieces of kReducePiece bytes: a piece's partial sums stay in the cache while every
+  // rank's contribution is added, so each source is read from memory once.
   if (b1 > b0) {
     auto src = [&](int q) -> const char* { return (q == rank_ ? data : slot(g, q)) + b0; };
     char* out = mine + b0;
-    const size_t n = (b1 - b0) / es;
-    a.reduce(out, src(0), src(1), n);
-    for (int q = 2; q < size_; ++q) a.reduce(out, out, src(q), n);
+    const size_t n = (b1 - b0) / es, piece = std::max<size_t>(1, kReducePiece / es);
+    for (size_t i = 0; i < n; i += piece) {
+      const size_t k = std::min(piece, n - i), at = i * es;
+      a.reduce(out + at, src(0) + at, src(1) + at, k);
+      for (int q = 2; q < size_; ++q) a.reduce(out + at, out + at, src(q) + at, k);
+    }
     if (a.finalize) a.finalize(out, n);
   }
   publish(2 * g);
