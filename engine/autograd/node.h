@@ -27,6 +27,8 @@ class Node : public std::enable_shared_from_this<Node> {
 
   virtual std::string name() const = 0;
   // One gradient per input edge (undefined where an input gets none).
+  // `grad_output` is the engine's own buffer, which it drops after the call: a node may write
+  // over it when nothing else holds it (reusable() in engine/ops/check.h).
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
   // Frees saved tensors after a backward pass that did not ask to retain the graph.
   virtual void release_saved() {}
