@@ -35,8 +35,8 @@ Tensor Node::run_tensor_pre_hooks(Tensor grad) {
 
 bool sole_owner(const Tensor& grad, long refs) {
   const TensorImpl& impl = *grad.impl();
-  return grad.impl_ptr().use_count() <= refs && impl.storage.use_count() == 1 &&
-         impl.offset == 0 && impl.storage->nbytes() == grad.nbytes() && impl.autograd == nullptr;
+  return grad.impl_ptr().use_count() <= refs && impl.storage.use_count() == 1 && impl.offset == 0 &&
+         impl.storage->nbytes() == grad.nbytes() && impl.autograd == nullptr;
 }
 
 void accumulate_grad(AutogradMeta& meta, const Tensor& grad, bool adopt) {
