@@ -9,8 +9,9 @@
 
 namespace rg {
 
-// Device memory provider. CPU: 64-byte aligned blocks; blocks of 256 KiB and more are cached
-// per size class (8 per power of two) and reused, never returned until cpu_empty_cache().
+// Device memory provider. CPU: 64-byte aligned blocks; blocks of 256 KiB and more are mapped
+// (2 MiB and more as transparent huge pages), cached per size class (8 per power of two) and
+// reused, and returned by recycling (below) or cpu_empty_cache().
 // CUDA: the caching allocator of the device (engine/cuda/caching_allocator.h), allocating for the
 // current stream; pinned host memory comes from cuda::pinned_storage_allocator().
 class Allocator {
@@ -32,8 +33,15 @@ struct CpuMemoryStats {
 };
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_bytes();
-// Returns cached free blocks to the system.
+// Returns cached free blocks to the system (and restarts the high-water mark that recycling
+// keeps the cache under).
 void cpu_empty_cache();
+// Recycling: a cache miss for 8 MiB or more that would make the cached blocks (in use or idle)
+// exceed the most bytes ever in use in them at once first gives back idle blocks of other size
+// classes of 8 MiB or more, the most recently used class first. On by default where transparent
+// huge pages are available.
+void set_cpu_cache_recycling(bool on);
+bool cpu_cache_recycling();
 
 class Storage {
  public:

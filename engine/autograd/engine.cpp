@@ -10,6 +10,7 @@
 #include "engine/autograd/node.h"
 #include "engine/cuda/stream_trace.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/check.h"
 #include "engine/ops/factory.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
@@ -142,7 +143,13 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
                  " returned a gradient of shape ", shape_str(g.shape()), " for input ", i,
                  ", which has shape ", shape_str(node->input_shapes()[i]));
         Tensor& buf = buffers[next];
-        buf = buf.defined() ? add(buf, g) : g;
+        if (!buf.defined()) {
+          buf = g;
+        } else if (reusable(buf)) {
+          add_(buf, g);  // a sum only this pass holds: no third buffer (the same float sums)
+        } else {
+          buf = add(buf, g);
+        }
       }
       if (--dependencies[next] == 0) ready.push(next);
     }

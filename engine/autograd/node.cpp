@@ -33,12 +33,19 @@ Tensor Node::run_tensor_pre_hooks(Tensor grad) {
   return grad;
 }
 
-void accumulate_grad(AutogradMeta& meta, const Tensor& grad) {
+bool sole_owner(const Tensor& grad, long refs) {
+  const TensorImpl& impl = *grad.impl();
+  return grad.impl_ptr().use_count() <= refs && impl.storage.use_count() == 1 && impl.offset == 0 &&
+         impl.storage->nbytes() == grad.nbytes() && impl.autograd == nullptr;
+}
+
+void accumulate_grad(AutogradMeta& meta, const Tensor& grad, bool adopt) {
   NoGradGuard no_grad;
   if (!meta.grad) {
-    // The incoming buffer belongs to this pass only; copy so later in-place accumulation into
-    // .grad cannot alias a tensor the caller still holds.
-    meta.grad = grad.clone().impl_ptr();
+    // A buffer that someone else can still see is copied, so later in-place accumulation into
+    // .grad cannot alias it; one that only this pass holds becomes .grad as it is (PyTorch's
+    // AccumulateGrad steals it likewise), which saves a copy and a parameter-sized block.
+    meta.grad = adopt ? grad.impl_ptr() : grad.clone().impl_ptr();
   } else {
     Tensor g(meta.grad);
     add_(g, grad);
@@ -66,7 +73,10 @@ Tensor run_tensor_hooks(const HookList<TensorHook>& hooks, Tensor grad) {
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   NoGradGuard no_grad;
   AutogradMeta& meta = *leaf_->autograd;
-  accumulate_grad(meta, run_tensor_hooks(meta.hooks, grad_output));
+  // The engine passes a temporary that it drops after this call: with no hook replacing it, it
+  // is referenced here and there only.
+  const Tensor grad = run_tensor_hooks(meta.hooks, grad_output);
+  accumulate_grad(meta, grad, sole_owner(grad, grad.is_same(grad_output) ? 2 : 1));
   Tensor leaf(leaf_);
   for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
   return {};

@@ -27,6 +27,8 @@ class Node : public std::enable_shared_from_this<Node> {
 
   virtual std::string name() const = 0;
   // One gradient per input edge (undefined where an input gets none).
+  // `grad_output` is the engine's own buffer, which it drops after the call: a node may write
+  // over it when nothing else holds it (reusable() in engine/ops/check.h).
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
   // Frees saved tensors after a backward pass that did not ask to retain the graph.
   virtual void release_saved() {}
@@ -62,8 +64,13 @@ class Node : public std::enable_shared_from_this<Node> {
   std::function<void(const Tensor&)> retain_grad_hook_;
 };
 
-// Adds `grad` into meta.grad (a copy on the first pass), as a leaf's .grad accumulates.
-void accumulate_grad(AutogradMeta& meta, const Tensor& grad);
+// Adds `grad` into meta.grad, as a leaf's .grad accumulates. On the first pass meta.grad becomes
+// a copy of `grad`, or with `adopt` `grad` itself (the caller knows nobody else holds it).
+void accumulate_grad(AutogradMeta& meta, const Tensor& grad, bool adopt = false);
+
+// Whether `grad` can be adopted: at most `refs` handles share its TensorImpl, its storage is
+// exactly this tensor and no other tensor uses it, and it carries no autograd state.
+bool sole_owner(const Tensor& grad, long refs);
 
 // Runs `hooks` in order on `grad`, each on the previous result; a replacement must keep the shape.
 Tensor run_tensor_hooks(const HookList<TensorHook>& hooks, Tensor grad);

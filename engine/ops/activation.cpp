@@ -3,6 +3,8 @@
 // input for leaky_relu/gelu.
 #include "engine/ops/activation.h"
 
+#include <utility>
+
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
@@ -15,24 +17,26 @@ using autograd::SavedTensor;
 namespace {
 
 // kernel.template operator()<T, K>(in, out, n, ctx) on x's device and dtype, K being
-// kernels::Activation<B>.
+// kernels::Activation<B>; `in_place` writes the result over x (the kernel is elementwise).
 template <class F>
-Tensor activation_forward(const char* name, const Tensor& x, F&& kernel) {
+Tensor activation_forward(const char* name, const Tensor& x, F&& kernel, bool in_place = false) {
   check_inputs(name, {x});
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = in_place ? x.detach() : Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), name, [&]<class T, class B>() {
     kernel.template operator()<T, kernels::Activation<B>>(x.data<T>(), out.data<T>(), x.numel(),
                                                           kernel_ctx(x));
   });
+  if (in_place) out.bump_version();
   return out;
 }
 
 // kernel.template operator()<T, K>(grad, saved, grad_in, n, ctx) for a backward kernel that
-// reads one saved tensor.
+// reads one saved tensor; `in_place` writes grad_in over grad (the kernel is elementwise).
 template <class F>
 std::vector<Tensor> activation_backward(const char* name, const Tensor& grad, const Tensor& saved,
-                                        F&& kernel) {
-  Tensor grad_in = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
+                                        F&& kernel, bool in_place = false) {
+  Tensor grad_in =
+      in_place ? grad.detach() : Tensor::empty(saved.shape(), saved.dtype(), saved.device());
   dispatch_on(saved.device(), saved.dtype(), name, [&]<class T, class B>() {
     kernel.template operator()<T, kernels::Activation<B>>(
         grad.data<T>(), saved.data<T>(), grad_in.data<T>(), saved.numel(), kernel_ctx(saved));
@@ -42,19 +46,30 @@ std::vector<Tensor> activation_backward(const char* name, const Tensor& grad, co
 
 using kernels::Ctx;
 
-}  // namespace
-
-Tensor relu(const Tensor& x) {
+// relu over x, written over x's buffer when `in_place`.
+Tensor relu_impl(const Tensor& x, bool in_place) {
   Tensor out = activation_forward(
       "relu", x,
-      []<class T, class K>(const T* in, T* o, int64_t n, Ctx ctx) { K::relu(in, o, n, ctx); });
+      []<class T, class K>(const T* in, T* o, int64_t n, Ctx ctx) { K::relu(in, o, n, ctx); },
+      in_place);
+  // The engine hands each node a gradient buffer that it drops afterwards (Node::apply), so one
+  // that nothing else holds can take the input gradient.
   return autograd::record(out, "ReluBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
     return activation_backward(
         "relu_backward", g, so.get(),
         []<class T, class K>(const T* gp, const T* y, T* gi, int64_t n, Ctx ctx) {
           K::relu_backward(gp, y, gi, n, ctx);
-        });
+        },
+        reusable(g) && g.shape() == so.get().shape());
   });
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x) { return relu_impl(x, false); }
+Tensor relu(Tensor&& x) {
+  const Tensor owned = std::move(x);  // the caller's handle is given up, as with any move
+  return relu_impl(owned, reusable(owned));
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {

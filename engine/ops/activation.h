@@ -7,6 +7,9 @@
 namespace rg {
 
 Tensor relu(const Tensor& x);
+// The same, taking x over (x is left undefined): written over x's buffer when nothing else holds
+// it (reusable() in engine/ops/check.h); relu's backward reads only its output.
+Tensor relu(Tensor&& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // approximate=false: x * Phi(x) with erf; true: PyTorch's approximate='tanh'.
 Tensor gelu(const Tensor& x, bool approximate = false);

@@ -4,6 +4,7 @@
 #include "engine/ops/binary.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
@@ -82,12 +83,16 @@ bool channel_block(const Shape& b, const Shape& out, int64_t& outer, int64_t& ch
   return true;
 }
 
-Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
+// `a_reusable`: the result may be written over a (reusable() in engine/ops/check.h), which happens
+// when it has a's shape; every form below reads each element of a only for the same element of
+// the result.
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, bool a_reusable = false) {
   const char* name = op_name(op);
   check_inputs(name, {a, b});
   const Shape shape =
       a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  const bool in_place = a_reusable && shape == a.shape();
+  Tensor out = in_place ? a.detach() : Tensor::empty(shape, a.dtype(), a.device());
   int64_t outer = 0, channels = 0, inner = 0;
   dispatch_on(a.device(), a.dtype(), name, [&]<class T, class B>() {
     using K = kernels::Binary<B>;
@@ -107,6 +112,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
                           shape.data(), int(shape.size()), ctx);
     }
   });
+  if (in_place) out.bump_version();
   return out;
 }
 
@@ -123,12 +129,20 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(BinaryOp::add, a, b);
+namespace {
+Tensor add_impl(const Tensor& a, const Tensor& b, bool a_reusable) {
+  Tensor out = binary_forward(BinaryOp::add, a, b, a_reusable);
   return autograd::record(out, "AddBackward", {a, b},
                           [sa = a.shape(), sb = b.shape()](const Tensor& g) {
                             return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
                           });
+}
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return add_impl(a, b, false); }
+Tensor add(Tensor&& a, const Tensor& b) {
+  const Tensor owned = std::move(a);  // the caller's handle is given up, as with any move
+  return add_impl(owned, b, reusable(owned));
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {

@@ -7,6 +7,10 @@
 namespace rg {
 
 Tensor add(const Tensor& a, const Tensor& b);
+// The same, taking a over (a is left undefined): written over a's buffer when nothing else holds
+// it (reusable() in engine/ops/check.h) and the result has a's shape; add's backward reads
+// neither input.
+Tensor add(Tensor&& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);

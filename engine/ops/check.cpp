@@ -24,6 +24,13 @@ void check_inputs(const char* op, std::initializer_list<Tensor> tensors) {
   }
 }
 
+bool reusable(const Tensor& x) {
+  if (!x.defined()) return false;
+  const TensorImpl& impl = *x.impl();
+  return x.impl_ptr().use_count() == 1 && impl.storage.use_count() == 1 && impl.offset == 0 &&
+         impl.storage->nbytes() == x.nbytes() && !(x.requires_grad() && x.is_leaf());
+}
+
 void check_cpu_only(const char* op, std::initializer_list<Tensor> tensors) {
   int i = 0;
   for (const Tensor& t : tensors) {

@@ -17,6 +17,12 @@ void check_cpu_only(const char* op, std::initializer_list<Tensor> tensors);
 // The tensor has exactly `ndim` dimensions (message names the op and the expected layout).
 void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* layout);
 
+// Whether an op may write its result over `x`, which its caller passed as a temporary: no other
+// handle shares x's TensorImpl or its storage (so nothing, saved tensors included, can read it
+// again), the storage is exactly x, and x is not a leaf that requires grad. Forward activations
+// that are consumed once (batch norm's output going into relu) then need no second buffer.
+bool reusable(const Tensor& x);
+
 // The calling thread's current stream of t's CUDA device, as the void* (cudaStream_t) the
 // kernels/cuda launchers take; makes t's device the current one, which launches go to.
 void* cuda_stream(const Tensor& t);

@@ -1,6 +1,8 @@
 // ResNet-18 (He et al. 2016) as torchvision builds it: BasicBlock x [2, 2, 2, 2].
 #include "layers/models/resnet.h"
 
+#include <utility>
+
 #include "engine/ops/activation.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/flatten.h"
@@ -38,7 +40,9 @@ Tensor BasicBlock::forward_impl(const Tensor& x) {
   Tensor out = relu(bn1_->forward(conv1_->forward(x)));
   out = bn2_->forward(conv2_->forward(out));
   const Tensor identity = downsample_ ? downsample_->forward(x) : x;
-  return relu(add(out, identity));
+  // Moved: the sum and the relu are written over bn2's output, which nothing saves (torchvision's
+  // in-place `out += identity; relu(out)`), so the block needs no further activation buffers.
+  return relu(add(std::move(out), identity));
 }
 
 ResNet18::ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem)

@@ -200,6 +200,41 @@ TEST(Autograd, LatestCreatedReadyNodeRunsFirst) {
   EXPECT_EQ(order, (std::vector<char>{'b', 'a'}));
 }
 
+// A leaf's first gradient becomes .grad without a copy when backward alone holds it, and is
+// copied whenever anyone else can still see it.
+
+TEST(Autograd, LeafAdoptsAGradientThatOnlyBackwardHolds) {
+  Tensor x = leaf({1.0, -2.0});
+  const void* seen = nullptr;
+  x.register_hook([&](const Tensor& g) { seen = g.raw_data(); });  // observes, keeps nothing
+  sum(mul(x, 3.0)).backward();
+  EXPECT_EQ(x.grad().raw_data(), seen);
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3.0, 3.0}));
+}
+
+TEST(Autograd, GradientSharedByTwoLeavesIsCopiedForOne) {
+  // add's backward hands the same buffer to both leaves: at most one of them may keep it.
+  Tensor a = leaf({1.0, 2.0});
+  Tensor b = leaf({3.0, 4.0});
+  sum(mul(add(a, b), 2.0)).backward();
+  EXPECT_NE(a.grad().raw_data(), b.grad().raw_data());
+  sum(mul(a, 5.0)).backward();  // accumulates in place into a.grad only
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{7.0, 7.0}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{2.0, 2.0}));
+}
+
+TEST(Autograd, GradientAHookKeepsIsCopied) {
+  Tensor x = leaf({1.0, -2.0});
+  Tensor kept;
+  x.register_hook([&](const Tensor& g) { kept = g; });
+  sum(mul(x, 3.0)).backward();
+  EXPECT_NE(x.grad().raw_data(), kept.raw_data());
+  const Tensor first = kept;
+  sum(mul(x, 1.0)).backward();  // accumulates into x.grad; what the hook kept must not change
+  EXPECT_EQ(first.to_vector<double>(), (std::vector<double>{3.0, 3.0}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{4.0, 4.0}));
+}
+
 // Tensor hooks (register_hook on leaves and non-leaves: replacement, order, removal) and
 // retain_grad, against gradients worked out by hand.
 

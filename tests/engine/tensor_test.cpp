@@ -151,5 +151,81 @@ TEST(CpuAllocator, CachesLargeBlocksAndCountsBytes) {
   EXPECT_EQ(cpu_memory_stats().reserved_bytes, before.reserved_bytes);
 }
 
+// Recycling on (or off) for one test, whatever this machine's default.
+struct Recycling {
+  explicit Recycling(bool on) : was(cpu_cache_recycling()) {
+    set_cpu_cache_recycling(on);
+    cpu_empty_cache();  // a clean cache and high-water mark
+  }
+  ~Recycling() {
+    cpu_empty_cache();
+    set_cpu_cache_recycling(was);
+  }
+  bool was;
+};
+
+constexpr int64_t kMiB = int64_t(1) << 20;
+Tensor mib(int64_t n) { return empty({n * kMiB / 4}); }
+
+TEST(CpuAllocator, RecyclingKeepsTheCacheUnderItsHighWaterMark) {
+  Recycling on(true);
+  const int64_t base = cpu_memory_stats().reserved_bytes;
+  { Tensor a = mib(8), b = mib(8); }  // 16 MiB in use at most, then idle
+  EXPECT_EQ(cpu_memory_stats().reserved_bytes - base, 16 * kMiB);
+  {
+    Tensor c = mib(16);  // a miss: the idle 8 MiB blocks go first
+    EXPECT_EQ(cpu_memory_stats().reserved_bytes - base, 16 * kMiB);
+    const float* p = c.data<float>();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2 * kMiB), 0u);  // huge-page aligned
+  }
+  {
+    Tensor d = mib(32);  // more than ever in use: grows, after giving back the idle 16 MiB
+    EXPECT_EQ(cpu_memory_stats().reserved_bytes - base, 32 * kMiB);
+  }
+}
+
+TEST(CpuAllocator, WithoutRecyclingEveryClassKeepsItsOwnMaximum) {
+  Recycling off(false);
+  const int64_t base = cpu_memory_stats().reserved_bytes;
+  { Tensor a = mib(8), b = mib(8); }
+  { Tensor c = mib(16); }
+  EXPECT_EQ(cpu_memory_stats().reserved_bytes - base, 32 * kMiB);
+}
+
+TEST(CpuAllocator, RecyclingGivesBackTheMostRecentlyUsedClassFirst) {
+  Recycling on(true);
+  const int64_t base = cpu_memory_stats().reserved_bytes;
+  {
+    Tensor eight = mib(8);
+    { Tensor sixteen = mib(16); }  // freed first: used before `eight` was freed
+  }
+  // 24 MiB mapped, the high-water mark; 12 MiB more needs 12 MiB given back. The 8 MiB class was
+  // used last, so its block goes first, then the 16 MiB one.
+  {
+    Tensor twelve = mib(12);
+    EXPECT_EQ(cpu_memory_stats().reserved_bytes - base, 12 * kMiB);
+  }
+  cpu_empty_cache();  // nothing in use: the high-water mark starts again from 0
+  const int64_t base2 = cpu_memory_stats().reserved_bytes;
+  {
+    Tensor ten = mib(10);
+    { Tensor sixteen = mib(16); }
+  }
+  // 26 MiB mapped; 9 MiB more: giving back the 10 MiB block (used last) is enough, and the
+  // 16 MiB one stays cached.
+  Tensor nine = mib(9);
+  EXPECT_EQ(cpu_memory_stats().reserved_bytes - base2, 25 * kMiB);
+  Tensor sixteen_again = mib(16);  // a cache hit: no growth
+  EXPECT_EQ(cpu_memory_stats().reserved_bytes - base2, 25 * kMiB);
+}
+
+TEST(CpuAllocator, SmallBlocksAreNeverRecycled) {
+  Recycling on(true);
+  const int64_t base = cpu_memory_stats().reserved_bytes;
+  { Tensor a = mib(4), b = mib(4); }
+  { Tensor c = mib(8); }  // an 8 MiB miss may only give back blocks of 8 MiB or more
+  EXPECT_EQ(cpu_memory_stats().reserved_bytes - base, 16 * kMiB);
+}
+
 }  // namespace
 }  // namespace rg
