@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/conv2d.h"
+#include "support/scaled_error.h"
 
 namespace rg::kernels {
 namespace {
@@ -115,15 +116,7 @@ Outputs run_conv(const Conv2dGeometry& g, const std::string& mode) {
   return {widen(y), widen(gx), widen(gw)};
 }
 
-// Largest |a - ref| relative to the largest |ref| (the scale of the output).
-double scaled_error(const std::vector<double>& a, const std::vector<double>& ref) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return err / scale;
-}
+using test::scaled_error;
 
 // A ResNet-18 3x3 layer at its real size (batch 64, 64 channels, 32x32), where oneDNN picks
 // Winograd on AVX-512 machines: against an f64 reference, every output stays within 1e-5 of its

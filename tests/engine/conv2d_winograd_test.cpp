@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/conv2d.h"
+#include "support/scaled_error.h"
 #include "kernels/cpu/conv2d_onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/winograd_matrices.h"
@@ -106,15 +107,7 @@ Result winograd(const Conv2dGeometry& g) {
   return {widen(y), widen(gx), widen(gw)};
 }
 
-// Largest |a - ref| relative to the largest |ref| (the scale of the output).
-double scaled_error(const std::vector<double>& a, const std::vector<double>& ref) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return err / scale;
-}
+using test::scaled_error;
 
 void expect_matches_reference(const Conv2dGeometry& g, double tolerance) {
   SCOPED_TRACE(::testing::Message() << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w
