@@ -726,6 +726,7 @@ OpEntry matmul_out_entry() {
   e.name = "matmul_out";
   e.forward = matmul_out_fn(false, false);
   e.differentiable = false;
+  e.cpu_dtypes = {f32, f64};  // writes into a given tensor: no f32 route for the half types
   e.half_tolerance_scale = 4;
   e.samples = [] {
     Generator gen(24);
@@ -767,6 +768,7 @@ OpEntry orthonormalize_columns_entry() {
     return p;
   };
   e.differentiable = false;
+  e.cpu_dtypes = {f32, f64};
   e.cuda_dtypes = {f32, f64};
   e.samples = [] {
     Generator gen(25);
