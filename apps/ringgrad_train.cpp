@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device,
                  "cpu | cuda | cuda:N (with DDP, cuda is each rank's GPU and needs --backend nccl "
                  "or auto)");
+  app.add_option("--amp", c.amp,
+                 "off | f16 | bf16: autocast the forward and the loss (f16 adds a GradScaler)")
+      ->check(CLI::IsMember({"off", "f16", "bf16"}));
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));

@@ -17,6 +17,7 @@
 #include "comm/init.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
+#include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
@@ -24,6 +25,7 @@
 #include "engine/ops/metrics.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
+#include "layers/amp/grad_scaler.h"
 #include "layers/checkpoint.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
@@ -180,6 +182,18 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   model->to(device);
   model->train();
   auto opt = make_optimizer(c, model->parameters());
+  RG_CHECK(c.amp == "off" || c.amp == "f16" || c.amp == "bf16",
+           "--amp must be off, f16 or bf16, got '", c.amp, "'");
+  // f16's narrow range needs loss scaling; bf16 has f32's range and runs without (as PyTorch's
+  // recipes). Autocast covers the forward and the loss; parameters and the step stay f32.
+  amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = c.amp == "f16";
+  amp::GradScaler scaler(scaler_options);
+  amp::GradScaler* const saved_scaler = scaler.is_enabled() ? &scaler : nullptr;
+  const auto autocast = [&] {
+    return std::make_unique<AutocastGuard>(
+        device, c.amp == "off" ? DType::bf16 : parse_dtype(c.amp), c.amp != "off");
+  };
   std::shared_ptr<data::Sampler> sampler;
   if (pg)
     sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank,
@@ -208,6 +222,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                    c.lr_step_size, fmt::join(c.lr_milestones, ","), c.lr_gamma)},
       {"label_smoothing", fmt::format("{}", c.label_smoothing)},
       {"comm_hook", c.comm_hook},
+      {"amp", c.amp},
       {"steps_per_epoch", std::to_string(steps_per_epoch)}};
   int first_epoch = 1;
   int64_t step = 0;
@@ -239,7 +254,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                " is not beyond the checkpoint's step ", step);
     };
     // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
-    nn::load_checkpoint(c.resume_path, *model, opt.get(), nullptr, check_run);
+    nn::load_checkpoint(c.resume_path, *model, opt.get(), saved_scaler, check_run);
     out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
                        first_epoch - 1, step);
   }
@@ -310,7 +325,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       meta["epoch"] = std::to_string(epoch);
       meta["step"] = std::to_string(step);
       try {
-        nn::save_checkpoint(c.checkpoint_path, *model, opt.get(), nullptr, meta);
+        nn::save_checkpoint(c.checkpoint_path, *model, opt.get(), saved_scaler, meta);
       } catch (const Error& e) {
         error = e.what();
       }
@@ -353,16 +368,19 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         if (ddp && !sync) no_sync.emplace(*ddp);
         {
           trace::Scope t("forward", "step");
+          const auto amp_scope = autocast();
           const Tensor inputs = batch->inputs.to(device);
           const Tensor logits = ddp ? ddp->forward(inputs) : model->forward(inputs);
           loss = cross_entropy(logits, batch->targets.to(device), c.label_smoothing);
         }
         trace::Scope t("backward", "step");
-        (c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss).backward();
+        scaler.scale(c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss)
+            .backward();
       }
       if (sync) {
         trace::Scope t("optimizer step", "step");
-        opt->step();
+        scaler.step(*opt);  // opt->step() unless f16 gradients overflowed
+        scaler.update();
       }
       const double l = loss.item();
       RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", step,
@@ -401,6 +419,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     s.img_per_s = totals[1] / std::max(s.seconds, 1e-9);
     const bool last = epoch == c.epochs || step >= planned_steps;
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
+      const auto amp_scope = autocast();  // evaluated as trained
       const EvalResult e =
           evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
       s.evaluated = true;

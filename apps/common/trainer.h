@@ -36,6 +36,9 @@ struct TrainConfig {
   bool progress_bar = false;  // \r-updated bar (terminals); otherwise plain lines
   // cpu, cuda or cuda:N; under a launcher "cuda" is the rank's GPU (NCCL's choice: rank % GPUs).
   std::string device = "cpu";
+  // Mixed precision: "off", or "f16"/"bf16" for autocast (engine/autocast.h) of the forward and
+  // the loss, in training and evaluation; f16 also scales the loss with a dynamic GradScaler.
+  std::string amp = "off";
 
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.

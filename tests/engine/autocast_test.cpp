@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 #include "engine/generator.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
@@ -149,6 +152,22 @@ TEST(Autocast, BinaryOpsPromoteMixedInputs) {
   }
   testing::expect_error([&] { add(a, b); },
                         "add: dtype mismatch, input 0 is f32 but input 1 is bf16");
+}
+
+// f32 -> f16 -> f32 through Tensor::to (the F16C loops where the CPU has them, eight at a time,
+// and the scalar tail) rounds exactly as float_to_half: ties to even, subnormals, overflow, inf.
+TEST(Autocast, F16CastsRoundLikeTheScalarConversion) {
+  std::vector<float> v = {1.0f + 1.0f / 2048,  // a tie: rounds down to even
+                          1.0f + 3.0f / 2048,  // a tie: rounds up to even
+                          65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-5f, -2.5e-6f,
+                          std::numeric_limits<float>::infinity(), -0.0f, 0.1f, 1.0f / 3};
+  Generator gen(9);
+  for (double x : testing::random_input({1000}, gen, -70000, 70000).to_vector<double>())
+    v.push_back(float(x));
+  const Tensor t = from_vector<float>(v, {int64_t(v.size())});
+  const std::vector<float> back = t.to(DType::f16).to(DType::f32).to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i)
+    EXPECT_EQ(back[i], half_to_float(float_to_half(v[i]))) << "element " << i << " = " << v[i];
 }
 
 }  // namespace
