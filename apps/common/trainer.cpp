@@ -550,8 +550,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     if (stop) {
       result.stopped_early = true;
       out << fmt::format(
-          "ringgrad-train: stopped early after epoch {}: {} did not improve for {} evaluations\n",
-          epoch, early_stop_top1 ? "top-1" : "test loss", c.early_stop_patience);
+          "ringgrad-train: stopped early after epoch {}: {} did not improve for {} evaluation{}\n",
+          epoch, early_stop_top1 ? "top-1" : "test loss", c.early_stop_patience,
+          c.early_stop_patience == 1 ? "" : "s");
     }
     if (s.evaluated) {
       result.final_top1 = s.top1;
