@@ -1,11 +1,13 @@
 // The README's C++ training example, built against the installed package by the install test:
-// a model, AdamW, a DataLoader, loss scaling with amp::GradScaler, and a checkpoint that a fresh
-// model resumes from. Exits non-zero when the loss does not fall or the restore is not exact.
+// a model, AdamW, a DataLoader, loss scaling with amp::GradScaler (unscaled before clipping the
+// gradient norm), and a checkpoint that a fresh model resumes from. Exits non-zero when the loss
+// does not fall or the restore is not exact.
 #include <ringgrad/data/dataloader.h>
 #include <ringgrad/data/synthetic.h>
 #include <ringgrad/engine/ops/loss.h>
 #include <ringgrad/layers/amp/grad_scaler.h>
 #include <ringgrad/layers/checkpoint.h>
+#include <ringgrad/layers/clip_grad.h>
 #include <ringgrad/layers/models/registry.h>
 #include <ringgrad/layers/optim/optimizer.h>
 
@@ -32,6 +34,8 @@ int main() {
       opt->zero_grad();
       Tensor loss = cross_entropy(model->forward(batch->inputs), batch->targets);
       scaler.scale(loss).backward();
+      scaler.unscale_(*opt);  // the true gradients, for the clip; step will not unscale again
+      nn::utils::clip_grad_norm_(model->parameters(), /*max_norm=*/5.0);
       scaler.step(*opt);  // skipped if a gradient overflowed
       scaler.update();
       sum += loss.item();
