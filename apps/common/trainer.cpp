@@ -146,14 +146,17 @@ void write_trace(const std::string& path, dist::ProcessGroup* pg) {
 }
 
 // The training loss of --loss: cross-entropy on the class indices, or a regression loss of the
-// logits against one-hot targets (classification as regression).
+// logits against one-hot targets (classification as regression). `targets` are the batch's, on
+// the host: the one-hot matrix is built there and copied to the logits' device.
 Tensor training_loss(const TrainConfig& c, const Tensor& logits, const Tensor& targets) {
-  if (c.loss == "cross-entropy") return cross_entropy(logits, targets, c.label_smoothing);
+  if (c.loss == "cross-entropy")
+    return cross_entropy(logits, targets.to(logits.device()), c.label_smoothing);
   const int64_t n = logits.size(0), classes = logits.size(1);
+  RG_CHECK(targets.device().is_cpu() && targets.numel() == n, "--loss ", c.loss,
+           ": expected ", n, " host targets");
   Tensor one_hot = zeros({n, classes});
-  const Tensor t = targets.to(Device::cpu());
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t k = t.data<int64_t>()[i];
+    const int64_t k = targets.data<int64_t>()[i];
     RG_CHECK(k >= 0 && k < classes, "--loss ", c.loss, ": target ", k, " at index ", i,
              " is out of range for ", classes, " classes");
     one_hot.data<float>()[i * classes + k] = 1.0f;
@@ -435,7 +438,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
           trace::Scope t("forward", "step");
           const Tensor inputs = batch->inputs.to(device);
           const Tensor logits = ddp ? ddp->forward(inputs) : model->forward(inputs);
-          loss = training_loss(c, logits, batch->targets.to(device));
+          loss = training_loss(c, logits, batch->targets);
         }
         trace::Scope t("backward", "step");
         (c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss).backward();
