@@ -446,8 +446,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       if (sync) {
         // On the accumulated gradients, averaged over ranks: DDP's all-reduce has finished when
         // backward returns. (With a GradScaler, scaler.unscale_(*opt) would come first.)
-        if (c.clip_grad_norm > 0) nn::utils::clip_grad_norm_(params, c.clip_grad_norm);
-        if (c.clip_grad_value > 0) nn::utils::clip_grad_value_(params, c.clip_grad_value);
+        if (c.clip_grad_norm > 0 || c.clip_grad_value > 0) {
+          trace::Scope t("clip gradients", "step");
+          if (c.clip_grad_norm > 0) nn::utils::clip_grad_norm_(params, c.clip_grad_norm);
+          if (c.clip_grad_value > 0) nn::utils::clip_grad_value_(params, c.clip_grad_value);
+        }
         trace::Scope t("optimizer step", "step");
         opt->step();
       }
