@@ -193,4 +193,38 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
       });
 }
 
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, double beta) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {input, target}))
+    return smooth_l1_loss((*c)[0], (*c)[1], beta);
+  check_inputs("smooth_l1_loss", {input, target});
+  RG_CHECK(input.shape() == target.shape(), "smooth_l1_loss: input shape ",
+           shape_str(input.shape()), " does not match target shape ", shape_str(target.shape()));
+  RG_CHECK(beta >= 0.0, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  if (cpu_half_inputs({input, target}))
+    return smooth_l1_loss(half_to_f32(input), half_to_f32(target), beta).to(input.dtype());
+  const int64_t n = input.numel();
+  Tensor out = Tensor::empty({}, input.dtype(), input.device());
+  dispatch_on(input.device(), input.dtype(), "smooth_l1_loss", [&]<class T, class B>() {
+    using K = kernels::Loss<B>;
+    const Tensor ws =
+        Tensor::empty({K::smooth_l1_loss_workspace_bytes(n)}, DType::u8, input.device());
+    K::smooth_l1_loss(input.data<T>(), target.data<T>(), out.data<T>(), n, beta,
+                      kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(input));
+  });
+  const bool gx = autograd::needs_grad({input}), gy = autograd::needs_grad({target});
+  return autograd::record(
+      out, "SmoothL1LossBackward", {input, target},
+      [sx = SavedTensor(input), sy = SavedTensor(target), n, beta, gx, gy](const Tensor& g) {
+        const Tensor xv = sx.get(), yv = sy.get();
+        Tensor dx = gx ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+        Tensor dy = gy ? Tensor::empty(yv.shape(), yv.dtype(), yv.device()) : Tensor();
+        dispatch_on(xv.device(), xv.dtype(), "smooth_l1_loss_backward", [&]<class T, class B>() {
+          kernels::Loss<B>::smooth_l1_loss_backward(
+              xv.data<T>(), yv.data<T>(), g.data<T>(), gx ? dx.data<T>() : nullptr,
+              gy ? dy.data<T>() : nullptr, n, beta, kernel_ctx(xv));
+        });
+        return std::vector<Tensor>{dx, dy};
+      });
+}
+
 }  // namespace rg
