@@ -110,6 +110,22 @@ TEST_F(TrainSwitches, ClippingAGradientNormAboveTheBoundChangesTheRun) {
   EXPECT_NE(clamped.final_test_loss, clipped.final_test_loss);
 }
 
+// Under --amp f16 the gradients are loss-scaled (65536 at first): the clip must see them unscaled.
+// A bound of 100 is far above the true norms and far below the scaled ones, so a clip of the
+// unscaled gradients changes nothing (bit for bit the run without clipping) while a clip of the
+// scaled ones would shrink every step.
+TEST_F(TrainSwitches, UnderAmpF16TheClipSeesTheUnscaledGradients) {
+  std::ostringstream log;
+  TrainConfig plain = config(1, 0.05);
+  plain.amp = "f16";
+  const TrainResult a = train(plain, log);
+  TrainConfig clipped = plain;
+  clipped.clip_grad_norm = 100;
+  EXPECT_EQ(train(clipped, log).final_test_loss, a.final_test_loss) << log.str();
+  clipped.clip_grad_norm = 0.01;  // and a bound below the true norms does clip
+  EXPECT_NE(train(clipped, log).final_test_loss, a.final_test_loss);
+}
+
 TEST_F(TrainSwitches, EarlyStoppingWithoutImprovementStopsAfterPatiencePlusOneEpochs) {
   for (const std::string metric : {"loss", "top1"}) {
     SCOPED_TRACE(metric);
