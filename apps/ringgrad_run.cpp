@@ -267,6 +267,7 @@ class Launcher {
         {"MASTER_ADDR", opt_.master_addr},
         {"MASTER_PORT", std::to_string(port_)},
         {"RG_STORE_TOKEN", token_},
+        {"RG_LAUNCHER_STORE", "1"},
         {"RG_RESTART_COUNT", std::to_string(restart_count)},
         {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
         {"TORCHELASTIC_MAX_RESTARTS", std::to_string(opt_.max_restarts)},

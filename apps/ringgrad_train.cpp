@@ -8,6 +8,7 @@
 #include <string>
 
 #include "apps/common/trainer.h"
+#include "comm/init.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
                  "off | f16 | bf16: autocast the forward and the loss (f16 adds a GradScaler)")
       ->check(CLI::IsMember({"off", "f16", "bf16"}));
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
+  app.add_option("--init-method", c.init_method,
+                 "where the ranks meet: env:// (MASTER_ADDR/MASTER_PORT; rank 0 hosts the store "
+                 "unless ringgrad-run does), tcp://HOST:PORT or file:///PATH");
   app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
   app.add_option("--allreduce", c.allreduce,
@@ -132,6 +136,8 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) rg::kernels::cpu::set_num_threads(threads);
     rg::app::train(c, std::cout);
+    // Rank 0 may host the store (no launcher): it leaves last, after every rank said goodbye.
+    if (rg::dist::is_initialized()) rg::dist::destroy_process_group();
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
     std::cout.flush();
     std::cerr << "ringgrad-train: " << e.what() << "\n";

@@ -215,6 +215,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     dist::InitOptions io;
     io.backend = device.is_cuda() ? "nccl" : c.backend == "auto" ? "gloo" : c.backend;
     io.group.algorithm = dist::parse_algorithm(c.allreduce);
+    io.init_method = c.init_method;
     pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
   }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;

@@ -43,6 +43,7 @@ struct TrainConfig {
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.
   std::string backend = "auto";      // gloo | nccl | auto
+  std::string init_method = "env://";  // env:// | tcp://HOST:PORT | file:///PATH (comm/init.h)
   std::string allreduce = "auto";  // auto | native | ring | shm (dist::parse_algorithm)
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;

@@ -195,7 +195,7 @@ TEST(LauncherTest, PrefixesLinesAndSetsTheLaunchVariables) {
            "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE "
            "g=$GROUP_RANK a=$MASTER_ADDR p=$MASTER_PORT t=$RG_STORE_TOKEN "
            "n=$RG_NUM_THREADS o=$OMP_NUM_THREADS rc=$RG_RESTART_COUNT "
-           "te=$TORCHELASTIC_RESTART_COUNT"});
+           "te=$TORCHELASTIC_RESTART_COUNT ls=$RG_LAUNCHER_STORE"});
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(lines(r.out).size(), 3u) << r.out;
@@ -213,6 +213,7 @@ TEST(LauncherTest, PrefixesLinesAndSetsTheLaunchVariables) {
     EXPECT_GT(std::stoi(v.at("p")), 0);
     EXPECT_EQ(v.at("p"), vars.at(0).at("p"));
     EXPECT_TRUE(std::regex_match(v.at("t"), std::regex("[0-9a-f]{32}"))) << v.at("t");
+    EXPECT_EQ(v.at("ls"), "1");  // the launcher hosts the store: rank 0 must not
     EXPECT_EQ(v.at("t"), vars.at(0).at("t"));
     EXPECT_EQ(v.at("n"), "2");
     EXPECT_EQ(v.at("o"), "2");
