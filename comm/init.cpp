@@ -9,6 +9,7 @@
 
 #include "comm/file_store.h"
 #include "comm/hash_store.h"
+#include "comm/heartbeat.h"
 #include "comm/prefix_store.h"
 #include "comm/process_group_gloo.h"
 #include "comm/process_group_nccl.h"
@@ -106,6 +107,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch,
   std::lock_guard lock(s.mu);
   RG_CHECK(!s.group, "init_process_group: already initialized (call destroy_process_group first)");
   LaunchEnv env = launch;
+  start_heartbeat_from_env();  // ringgrad-run watches for a stopped or hung worker
   if (options.world_size >= 1) env.world_size = options.world_size;
   if (options.rank >= 0) env.rank = options.rank;
   RG_CHECK(options.world_size == -1 || options.world_size >= 1,
