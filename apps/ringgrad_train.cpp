@@ -29,6 +29,13 @@ int main(int argc, char** argv) {
   app.add_option("--resume", c.resume_path,
                  "continue the run saved in this checkpoint with its next epoch")
       ->check(CLI::ExistingFile);
+  app.add_option("--snapshot", c.snapshot_path,
+                 "snapshot FILE: everything that decides the rest of the run, written by rank 0 "
+                 "every --snapshot-every steps and at epoch ends; when FILE exists at start the "
+                 "run continues from it (a restarted identical command resumes)");
+  app.add_option("--snapshot-every", c.snapshot_every,
+                 "optimizer steps between snapshots (0: at epoch ends only)")
+      ->check(CLI::NonNegativeNumber);
   bool no_augment = false;
   app.add_flag("--no-augment", no_augment,
                "CIFAR: train without the random crop (padding 4) and horizontal flip");

@@ -7,13 +7,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <sstream>
 
 #include "comm/ddp.h"
 #include "comm/init.h"
@@ -154,8 +157,8 @@ Tensor training_loss(const TrainConfig& c, const Tensor& logits, const Tensor& t
   if (c.loss == "cross-entropy")
     return cross_entropy(logits, targets.to(logits.device()), c.label_smoothing);
   const int64_t n = logits.size(0), classes = logits.size(1);
-  RG_CHECK(targets.device().is_cpu() && targets.numel() == n, "--loss ", c.loss,
-           ": expected ", n, " host targets");
+  RG_CHECK(targets.device().is_cpu() && targets.numel() == n, "--loss ", c.loss, ": expected ", n,
+           " host targets");
   Tensor one_hot = zeros({n, classes});
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = targets.data<int64_t>()[i];
@@ -195,8 +198,8 @@ std::string config_error(const TrainConfig& c) {
 std::string best_checkpoint_path(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const size_t dot = path.find_last_of('.');
-  const bool has_ext = dot != std::string::npos && dot > 0 &&
-                       (slash == std::string::npos || dot > slash + 1);
+  const bool has_ext =
+      dot != std::string::npos && dot > 0 && (slash == std::string::npos || dot > slash + 1);
   return has_ext ? path.substr(0, dot) + ".best" + path.substr(dot) : path + ".best";
 }
 
@@ -219,6 +222,18 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
   }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  // Fault injection for the restart tests, not for users: RG_TEST_FAULT=<where>:<n>:<rank> kills
+  // this process (SIGKILL, as kill -9) when rank <rank> reaches <where> (step: after optimizer
+  // step n; eval: the evaluation after epoch n; snapshot: just before the snapshot of step n is
+  // written), on the first attempt only (RG_RESTART_COUNT 0).
+  const auto test_fault = [rank, restart = env.restart_count](const char* where, int64_t n) {
+    static const std::string spec = [] {
+      const char* v = std::getenv("RG_TEST_FAULT");
+      return std::string(v ? v : "");
+    }();
+    if (spec.empty() || restart != 0) return;
+    if (spec == fmt::format("{}:{}:{}", where, n, rank)) ::raise(SIGKILL);
+  };
   // Under DDP "cuda" is the GPU the rank's NCCL group uses.
   if (pg && device.is_cuda() && c.device == "cuda") device = pg->tensor_device();
   // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
@@ -288,12 +303,21 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // checkpoint, so a resumed run keeps counting.
   int best_epoch = 0, bad_evals = 0;
   double best_metric = 0;
-  if (!c.resume_path.empty()) {
-    RG_CHECK(c.comm_hook != "powersgd",
-             "--resume with --comm-hook powersgd is not supported: "
+  // A snapshot that exists is where this run continues (a restarted identical command).
+  const bool from_snapshot = !c.snapshot_path.empty() && std::filesystem::exists(c.snapshot_path);
+  RG_CHECK(!from_snapshot || c.resume_path.empty(), "--resume ", c.resume_path, " and --snapshot ",
+           c.snapshot_path, " (which exists) both say where to continue; give one");
+  const std::string resume_from = from_snapshot ? c.snapshot_path : c.resume_path;
+  // Mid-epoch position of a snapshot: steps done in first_epoch, their loss sum and samples.
+  int64_t resume_epoch_steps = 0, resume_samples = 0;
+  double resume_loss_sum = 0;
+  std::vector<int64_t> resume_bucket_order;
+  if (!resume_from.empty()) {
+    RG_CHECK(c.comm_hook != "powersgd", from_snapshot ? "--snapshot" : "--resume",
+             " with --comm-hook powersgd is not supported: "
              "PowerSGD's error feedback and factors are not checkpointed");
     const auto check_run = [&](const nn::Metadata& saved) {
-      const std::string where = "--resume " + c.resume_path;
+      const std::string where = (from_snapshot ? "--snapshot " : "--resume ") + resume_from;
       // Keys added after the first checkpoints: one that is missing was the default.
       const std::map<std::string, std::string> added_later = {{"loss", "cross-entropy"},
                                                               {"clip_grad", "norm=0 value=0"}};
@@ -303,9 +327,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         const bool was_default =
             it == saved.end() && later != added_later.end() && later->second == value;
         RG_CHECK(was_default || (it != saved.end() && it->second == value), where,
-                 ": the checkpoint's ", key,
-                 " is ", it == saved.end() ? "missing" : "'" + it->second + "'",
-                 ", this run's is '", value, "' (resuming continues the same run)");
+                 ": the checkpoint's ", key, " is ",
+                 it == saved.end() ? "missing" : "'" + it->second + "'", ", this run's is '", value,
+                 "' (resuming continues the same run)");
       }
       const auto number = [&](const char* key) {
         const auto it = saved.find(key);
@@ -317,6 +341,20 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       };
       first_epoch = int(number("epoch")) + 1;
       step = number("step");
+      if (saved.count("snapshot.epoch_steps")) {  // taken mid-epoch: continue that epoch
+        resume_epoch_steps = number("snapshot.epoch_steps");
+        resume_samples = number("snapshot.samples");
+        resume_loss_sum = std::strtod(saved.at("snapshot.loss_sum").c_str(), nullptr);
+        RG_CHECK(resume_epoch_steps > 0 && resume_epoch_steps < steps_per_epoch, where,
+                 ": the snapshot's position ", resume_epoch_steps, " is not inside an epoch of ",
+                 steps_per_epoch, " steps");
+      }
+      if (const auto order = saved.find("snapshot.bucket_order");
+          order != saved.end() && !order->second.empty()) {
+        std::stringstream in(order->second);
+        for (std::string item; std::getline(in, item, ',');)
+          resume_bucket_order.push_back(std::stoll(item));
+      }
       const auto metric = saved.find("early_stop.metric");
       if (c.early_stop_patience > 0 && metric != saved.end() &&
           metric->second == c.early_stop_metric) {
@@ -333,9 +371,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                " is not beyond the checkpoint's step ", step);
     };
     // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
-    nn::load_checkpoint(c.resume_path, *model, opt.get(), saved_scaler, check_run);
-    out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
-                       first_epoch - 1, step);
+    nn::load_checkpoint(resume_from, *model, opt.get(), saved_scaler, check_run);
+    if (resume_epoch_steps > 0) {
+      out << fmt::format(
+          "ringgrad-train: resumed from {} in epoch {} after {} of its steps (step {})\n",
+          resume_from, first_epoch, resume_epoch_steps, step);
+    } else {
+      out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", resume_from,
+                         first_epoch - 1, step);
+    }
   }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
@@ -350,6 +394,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     o.find_unused_parameters = c.find_unused_parameters;
     o.gradient_as_bucket_view = c.gradient_as_bucket_view;
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);
+    // The buckets the interrupted run had rebuilt, so every all-reduce sums as it did there.
+    if (!resume_bucket_order.empty() && !c.find_unused_parameters)
+      ddp->reducer().restore_rebuilt_order(resume_bucket_order);
   }
 
   const int64_t planned_steps = c.max_steps >= 0
@@ -390,7 +437,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // Rank 0 writes; every rank learns whether that worked, so a failed save stops the whole job
   // instead of leaving the other ranks waiting in the next collective.
   const auto save_epoch_checkpoint = [&](int epoch, bool complete, const std::string& path,
-                                        const nn::Metadata& extra) {
+                                         const nn::Metadata& extra,
+                                         const char* what = "checkpoint") {
     if (!complete) {
       out << fmt::format(
           "epoch {} | no checkpoint: the epoch was cut short by --max-steps "
@@ -413,22 +461,61 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     }
     std::vector<double> failed = {error.empty() ? 0.0 : 1.0};
     sum_over_ranks(pg.get(), failed);
-    RG_CHECK(failed[0] == 0.0,
-             "--checkpoint: ", rank == 0 ? error : "rank 0 could not save the checkpoint");
-    out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, path);
+    RG_CHECK(failed[0] == 0.0, "--", what, ": ",
+             rank == 0 ? error : fmt::format("rank 0 could not save the {}", what));
+    if (std::string_view(what) == "checkpoint")
+      out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, path);
     out.flush();
   };
-  const std::vector<Tensor> params = model->parameters();
   const bool early_stop = c.early_stop_patience > 0;
+  const auto early_stop_metadata = [&] {
+    nn::Metadata m;
+    if (early_stop) {
+      m = {{"early_stop.metric", c.early_stop_metric},
+           {"early_stop.best_epoch", std::to_string(best_epoch)},
+           {"early_stop.best_metric", fmt::format("{}", best_metric)},
+           {"early_stop.bad_evals", std::to_string(bad_evals)}};
+    }
+    return m;
+  };
+  // A snapshot: as an epoch checkpoint, plus the position inside the epoch (when mid-epoch) and
+  // DDP's rebuilt bucket order. Every rank takes part (the save's success is all-reduced), so
+  // they agree on the step it belongs to before any goes on.
+  const auto save_snapshot = [&](int epoch, int64_t epoch_steps, double loss_sum, int64_t samples,
+                                 const nn::Metadata& extra) {
+    nn::Metadata meta = extra;
+    const bool mid_epoch = epoch_steps < steps_per_epoch;
+    if (mid_epoch) {
+      // The epoch's loss so far over all ranks; a resumed run hands it to rank 0.
+      std::vector<double> totals = {loss_sum, double(samples)};
+      sum_over_ranks(pg.get(), totals);
+      meta["snapshot.epoch_steps"] = std::to_string(epoch_steps);
+      meta["snapshot.samples"] = fmt::format("{}", int64_t(totals[1]));
+      meta["snapshot.loss_sum"] = fmt::format("{}", totals[0]);  // shortest exact form
+    }
+    if (ddp)
+      meta["snapshot.bucket_order"] =
+          fmt::format("{}", fmt::join(ddp->reducer().rebuilt_order(), ","));
+    test_fault("snapshot", step);
+    save_epoch_checkpoint(mid_epoch ? epoch - 1 : epoch, true, c.snapshot_path, meta, "snapshot");
+  };
+  const std::vector<Tensor> params = model->parameters();
   const bool early_stop_top1 = c.early_stop_metric == "top1";
   TrainResult result;
   const auto run_start = Clock::now();
   for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
-    loader.start_epoch(epoch - 1);
+    // A snapshot taken mid-epoch continues that epoch where it stopped.
+    const bool resumed_here = epoch == first_epoch && resume_epoch_steps > 0;
+    loader.start_epoch(epoch - 1, resumed_here ? resume_epoch_steps : 0);
     const auto epoch_start = Clock::now();
-    double loss_sum = 0;
-    int64_t samples = 0, epoch_steps = 0;
-    const int64_t epoch_planned = std::min(steps_per_epoch, planned_steps - step);
+    // The epoch's loss so far (all ranks' sum) goes to rank 0 and the epoch total stays right; it
+    // is added in another order than without the interruption (last digits of the logged loss).
+    double loss_sum = resumed_here && rank == 0 ? resume_loss_sum : 0;
+    int64_t samples = resumed_here && rank == 0 ? resume_samples : 0;
+    int64_t epoch_steps = resumed_here ? resume_epoch_steps : 0;
+    // What this process ran of the epoch (rates and ETA leave out what a snapshot restored).
+    const int64_t samples_before = samples, steps_before = epoch_steps;
+    const int64_t epoch_planned = std::min(steps_per_epoch, planned_steps - step + epoch_steps);
     const int64_t plain_every = std::max<int64_t>(1, epoch_planned / 10);
     while (step < planned_steps) {
       if (trace::enabled() && step >= c.trace_steps) trace::set_enabled(false);
@@ -482,10 +569,16 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       samples += b;
       ++step;
       ++epoch_steps;
+      test_fault("step", step);
+      // Mid-epoch snapshots on optimizer-step boundaries (the epoch's end has its own below).
+      if (!c.snapshot_path.empty() && c.snapshot_every > 0 && sync &&
+          step % c.snapshot_every == 0 && epoch_steps < steps_per_epoch && step < planned_steps)
+        save_snapshot(epoch, epoch_steps, loss_sum, samples, early_stop_metadata());
       const double elapsed = seconds_since(epoch_start);
       // The job's rate: every rank runs the same number of equally sized steps.
-      const double ips = double(samples) * world / std::max(elapsed, 1e-9);
-      const double eta = elapsed / double(epoch_steps) * double(epoch_planned - epoch_steps);
+      const double ips = double(samples - samples_before) * world / std::max(elapsed, 1e-9);
+      const double eta =
+          elapsed / double(epoch_steps - steps_before) * double(epoch_planned - epoch_steps);
       if (c.progress_bar) {
         const int width = 30;
         const int filled = int(double(width) * double(epoch_steps) / double(epoch_planned));
@@ -505,12 +598,13 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     s.epoch = epoch;
     s.steps = epoch_steps;
     s.seconds = seconds_since(epoch_start);
-    std::vector<double> totals = {loss_sum, double(samples)};
+    std::vector<double> totals = {loss_sum, double(samples), double(samples - samples_before)};
     sum_over_ranks(pg.get(), totals);
     s.train_loss = totals[1] > 0 ? totals[0] / totals[1] : 0;
-    s.img_per_s = totals[1] / std::max(s.seconds, 1e-9);
+    s.img_per_s = totals[2] / std::max(s.seconds, 1e-9);
     const bool last = epoch == c.epochs || step >= planned_steps;
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
+      test_fault("eval", epoch);
       const auto amp_scope = autocast();  // evaluated as trained
       const EvalResult e =
           evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
@@ -561,19 +655,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         ++bad_evals;
       }
     }
-    nn::Metadata early_stop_state;
-    if (early_stop) {
-      early_stop_state = {{"early_stop.metric", c.early_stop_metric},
-                          {"early_stop.best_epoch", std::to_string(best_epoch)},
-                          {"early_stop.best_metric", fmt::format("{}", best_metric)},
-                          {"early_stop.bad_evals", std::to_string(bad_evals)}};
-    }
+    const nn::Metadata early_stop_state = early_stop_metadata();
     const bool complete = epoch_steps == steps_per_epoch;
     if (!c.checkpoint_path.empty())
       save_epoch_checkpoint(epoch, complete, c.checkpoint_path, early_stop_state);
     if (!c.checkpoint_path.empty() && improved)
       save_epoch_checkpoint(epoch, complete, best_checkpoint_path(c.checkpoint_path),
                             early_stop_state);
+    if (!c.snapshot_path.empty())
+      save_snapshot(epoch, epoch_steps, loss_sum, samples, early_stop_state);
     if (stop) {
       result.stopped_early = true;
       out << fmt::format(
@@ -606,14 +696,13 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     final_line["best_epoch"] = result.best_epoch;
     final_line["best_" + c.early_stop_metric] = result.best_metric;
     final_line["stopped_early"] = result.stopped_early;
-    out << fmt::format("ringgrad-train: best epoch {} ({} {}){}{}\n", result.best_epoch,
-                       early_stop_top1 ? "top-1" : "test loss",
-                       early_stop_top1 ? fmt::format("{:.2f}%", 100 * result.best_metric)
-                                       : fmt::format("{:.4f}", result.best_metric),
-                       result.stopped_early ? ", stopped early" : "",
-                       c.checkpoint_path.empty()
-                           ? ""
-                           : ", saved to " + best_checkpoint_path(c.checkpoint_path));
+    out << fmt::format(
+        "ringgrad-train: best epoch {} ({} {}){}{}\n", result.best_epoch,
+        early_stop_top1 ? "top-1" : "test loss",
+        early_stop_top1 ? fmt::format("{:.2f}%", 100 * result.best_metric)
+                        : fmt::format("{:.4f}", result.best_metric),
+        result.stopped_early ? ", stopped early" : "",
+        c.checkpoint_path.empty() ? "" : ", saved to " + best_checkpoint_path(c.checkpoint_path));
   }
   out << final_line.dump() << "\n";
   if (metrics) *metrics << final_line.dump() << "\n";

@@ -61,6 +61,13 @@ struct TrainConfig {
   // accumulation) must match the checkpoint's.
   std::string checkpoint_path;  // "" = off
   std::string resume_path;      // "" = start fresh
+  // Snapshots (the recipes' pattern): rank 0 writes everything that decides the rest of the run
+  // to snapshot_path every snapshot_every optimizer steps (0: only at epoch ends) and at the end
+  // of every epoch; when the file exists at start, the run continues from it, mid-epoch included,
+  // so a restarted identical command (ringgrad-run --max-restarts) ends as the uninterrupted run
+  // would have, bit for bit. Same run shape as for --resume (world size included).
+  std::string snapshot_path;  // "" = off
+  int64_t snapshot_every = 0;
 
   // Chrome/Perfetto trace of the first trace_steps steps (one process per rank); "" = off.
   std::string trace_path;

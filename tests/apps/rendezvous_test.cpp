@@ -2,26 +2,20 @@
 // Open MPI variables, or with --init-method tcp:// or file://, meet through the store rank 0
 // hosts (or the file) and train together; every way gives the same result as the others. Also
 // the errors: a port rank 0 cannot bind, a bad init method.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/file_store.h"
 #include "support/errors.h"
-
-extern char** environ;
+#include "support/processes.h"
+#include "support/scratch_dir.h"
 
 namespace rg {
 namespace {
@@ -41,20 +35,12 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-struct RankRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using RankRun = testing::ProcessResult;
 
-// One ringgrad-train per entry of `rank_env` (extra "NAME=value" variables; the launch variables
-// of this process are removed first), all started at once; each is killed after `timeout_s`.
+// One ringgrad-train per entry of `rank_env` (its extra "NAME=value" variables), all at once.
 std::vector<RankRun> run_job(const std::vector<std::vector<std::string>>& rank_env,
                              const std::vector<std::string>& extra_args, const fs::path& dir,
                              double timeout_s = 120) {
-  static const std::vector<std::string> kLaunchVars = {
-      "RANK=",           "WORLD_SIZE=",        "LOCAL_RANK=",      "LOCAL_WORLD_SIZE=",
-      "MASTER_ADDR=",    "MASTER_PORT=",       "SLURM_",           "OMPI_",
-      "RG_STORE_TOKEN=", "RG_LAUNCHER_STORE=", "RG_RESTART_COUNT="};
   std::vector<std::string> args = {RG_TRAIN_BINARY,
                                    "--model",
                                    "mlp",
@@ -69,53 +55,13 @@ std::vector<RankRun> run_job(const std::vector<std::vector<std::string>>& rank_e
                                    "--seed",
                                    "3"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  std::vector<pid_t> pids;
-  for (size_t r = 0; r < rank_env.size(); ++r) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry = *e;
-      bool launch = false;
-      for (const auto& v : kLaunchVars) launch = launch || entry.rfind(v, 0) == 0;
-      if (!launch) env.push_back(entry);
-    }
-    env.insert(env.end(), rank_env[r].begin(), rank_env[r].end());
-    env.push_back("RG_NUM_THREADS=1");
-    std::vector<char*> argv, envp;
-    std::vector<std::string> a = args;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    const std::string log = (dir / ("rank" + std::to_string(r) + ".log")).string();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(99);
-    }
-    pids.push_back(pid);
+  std::vector<testing::ProcessSpec> specs;
+  for (const auto& env : rank_env) {
+    testing::ProcessSpec spec{args, env};
+    spec.env.push_back("RG_NUM_THREADS=1");
+    specs.push_back(spec);
   }
-  std::vector<RankRun> runs(pids.size());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    while (::waitpid(pids[r], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pids[r], SIGKILL);
-        ::waitpid(pids[r], &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    runs[r].exit_code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    std::ifstream in(dir / ("rank" + std::to_string(r) + ".log"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    runs[r].out = ss.str();
-  }
-  return runs;
+  return testing::run_processes(specs, dir, timeout_s);
 }
 
 // Rank 0's final test loss and accuracy as printed in its final JSON line (equal for every way
@@ -125,17 +71,8 @@ std::string final_line(const RankRun& r) {
   return p == std::string::npos ? "" : r.out.substr(p, r.out.find("\"type\"", p) - p);
 }
 
-class Rendezvous : public ::testing::Test {
+class Rendezvous : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rg_rendezvous_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Runs the job and expects every rank to succeed as 2 ranks of DDP; returns rank 0's result.
   std::string expect_trains(const std::vector<std::vector<std::string>>& rank_env,
                             const std::vector<std::string>& args = {}) {
@@ -149,8 +86,6 @@ class Rendezvous : public ::testing::Test {
         << runs[0].out;
     return final_line(runs[0]);
   }
-
-  fs::path dir_;
 };
 
 // The torchrun variables set by hand; the result is the reference for the other ways.
