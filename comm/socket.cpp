@@ -177,6 +177,8 @@ Socket listen_tcp(const std::string& host, uint16_t port, int backlog) {
   RG_FAIL("cannot listen on ", where, ": ", error);
 }
 
+uint16_t free_loopback_port() { return local_port(listen_tcp("127.0.0.1", 0)); }
+
 uint16_t local_port(const Socket& socket) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);

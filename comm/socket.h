@@ -51,6 +51,10 @@ class Socket {
 Socket listen_tcp(const std::string& host, uint16_t port, int backlog = SOMAXCONN);
 // The port a socket is bound to.
 uint16_t local_port(const Socket& socket);
+// A loopback port that was free a moment ago (bound to port 0 and closed again): for a job whose
+// ranks are started with an explicit MASTER_PORT (dist::spawn, tests). Another process may take
+// it before it is used.
+uint16_t free_loopback_port();
 // Connects to host:port, retrying (backoff up to 100 ms) while the connection is refused or the
 // host does not resolve yet, so that a client may start before its server. Returns a blocking
 // socket with TCP_NODELAY; throws rg::Error naming host:port and the last cause after `timeout`.

@@ -3,10 +3,8 @@
 #include "comm/spawn.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <string_view>
 #include <thread>
 
+#include "comm/socket.h"
 #include "kernels/error.h"
 
 extern char** environ;
@@ -38,19 +37,6 @@ std::vector<std::string> own_argv() {
   return args;
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  RG_CHECK(fd >= 0, "spawn: socket() failed: ", std::strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  ::close(fd);
-  RG_CHECK(ok, "spawn: cannot find a free port: ", std::strerror(errno));
-  return ntohs(a.sin_port);
-}
 
 void write_all(int fd, std::string_view s) {
   while (!s.empty()) {
@@ -113,7 +99,7 @@ std::vector<std::string> spawn(int nprocs, const std::function<std::string(int r
     run_child(rank, fd, fn);
   }
   const std::vector<std::string> argv_s = own_argv();
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(net::free_loopback_port());
   // Everything built before fork(): this process may have threads.
   std::vector<std::vector<std::string>> envs(static_cast<size_t>(nprocs));
   static const char* kOurs[] = {

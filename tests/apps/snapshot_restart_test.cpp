@@ -38,46 +38,61 @@ class SnapshotRestart : public testing::ScratchDirTest {
   }
 
   // ToyNet (dropout: its RNG must be restored too) for 3 epochs of 6 steps (192 samples over
-  // `ranks` ranks), a snapshot every 4 steps; with `fault` one rank is killed once and the
-  // launcher restarts the job. Returns the launcher's output; the final snapshot is `snapshot`.
+  // `ranks` ranks), a snapshot every 4 steps, under `nodes` ringgrad-run launchers on this
+  // machine (--nnodes, --node-rank); with `fault` one rank is killed once and the launchers
+  // restart the job. Returns each launcher's output; the final snapshot is `snapshot`.
+  std::vector<testing::ProcessResult> run_nodes(int ranks, int nodes, const std::string& snapshot,
+                                                const std::string& fault, int max_restarts = 1) {
+    const std::string port = nodes > 1 ? std::to_string(testing::free_port()) : "0";
+    std::vector<testing::ProcessSpec> specs;
+    for (int node = 0; node < nodes; ++node) {
+      testing::ProcessSpec spec;
+      spec.argv = {RG_RUN_BINARY,
+                   "--nnodes",
+                   std::to_string(nodes),
+                   "--node-rank",
+                   std::to_string(node),
+                   "--nproc-per-node",
+                   std::to_string(ranks / nodes),
+                   "--master-port",
+                   port,
+                   "--max-restarts",
+                   std::to_string(max_restarts),
+                   RG_TRAIN_BINARY,
+                   "--model",
+                   "toynet",
+                   "--dataset",
+                   "mnist",
+                   "--data-dir",
+                   (dir_ / "mnist").string(),
+                   "--epochs",
+                   "3",
+                   "--batch-size",
+                   std::to_string(192 / ranks / 6),
+                   "--test-batch-size",
+                   "64",
+                   "--workers",
+                   "0",
+                   "--seed",
+                   "5",
+                   "--optimizer",
+                   "adamw",
+                   "--lr-schedule",
+                   "cosine",
+                   "--snapshot",
+                   (dir_ / snapshot).string(),
+                   "--snapshot-every",
+                   "4"};
+      if (!fault.empty()) spec.env.push_back("RG_TEST_FAULT=" + fault);
+      if (nodes > 1) spec.env.push_back("RG_STORE_TOKEN=two-nodes");
+      spec.env.push_back("RG_NUM_THREADS=1");
+      specs.push_back(spec);
+    }
+    return testing::run_processes(specs, dir_, 240);
+  }
   testing::ProcessResult run(int ranks, const std::string& snapshot, const std::string& fault,
                              int max_restarts = 1) {
-    testing::ProcessSpec spec;
-    spec.argv = {RG_RUN_BINARY,
-                 "--nproc-per-node",
-                 std::to_string(ranks),
-                 "--master-port",
-                 "0",
-                 "--max-restarts",
-                 std::to_string(max_restarts),
-                 RG_TRAIN_BINARY,
-                 "--model",
-                 "toynet",
-                 "--dataset",
-                 "mnist",
-                 "--data-dir",
-                 (dir_ / "mnist").string(),
-                 "--epochs",
-                 "3",
-                 "--batch-size",
-                 std::to_string(192 / ranks / 6),
-                 "--test-batch-size",
-                 "64",
-                 "--workers",
-                 "0",
-                 "--seed",
-                 "5",
-                 "--optimizer",
-                 "adamw",
-                 "--lr-schedule",
-                 "cosine",
-                 "--snapshot",
-                 (dir_ / snapshot).string(),
-                 "--snapshot-every",
-                 "4"};
-    if (!fault.empty()) spec.env.push_back("RG_TEST_FAULT=" + fault);
-    spec.env.push_back("RG_NUM_THREADS=1");
-    return testing::run_processes({spec}, dir_, 240)[0];
+    return run_nodes(ranks, 1, snapshot, fault, max_restarts)[0];
   }
 
   // The uninterrupted run and the one with `fault`: both succeed, the faulted one restarted,
@@ -120,6 +135,24 @@ TEST_F(SnapshotRestart, KillAtARandomStepEndsBitIdenticalAt2And4Ranks) {
 TEST_F(SnapshotRestart, KillDuringEvaluationOrBeforeASnapshotWrite) {
   expect_identical_after(2, "eval:2:1");
   expect_identical_after(2, "snapshot:8:0");
+}
+
+// Two launchers as two nodes of 2 ranks each: rank 3 (node 1) killed after step 9; both
+// launchers restart their workers, which resume from the snapshot, and the result is identical.
+TEST_F(SnapshotRestart, TwoNodesRestartTogetherAndEndBitIdentical) {
+  const auto clean = run_nodes(4, 2, "clean.safetensors", "");
+  for (const auto& r : clean) ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto faulted = run_nodes(4, 2, "faulted.safetensors", "step:9:3");
+  for (const auto& r : faulted) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("restarting the workers (restart 1 of 1)"), std::string::npos) << r.out;
+  }
+  // Node 1 reports its killed rank; node 0 stops on that report or on its own ranks' failing
+  // collectives, whichever comes first.
+  EXPECT_NE(faulted[1].out.find("was killed by SIGKILL"), std::string::npos) << faulted[1].out;
+  EXPECT_NE(faulted[0].out.find("ringgrad-train: resumed from"), std::string::npos)
+      << faulted[0].out;
+  EXPECT_TRUE(bytes_of(dir_ / "clean.safetensors") == bytes_of(dir_ / "faulted.safetensors"));
 }
 
 // Another world size is refused with the reason (re-splitting the epoch is not built yet), and

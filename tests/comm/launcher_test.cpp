@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/processes.h"
+
 extern char** environ;
 
 namespace {
@@ -165,18 +167,7 @@ RunResult run(const std::vector<std::string>& args, const std::vector<std::strin
   return Launcher(args, env).finish(timeout_s);
 }
 
-// A port that was free a moment ago (bound to 0 and closed).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using rg::testing::free_port;
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

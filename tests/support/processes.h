@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm/socket.h"
+
 extern char** environ;
 
 namespace rg::testing {
@@ -31,13 +33,24 @@ struct ProcessResult {
   bool timed_out = false;
 };
 
+// A loopback port that was free a moment ago (comm/socket.h).
+inline int free_port() { return dist::net::free_loopback_port(); }
+
 // Variables that describe a job; a test's processes start without this process's values.
 inline const std::vector<std::string>& launch_variable_prefixes() {
-  static const std::vector<std::string> v = {
-      "RANK=",           "WORLD_SIZE=",        "LOCAL_RANK=",       "LOCAL_WORLD_SIZE=",
-      "MASTER_ADDR=",    "MASTER_PORT=",       "SLURM_",            "OMPI_",
-      "RG_STORE_TOKEN=", "RG_LAUNCHER_STORE=", "RG_RESTART_COUNT=", "RG_HEARTBEAT_FD=",
-      "RG_TEST_FAULT="};
+  static const std::vector<std::string> v = {"RANK=",
+                                             "WORLD_SIZE=",
+                                             "LOCAL_RANK=",
+                                             "LOCAL_WORLD_SIZE=",
+                                             "MASTER_ADDR=",
+                                             "MASTER_PORT=",
+                                             "SLURM_",
+                                             "OMPI_",
+                                             "RG_STORE_TOKEN=",
+                                             "RG_LAUNCHER_STORE=",
+                                             "RG_RESTART_COUNT=",
+                                             "RG_HEARTBEAT_FD=",
+                                             "RG_TEST_FAULT="};
   return v;
 }
 
@@ -75,8 +88,7 @@ inline std::vector<ProcessResult> run_processes(const std::vector<ProcessSpec>& 
     pids.push_back(pid);
   }
   std::vector<ProcessResult> results(pids.size());
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (size_t i = 0; i < pids.size(); ++i) {
     int status = 0;
     while (::waitpid(pids[i], &status, WNOHANG) == 0) {
