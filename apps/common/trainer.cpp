@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -18,7 +20,9 @@
 #include "data/dataloader.h"
 #include "data/registry.h"
 #include "engine/autograd/grad_mode.h"
+#include "engine/deterministic.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/cudnn.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
@@ -106,6 +110,40 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
   return {sums[0] / sums[3], sums[1] / sums[3], sums[2] / sums[3]};
 }
 
+// --eval-on-rank0: rank 0 evaluates the whole test set on the module itself (not the DDP wrapper,
+// so no buffer broadcast is issued that the other ranks would not match) and publishes the result
+// under a store key that the other ranks wait for. A store wait, not a collective barrier: the
+// group's collectives time out after ProcessGroupOptions::timeout (300 s), which a long
+// evaluation can exceed; this wait allows kEvalOnRank0Wait. An error on rank 0 is published too,
+// so the others fail with it instead of waiting.
+constexpr std::chrono::hours kEvalOnRank0Wait{24};
+
+EvalResult evaluate_on_rank0(nn::Module& model, const data::Dataset& test, int64_t batch_size,
+                             int workers, const dist::ProcessGroup& pg, Device device, int epoch) {
+  const std::shared_ptr<dist::Store>& store = dist::default_store();
+  const std::string key = fmt::format("ringgrad-train/eval_on_rank0/epoch{}", epoch);
+  std::array<double, 3> v{};
+  if (pg.rank() == 0) {
+    try {
+      const EvalResult r = evaluate(model, test, batch_size, workers, nullptr, device);
+      v = {r.loss, r.top1, r.top5};
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      store->set(key, dist::Bytes(what.begin(), what.end()));
+      throw;
+    }
+    dist::Bytes bytes(sizeof v);
+    std::memcpy(bytes.data(), v.data(), sizeof v);
+    store->set(key, bytes);
+  } else {
+    const dist::Bytes bytes = store->get(key, kEvalOnRank0Wait);
+    RG_CHECK(bytes.size() == sizeof v, "--eval-on-rank0: rank 0's evaluation failed: ",
+             std::string(bytes.begin(), bytes.end()));
+    std::memcpy(v.data(), bytes.data(), sizeof v);
+  }
+  return {v[0], v[1], v[2]};
+}
+
 // Gathers every rank's trace events on rank 0, which writes the Chrome trace.
 void write_trace(const std::string& path, dist::ProcessGroup* pg) {
   const std::string mine = trace::serialize(trace::take_events());
@@ -161,6 +199,16 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
   }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  // The run's algorithm switches, restored on every way out (tests run several trainings).
+  struct AlgorithmSwitches {
+    bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
+    ~AlgorithmSwitches() {
+      set_deterministic_algorithms(deterministic);
+      set_cudnn_benchmark(benchmark);
+    }
+  } restore_switches;
+  set_deterministic_algorithms(c.deterministic);
+  set_cudnn_benchmark(c.cudnn_benchmark);
   // Under DDP "cuda" is the GPU the rank's NCCL group uses.
   if (pg && device.is_cuda() && c.device == "cuda") device = pg->tensor_device();
   // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
@@ -287,6 +335,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         c.overlap ? "overlapped with backward" : "after backward", c.comm_hook, c.batch_size,
         c.batch_size * world,
         c.grad_accum_steps > 1 ? fmt::format(", {} accumulation steps", c.grad_accum_steps) : "");
+  if (c.cudnn_benchmark && !device.is_cuda())
+    out << "ringgrad-train: note: --cudnn-benchmark has no effect on the CPU (cuDNN is CUDA's)\n";
+  if (c.eval_on_rank0 && !pg)
+    out << "ringgrad-train: note: --eval-on-rank0 has no effect without DDP (one process "
+           "evaluates the whole test set anyway)\n";
   out.flush();
 
   if (!c.trace_path.empty()) {
@@ -331,6 +384,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     int64_t samples = 0, epoch_steps = 0;
     const int64_t epoch_planned = std::min(steps_per_epoch, planned_steps - step);
     const int64_t plain_every = std::max<int64_t>(1, epoch_planned / 10);
+    // The progress output's loss: the mean over every rank's samples of the steps since the last
+    // plain line, all-reduced at each plain line's step (the same steps on every rank, whatever
+    // the output is).
+    double window_loss = 0, shown_loss = std::nan("");
+    int64_t window_samples = 0;
     while (step < planned_steps) {
       if (trace::enabled() && step >= c.trace_steps) trace::set_enabled(false);
       std::optional<data::Batch> batch;
@@ -370,8 +428,18 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       const int64_t b = batch->targets.numel();
       loss_sum += l * double(b);
       samples += b;
+      window_loss += l * double(b);
+      window_samples += b;
       ++step;
       ++epoch_steps;
+      const bool report = epoch_steps % plain_every == 0 || epoch_steps == epoch_planned;
+      if (report) {
+        std::vector<double> w = {window_loss, double(window_samples)};
+        sum_over_ranks(pg.get(), w);
+        shown_loss = w[1] > 0 ? w[0] / w[1] : 0;
+        window_loss = 0;
+        window_samples = 0;
+      }
       const double elapsed = seconds_since(epoch_start);
       // The job's rate: every rank runs the same number of equally sized steps.
       const double ips = double(samples) * world / std::max(elapsed, 1e-9);
@@ -381,12 +449,12 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         const int filled = int(double(width) * double(epoch_steps) / double(epoch_planned));
         out << fmt::format("\repoch {} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ETA {}  ", epoch,
                            std::string(size_t(filled), '='),
-                           std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned, l,
-                           ips, format_duration(eta));
+                           std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned,
+                           shown_loss, ips, format_duration(eta));
         out.flush();
-      } else if (epoch_steps % plain_every == 0 || epoch_steps == epoch_planned) {
+      } else if (report) {
         out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} img/s ETA {}\n", epoch,
-                           epoch_steps, epoch_planned, l, ips, format_duration(eta));
+                           epoch_steps, epoch_planned, shown_loss, ips, format_duration(eta));
         out.flush();
       }
     }
@@ -402,7 +470,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     const bool last = epoch == c.epochs || step >= planned_steps;
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
       const EvalResult e =
-          evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
+          pg && c.eval_on_rank0
+              ? evaluate_on_rank0(*model, *test_set, c.test_batch_size, c.workers, *pg, device,
+                                  epoch)
+              : evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
       s.evaluated = true;
       s.test_loss = e.loss;
       s.top1 = e.top1;
