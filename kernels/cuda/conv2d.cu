@@ -86,17 +86,20 @@ const char* pass_name(CudnnPass pass) {
 }
 
 // Picks from cuDNN's candidates in their order (the heuristic's ranking, or measured time with
-// benchmark): the first deterministic algorithm within the workspace limit, else (unless only
-// deterministic algorithms may run) the first within it. cuDNN marks as non-deterministic the
-// algorithms that accumulate with float atomics (backward data ALGO_0, backward filter ALGO_0 and
-// ALGO_3); with `deterministic` a pass that has no other is an error naming it, as PyTorch's.
+// benchmark), within the workspace limit: with `deterministic`, the first deterministic algorithm,
+// and a pass that has none is an error naming it, as PyTorch's; with benchmark alone, the fastest
+// (the point of timing); otherwise the first deterministic one, else the first. cuDNN marks as
+// non-deterministic the algorithms that accumulate with float atomics (backward data ALGO_0,
+// backward filter ALGO_0 and ALGO_3).
 template <class Perf>
-Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic) {
+Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, bool benchmark) {
   const Perf* fallback = nullptr;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > size_t(kMaxConvWorkspaceBytes)) continue;
-    if (p.determinism == CUDNN_DETERMINISTIC) return {int(p.algo), p.memory};
+    if (p.determinism == CUDNN_DETERMINISTIC || (benchmark && !deterministic)) {
+      return {int(p.algo), p.memory};
+    }
     if (fallback == nullptr) fallback = &p;
   }
   RG_CHECK(!deterministic || fallback == nullptr, pass_name(pass),
@@ -125,7 +128,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d,
                                                            kMax, &count, perf));
     }
-    return pick(perf, count, pass, deterministic);
+    return pick(perf, count, pass, deterministic, benchmark);
   }
   if (pass == CudnnPass::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
@@ -136,7 +139,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d,
                                                                 kMax, &count, perf));
     }
-    return pick(perf, count, pass, deterministic);
+    return pick(perf, count, pass, deterministic, benchmark);
   }
   cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
   if (benchmark) {
@@ -146,7 +149,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
     RG_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d,
                                                                 kMax, &count, perf));
   }
-  return pick(perf, count, pass, deterministic);
+  return pick(perf, count, pass, deterministic, benchmark);
 }
 
 // The cached algorithm of (current device, geometry, dtype, pass, math, policy), chosen on first

@@ -1,0 +1,221 @@
+// ringgrad-train's reproducibility and reporting switches on small MNIST files the tests write:
+// --deterministic (two CPU runs give the same weights bit for bit), --cudnn-benchmark on the CPU
+// (a no-op with a note), --eval-on-rank0 (the same metrics as the sharded evaluation, 2 ranks),
+// the logged losses as means over every rank's samples (2 ranks, checked against a computation of
+// both ranks' losses in this process) and bad flag values (exit 2). Multi-rank runs go through
+// the real ringgrad-run and ringgrad-train binaries.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/common/trainer.h"
+#include "data/dataloader.h"
+#include "data/registry.h"
+#include "data/sampler.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/deterministic.h"
+#include "engine/ops/cudnn.h"
+#include "engine/ops/loss.h"
+#include "engine/serialization.h"
+#include "layers/models/registry.h"
+#include "support/idx_files.h"
+#include "support/scratch_dir.h"
+
+namespace rg::app {
+namespace {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+ProcessResult run(const std::string& command) {
+  ProcessResult r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+nlohmann::json final_line(const std::string& metrics_path) {
+  std::ifstream f(metrics_path);
+  std::string line, last;
+  while (std::getline(f, line))
+    if (!line.empty()) last = line;
+  return nlohmann::json::parse(last);
+}
+
+class TrainerSwitches : public testing::ScratchDirTest {
+ protected:
+  static constexpr uint32_t kTrain = 200, kTest = 70;
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    testing::write_small_mnist(dir_, kTrain, kTest, 3);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // ringgrad-train over 2 ranks with the given flags.
+  ProcessResult run_two_ranks(const std::string& flags) const {
+    return run(std::string(RG_RUN_BINARY) + " --nproc-per-node 2 --master-port 0 " +
+               RG_TRAIN_BINARY + " --dataset mnist --data-dir " + dir_.string() +
+               " --workers 0 --seed 7 " + flags);
+  }
+};
+
+TEST_F(TrainerSwitches, TwoDeterministicCpuRunsGiveTheSameWeights) {
+  std::vector<std::string> files;
+  for (int i = 0; i < 2; ++i) {
+    TrainConfig c;
+    c.model = "toynet";  // convolutions, max pooling, dropout
+    c.dataset = "mnist";
+    c.data_dir = dir_.string();
+    c.batch_size = 32;
+    c.lr = 0.05;
+    c.seed = 11;
+    c.deterministic = true;
+    c.checkpoint_path = path("run" + std::to_string(i) + ".safetensors");
+    std::ostringstream log;
+    train(c, log);
+    files.push_back(c.checkpoint_path);
+    EXPECT_FALSE(deterministic_algorithms()) << "train() must restore the switch";
+  }
+  const SafetensorsFile a = load_safetensors(files[0]), b = load_safetensors(files[1]);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  ASSERT_FALSE(a.tensors.empty());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const Tensor& ta = a.tensors[i].second;
+    const Tensor& tb = b.tensors[i].second;
+    ASSERT_EQ(ta.nbytes(), tb.nbytes()) << a.tensors[i].first;
+    EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), size_t(ta.nbytes())), 0)
+        << a.tensors[i].first << " differs between the two runs";
+  }
+}
+
+TEST_F(TrainerSwitches, CudnnBenchmarkOnTheCpuIsANoOpWithANote) {
+  TrainConfig c;
+  c.model = "mlp";
+  c.dataset = "mnist";
+  c.data_dir = dir_.string();
+  c.max_steps = 2;
+  c.cudnn_benchmark = true;
+  c.eval_on_rank0 = true;
+  std::ostringstream log;
+  train(c, log);
+  EXPECT_NE(log.str().find("note: --cudnn-benchmark has no effect on the CPU"), std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("note: --eval-on-rank0 has no effect without DDP"), std::string::npos)
+      << log.str();
+  EXPECT_FALSE(cudnn_benchmark()) << "train() must restore the switch";
+}
+
+TEST_F(TrainerSwitches, BadFlagValuesAreUsageErrors) {
+  for (const char* flag : {"--deterministic=maybe", "--cudnn-benchmark=fast", "--eval-on-rank0=x"}) {
+    const ProcessResult r = run(std::string(RG_TRAIN_BINARY) + " " + flag);
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
+    EXPECT_NE(r.output.find("Run with --help"), std::string::npos) << flag << ": " << r.output;
+  }
+}
+
+TEST_F(TrainerSwitches, EvalOnRank0GivesTheShardedEvaluationsMetrics) {
+  // 70 test samples in batches of 16: the shards (35 each) and the whole set end in short batches.
+  const std::string flags =
+      "--model mlp --batch-size 16 --test-batch-size 16 --lr 0.05 --max-steps 4 --metrics ";
+  const ProcessResult sharded = run_two_ranks(flags + path("sharded.jsonl"));
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  const ProcessResult rank0 = run_two_ranks(flags + path("rank0.jsonl") + " --eval-on-rank0");
+  ASSERT_EQ(rank0.exit_code, 0) << rank0.output;
+  const nlohmann::json a = final_line(path("sharded.jsonl")), b = final_line(path("rank0.jsonl"));
+  // Exact counts over the same 70 samples.
+  EXPECT_EQ(a["top1"].get<double>() * kTest, b["top1"].get<double>() * kTest);
+  EXPECT_EQ(a["top5"].get<double>() * kTest, b["top5"].get<double>() * kTest);
+  // The same per-sample losses, summed in another grouping (batches of rank 0 vs the shards').
+  const double la = a["test_loss"], lb = b["test_loss"];
+  EXPECT_NEAR(la, lb, 1e-5 * std::abs(la)) << "test loss";
+  EXPECT_GT(la, 0.0);
+}
+
+// Every rank's per-step cross entropies with the initial weights (lr 0 keeps them), computed here
+// from the trainer's own data pipeline and model: sums and counts per step, for both ranks and
+// for rank 0 alone.
+struct StepLosses {
+  std::vector<double> all_sum, all_n, rank0_sum, rank0_n;
+};
+StepLosses expected_step_losses(const std::string& dir, int64_t batch, uint64_t seed) {
+  auto train_set = data::make_dataset("mnist", dir, true, {.augment = true, .seed = seed});
+  auto model = nn::make_model({.name = "mlp",
+                               .sample_shape = train_set->sample_shape(),
+                               .num_classes = train_set->num_classes(),
+                               .seed = seed});
+  model->train();
+  NoGradGuard no_grad;
+  StepLosses s;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto sampler = std::make_shared<data::DistributedSampler>(train_set->size(), 2, rank,
+                                                              /*shuffle=*/true, seed);
+    data::DataLoader loader(train_set, sampler, {.batch_size = batch, .workers = 0});
+    loader.start_epoch(0);
+    size_t step = 0;
+    while (auto b = loader.next()) {
+      const double n = double(b->targets.numel());
+      const double l = cross_entropy(model->forward(b->inputs), b->targets).item() * n;
+      if (s.all_sum.size() <= step) {
+        s.all_sum.push_back(0), s.all_n.push_back(0), s.rank0_sum.push_back(0);
+        s.rank0_n.push_back(0);
+      }
+      s.all_sum[step] += l, s.all_n[step] += n;
+      if (rank == 0) s.rank0_sum[step] += l, s.rank0_n[step] += n;
+      ++step;
+    }
+  }
+  return s;
+}
+
+TEST_F(TrainerSwitches, LoggedLossesAreMeansOverEveryRanksSamples) {
+  // 200 samples, 100 per rank in batches of 32: steps of 32, 32, 32 and 4 samples per rank (the
+  // short last batch must weigh less), each step its own progress line (fewer than 10 steps).
+  const ProcessResult r = run_two_ranks("--model mlp --batch-size 32 --lr 0 --momentum 0 --metrics " +
+                              path("m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const StepLosses s = expected_step_losses(dir_.string(), 32, 7);
+  ASSERT_EQ(s.all_sum.size(), 4u);
+  std::map<int, double> logged;
+  const std::regex line(R"(epoch 1 step (\d+)/4 loss ([0-9.]+))");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+    logged[std::stoi((*it)[1])] = std::stod((*it)[2]);
+  }
+  ASSERT_EQ(logged.size(), 4u) << r.output;
+  bool rank0_alone_differs = false;
+  double sum = 0, n = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    const double mean = s.all_sum[i] / s.all_n[i];
+    EXPECT_NEAR(logged[int(i) + 1], mean, 1e-4) << "step " << i + 1 << "\n" << r.output;
+    if (std::abs(s.rank0_sum[i] / s.rank0_n[i] - mean) > 5e-4) rank0_alone_differs = true;
+    sum += s.all_sum[i];
+    n += s.all_n[i];
+  }
+  EXPECT_TRUE(rank0_alone_differs) << "the data does not tell rank 0's loss from the mean";
+  std::ifstream m(path("m.jsonl"));
+  std::string first;
+  std::getline(m, first);
+  const nlohmann::json e = nlohmann::json::parse(first);
+  ASSERT_EQ(e["type"], "epoch");
+  EXPECT_NEAR(e["train_loss"].get<double>(), sum / n, 1e-5 * sum / n);
+  EXPECT_EQ(n, 2.0 * 100);
+}
+
+}  // namespace
+}  // namespace rg::app
