@@ -286,9 +286,12 @@ int64_t Conv2d<Cuda>::workspace_bytes(const Conv2dGeometry& g, ConvPass pass, bo
   if (pass == ConvPass::forward) {
     return cuda::pass_workspace_bytes<T>(g, CudnnPass::forward, allow_tf32, ctx.stream);
   }
-  return std::max(
-      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_data, allow_tf32, ctx.stream),
-      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_weight, allow_tf32, ctx.stream));
+  // In this order, so that a pass without an algorithm is reported the same way every time.
+  const int64_t data =
+      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_data, allow_tf32, ctx.stream);
+  const int64_t weight =
+      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_weight, allow_tf32, ctx.stream);
+  return std::max(data, weight);
 }
 
 template <>
