@@ -105,6 +105,25 @@ TEST_F(TrainerSwitches, TwoDeterministicCpuRunsGiveTheSameWeights) {
   }
 }
 
+TEST_F(TrainerSwitches, TwoDeterministicRunsOverTwoRanksGiveTheSameWeights) {
+  const std::string flags =
+      "--model toynet --batch-size 16 --lr 0.05 --deterministic --checkpoint ";
+  for (const char* name : {"a.safetensors", "b.safetensors"}) {
+    const ProcessResult r = run_two_ranks(flags + path(name));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const SafetensorsFile a = load_safetensors(path("a.safetensors"));
+  const SafetensorsFile b = load_safetensors(path("b.safetensors"));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const Tensor& ta = a.tensors[i].second;
+    const Tensor& tb = b.tensors[i].second;
+    ASSERT_EQ(ta.nbytes(), tb.nbytes());
+    EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), size_t(ta.nbytes())), 0)
+        << a.tensors[i].first << " differs between the two runs";
+  }
+}
+
 TEST_F(TrainerSwitches, CudnnBenchmarkOnTheCpuIsANoOpWithANote) {
   TrainConfig c;
   c.model = "mlp";
