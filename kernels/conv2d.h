@@ -1,9 +1,9 @@
 // 2-D convolution (groups = 1) on NCHW arrays, one contract for both backends (kernels/backend.h):
-// forward with the bias, and the backward's input, weight and bias gradients. kernels/cpu/conv2d.cpp
-// defines Conv2d<Cpu> (f32, f64: im2col or shifted rows + OpenBLAS GEMM, col2im), and
-// kernels/cuda/conv2d.cu Conv2d<Cuda> (f32, f64, f16, bf16: cuDNN's convolution, whose algorithm
-// per pass is chosen once per configuration (kernels/conv_algo_cache.h) from cuDNN's heuristics,
-// the first deterministic one within kMaxConvWorkspaceBytes, or by timing under
+// forward with the bias, and the backward's input, weight and bias gradients.
+// kernels/cpu/conv2d.cpp defines Conv2d<Cpu> (f32, f64: im2col or shifted rows + OpenBLAS GEMM,
+// col2im), and kernels/cuda/conv2d.cu Conv2d<Cuda> (f32, f64, f16, bf16: cuDNN's convolution, whose
+// algorithm per pass is chosen once per configuration (kernels/conv_algo_cache.h) from cuDNN's
+// heuristics, the first deterministic one within kMaxConvWorkspaceBytes, or by timing under
 // kernels/algorithm_policy.h's benchmark flag, deterministic ones only under its deterministic
 // flag; plus our bias kernels).
 //

@@ -34,9 +34,9 @@ struct ConvAlgoKey {
 
 inline ConvAlgoKey conv_algo_key(int device, int pass, const Conv2dGeometry& g, int dtype,
                                  int layout, bool allow_tf32, bool deterministic, bool benchmark) {
-  return ConvAlgoKey{device, pass, g.n,  g.c,  g.h,  g.w,  g.o,   g.kh,       g.kw,
-                     g.sh,   g.sw, g.ph, g.pw, g.dh, g.dw, 1,     dtype,      layout,
-                     allow_tf32, deterministic, benchmark};
+  return ConvAlgoKey{device, pass, g.n,   g.c,    g.h,        g.w,           g.o,
+                     g.kh,   g.kw, g.sh,  g.sw,   g.ph,       g.pw,          g.dh,
+                     g.dw,   1,    dtype, layout, allow_tf32, deterministic, benchmark};
 }
 
 // A thread-safe map from key to choice. get_or_choose runs `choose` outside the lock (timing the

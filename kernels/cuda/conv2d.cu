@@ -11,10 +11,10 @@
 #include "kernels/algorithm_policy.h"
 #include "kernels/conv2d.h"
 #include "kernels/conv_algo_cache.h"
-#include "kernels/cuda/check.h"
 #include "kernels/cuda/block_reduce.cuh"
-#include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/cudnn_common.h"
+#include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -125,8 +125,8 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithm(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
                                                          &count, perf));
     } else {
-      RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d,
-                                                           kMax, &count, perf));
+      RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
+                                                           &count, perf));
     }
     return pick(perf, count, pass, deterministic, benchmark);
   }
@@ -161,9 +161,9 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
   const bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
-  const ConvAlgoKey key = conv_algo_key(device, int(pass), g, int(data_type<T>()),
-                                        int(CUDNN_TENSOR_NCHW), allow_tf32, deterministic,
-                                        benchmark);
+  const ConvAlgoKey key =
+      conv_algo_key(device, int(pass), g, int(data_type<T>()), int(CUDNN_TENSOR_NCHW), allow_tf32,
+                    deterministic, benchmark);
   return cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
 }
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "kernels/batch_norm.h"
-#include "kernels/cpu/cast.h"
 #include "kernels/conv2d.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -332,10 +332,12 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
   return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
 }
 
-cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
-    cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y, int requested, int* returned,
-    cudnnConvolutionFwdAlgoPerf_t* perf) {
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, cudnnTensorDescriptor_t x,
+                                                   cudnnFilterDescriptor_t w,
+                                                   cudnnConvolutionDescriptor_t conv,
+                                                   cudnnTensorDescriptor_t y, int requested,
+                                                   int* returned,
+                                                   cudnnConvolutionFwdAlgoPerf_t* perf) {
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x, w, conv, y, g)) return CUDNN_STATUS_BAD_PARAM;
@@ -368,8 +370,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                       cudnnFilterDescriptor_t w_desc, const void* w,
                                       cudnnConvolutionDescriptor_t conv,
                                       cudnnConvolutionFwdAlgo_t algo, void*, size_t,
-                                      const void* beta,
-                                      cudnnTensorDescriptor_t y_desc, void* y) {
+                                      const void* beta, cudnnTensorDescriptor_t y_desc, void* y) {
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x_desc, w_desc, conv, y_desc, g)) return CUDNN_STATUS_BAD_PARAM;

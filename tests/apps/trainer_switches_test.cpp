@@ -142,7 +142,8 @@ TEST_F(TrainerSwitches, CudnnBenchmarkOnTheCpuIsANoOpWithANote) {
 }
 
 TEST_F(TrainerSwitches, BadFlagValuesAreUsageErrors) {
-  for (const char* flag : {"--deterministic=maybe", "--cudnn-benchmark=fast", "--eval-on-rank0=x"}) {
+  for (const char* flag :
+       {"--deterministic=maybe", "--cudnn-benchmark=fast", "--eval-on-rank0=x"}) {
     const ProcessResult r = run(std::string(RG_TRAIN_BINARY) + " " + flag);
     EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
     EXPECT_NE(r.output.find("Run with --help"), std::string::npos) << flag << ": " << r.output;
@@ -206,8 +207,8 @@ StepLosses expected_step_losses(const std::string& dir, int64_t batch, uint64_t 
 TEST_F(TrainerSwitches, LoggedLossesAreMeansOverEveryRanksSamples) {
   // 200 samples, 100 per rank in batches of 32: steps of 32, 32, 32 and 4 samples per rank (the
   // short last batch must weigh less), each step its own progress line (fewer than 10 steps).
-  const ProcessResult r = run_two_ranks("--model mlp --batch-size 32 --lr 0 --momentum 0 --metrics " +
-                              path("m.jsonl"));
+  const ProcessResult r =
+      run_two_ranks("--model mlp --batch-size 32 --lr 0 --momentum 0 --metrics " + path("m.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const StepLosses s = expected_step_losses(dir_.string(), 32, 7);
   ASSERT_EQ(s.all_sum.size(), 4u);

@@ -66,7 +66,8 @@ ConvCase conv_case(int64_t n) {
           random_tensor({5}, gen), random_tensor({n, 5, 9, 7}, gen)};
 }
 
-void expect_matches_cpu(const std::vector<Tensor>& dev, const ConvCase& c, const std::string& what) {
+void expect_matches_cpu(const std::vector<Tensor>& dev, const ConvCase& c,
+                        const std::string& what) {
   const std::vector<Tensor> cpu = conv_pass(Device::cpu(), c.x, c.w, c.b, c.upstream);
   const testing::Tolerance tol = testing::tolerance_for(DType::f32);
   const char* names[] = {"y", "dx", "dw", "db"};
@@ -114,8 +115,8 @@ TEST_F(Determinism, TheSwitchTakesTheDeterministicAlgorithmAndBenchmarkAloneTheF
   const ConvCase c = conv_case(3);
   for (const bool deterministic : {true, false}) {
     for (const bool benchmark : {false, true}) {
-      SCOPED_TRACE(std::string("deterministic ") + (deterministic ? "on" : "off") +
-                   ", benchmark " + (benchmark ? "on" : "off"));
+      SCOPED_TRACE(std::string("deterministic ") + (deterministic ? "on" : "off") + ", benchmark " +
+                   (benchmark ? "on" : "off"));
       set_deterministic_algorithms(deterministic);
       set_cudnn_benchmark(benchmark);
       const int64_t algo0 = count(0), algo1 = count(1);

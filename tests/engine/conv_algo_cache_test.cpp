@@ -1,6 +1,8 @@
 // The cuDNN convolution algorithm cache (kernels/conv_algo_cache.h) without cuDNN: the same
 // configuration hits, a configuration that differs in any one field misses, and many threads
 // choosing at once all get one choice per key, chosen no more often than there are racing threads.
+#include "kernels/conv_algo_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,8 +12,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include "kernels/conv_algo_cache.h"
 
 namespace rg::kernels {
 namespace {

@@ -108,10 +108,12 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnConvolutionBwdFilterAlgoPerf_t* perf);
 
 // cudnnFind*: the candidates "timed", fastest first (the emulator runs nothing here).
-cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
-    cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y, int requested, int* returned,
-    cudnnConvolutionFwdAlgoPerf_t* perf);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, cudnnTensorDescriptor_t x,
+                                                   cudnnFilterDescriptor_t w,
+                                                   cudnnConvolutionDescriptor_t conv,
+                                                   cudnnTensorDescriptor_t y, int requested,
+                                                   int* returned,
+                                                   cudnnConvolutionFwdAlgoPerf_t* perf);
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     cudnnHandle_t handle, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
     cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx, int requested, int* returned,
