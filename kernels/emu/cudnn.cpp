@@ -332,37 +332,31 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
   return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
 }
 
+// The benchmark offers what the heuristic does ("timed" as offer_algorithms orders them), counted.
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, cudnnTensorDescriptor_t x,
                                                    cudnnFilterDescriptor_t w,
                                                    cudnnConvolutionDescriptor_t conv,
                                                    cudnnTensorDescriptor_t y, int requested,
                                                    int* returned,
                                                    cudnnConvolutionFwdAlgoPerf_t* perf) {
-  Conv2dGeometry g;
-  if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  if (!geometry(x, w, conv, y, g)) return CUDNN_STATUS_BAD_PARAM;
   count_call("cudnnFindConvolutionForwardAlgorithm");
-  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+  return cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, requested, returned, perf);
 }
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     cudnnHandle_t handle, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
     cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx, int requested, int* returned,
     cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-  Conv2dGeometry g;
-  if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  if (!geometry(dx, w, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
   count_call("cudnnFindConvolutionBackwardDataAlgorithm");
-  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+  return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w, dy, conv, dx, requested, returned,
+                                                     perf);
 }
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
     cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
     cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw, int requested, int* returned,
     cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-  Conv2dGeometry g;
-  if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  if (!geometry(x, dw, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
   count_call("cudnnFindConvolutionBackwardFilterAlgorithm");
-  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x, dy, conv, dw, requested, returned,
+                                                       perf);
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
