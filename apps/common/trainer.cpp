@@ -83,6 +83,14 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
                     dist::ProcessGroup* pg, Device device) {
   model.eval();
   NoGradGuard no_grad;
+  if (pg && pg->size() > 1) {
+    // Every rank evaluates rank 0's model, the one checkpoints save and --eval-on-rank0
+    // evaluates: the buffers (batch-norm running statistics, which each rank has updated from
+    // its own last batch since DDP's broadcast) come from rank 0, as DDP's next forward does.
+    std::vector<dist::WorkPtr> works;
+    for (auto& [name, t] : model.named_buffers()) works.push_back(pg->broadcast(t, 0));
+    for (auto& w : works) w->wait();
+  }
   std::shared_ptr<data::Sampler> sampler;
   if (pg)
     sampler = std::make_shared<data::StridedSampler>(test.size(), pg->size(), pg->rank());
