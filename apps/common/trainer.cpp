@@ -455,10 +455,13 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       if (c.progress_bar) {
         const int width = 30;
         const int filled = int(double(width) * double(epoch_steps) / double(epoch_planned));
-        out << fmt::format("\repoch {} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ETA {}  ", epoch,
+        // Until the first all-reduced window, no loss to show.
+        const std::string shown =
+            std::isnan(shown_loss) ? std::string("--") : fmt::format("{:.4f}", shown_loss);
+        out << fmt::format("\repoch {} [{}{}] {}/{} loss {} {:.0f} img/s ETA {}  ", epoch,
                            std::string(size_t(filled), '='),
                            std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned,
-                           shown_loss, ips, format_duration(eta));
+                           shown, ips, format_duration(eta));
         out.flush();
       } else if (report) {
         out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} img/s ETA {}\n", epoch,
