@@ -345,6 +345,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         c.grad_accum_steps > 1 ? fmt::format(", {} accumulation steps", c.grad_accum_steps) : "");
   if (c.cudnn_benchmark && !device.is_cuda())
     out << "ringgrad-train: note: --cudnn-benchmark has no effect on the CPU (cuDNN is CUDA's)\n";
+  if (c.cudnn_benchmark && c.deterministic && device.is_cuda())
+    out << "ringgrad-train: note: --cudnn-benchmark times deterministic algorithms only, but two "
+           "runs may choose different ones (and round differently); leave it off for bit-identical "
+           "runs\n";
   if (c.eval_on_rank0 && !pg)
     out << "ringgrad-train: note: --eval-on-rank0 has no effect without DDP (one process "
            "evaluates the whole test set anyway)\n";

@@ -94,7 +94,8 @@ TEST_F(EmulatedDeviceDeterminism, TwoDeterministicRunsGiveTheSameWeights) {
     c.checkpoint_path = (dir_ / ("run" + std::to_string(i) + ".safetensors")).string();
     std::ostringstream log;
     train(c, log);
-    EXPECT_EQ(log.str().find("note:"), std::string::npos) << log.str();
+    // Only the note that benchmark and bit-identical runs do not go together on real GPUs.
+    EXPECT_EQ(log.str().find("note:") != std::string::npos, c.cudnn_benchmark) << log.str();
     runs.push_back(load_safetensors(c.checkpoint_path));
   }
   for (int i = 1; i < 3; ++i) {
