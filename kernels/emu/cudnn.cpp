@@ -186,9 +186,11 @@ void count_call(const std::string& name) {
 }
 
 // The algorithms on offer (rg::emu::cudnn_set_conv_algorithms), best first. `deterministic_algo`
-// is the pass's deterministic algorithm when only one is offered.
+// is the pass's deterministic algorithm when only one is offered; `weight_pass`: the offer is for
+// the weight gradient.
 template <class Perf>
-cudnnStatus_t offer_algorithms(int requested, int* returned, Perf* perf, int deterministic_algo) {
+cudnnStatus_t offer_algorithms(int requested, int* returned, Perf* perf, int deterministic_algo,
+                               bool weight_pass = false) {
   if (requested < 1 || returned == nullptr || perf == nullptr) return CUDNN_STATUS_BAD_PARAM;
   using Algo = decltype(Perf{}.algo);
   const auto entry = [](int algo, bool deterministic, float ms) {
@@ -210,6 +212,9 @@ cudnnStatus_t offer_algorithms(int requested, int* returned, Perf* perf, int det
       break;
     case rg::emu::CudnnConvAlgorithms::nondeterministic_only:
       offer = {entry(0, false, 1.f)};
+      break;
+    case rg::emu::CudnnConvAlgorithms::nondeterministic_only_weight_gradient:
+      offer = {weight_pass ? entry(0, false, 1.f) : entry(deterministic_algo, true, 1.f)};
       break;
   }
   const int n = std::min(requested, static_cast<int>(offer.size()));
@@ -329,7 +334,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x, dw, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
-  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                          /*weight_pass=*/true);
 }
 
 // The benchmark offers what the heuristic does ("timed" as offer_algorithms orders them), counted.

@@ -104,6 +104,15 @@ TEST_F(Determinism, ConvWithOnlyNonDeterministicAlgorithmsIsANamedErrorUnderTheS
   testing::expect_error([&] { sum(y * c.upstream.to(kCuda)).backward(); },
                         "conv2d backward (input gradient) on CUDA has no deterministic "
                         "implementation");
+  // Only the weight gradient without a deterministic algorithm: named as such.
+  emu::cudnn_set_conv_algorithms(emu::CudnnConvAlgorithms::nondeterministic_only_weight_gradient);
+  const ConvCase other = conv_case(7);
+  testing::expect_error([&] { conv_pass(kCuda, other.x, other.w, other.b, other.upstream); },
+                        "conv2d backward (weight gradient) on CUDA has no deterministic "
+                        "implementation");
+  set_deterministic_algorithms(false);
+  expect_matches_cpu(conv_pass(kCuda, other.x, other.w, other.b, other.upstream), other,
+                     "weight gradient, switch off");
 }
 
 TEST_F(Determinism, TheSwitchTakesTheDeterministicAlgorithmAndBenchmarkAloneTheFastest) {

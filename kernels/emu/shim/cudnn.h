@@ -212,8 +212,14 @@ int64_t cudnn_calls(std::string_view function);
 // CPU convolution). `deterministic` (the default): one deterministic algorithm per pass (forward
 // IMPLICIT_GEMM, backward ALGO_1, as real cuDNN flags them). `nondeterministic_first`: algorithm
 // 0 marked non-deterministic, ranked and timed before the deterministic algorithm 1.
-// `nondeterministic_only`: only algorithm 0, non-deterministic.
-enum class CudnnConvAlgorithms { deterministic, nondeterministic_first, nondeterministic_only };
+// `nondeterministic_only`: only algorithm 0, non-deterministic; `..._weight_gradient`: so for the
+// weight gradient, the default for the other passes.
+enum class CudnnConvAlgorithms {
+  deterministic,
+  nondeterministic_first,
+  nondeterministic_only,
+  nondeterministic_only_weight_gradient
+};
 void cudnn_set_conv_algorithms(CudnnConvAlgorithms offer);
 // How many times a convolution pass ("cudnnConvolutionBackwardFilter") was queued with `algo`.
 int64_t cudnn_conv_algo_calls(std::string_view function, int algo);
