@@ -130,24 +130,26 @@ EvalResult evaluate_on_rank0(nn::Module& model, const data::Dataset& test, int64
                              int workers, const dist::ProcessGroup& pg, Device device, int epoch) {
   const std::shared_ptr<dist::Store>& store = dist::default_store();
   const std::string key = fmt::format("ringgrad-train/eval_on_rank0/epoch{}", epoch);
+  // 'R' and the three doubles, or 'E' and rank 0's error message.
   std::array<double, 3> v{};
   if (pg.rank() == 0) {
     try {
       const EvalResult r = evaluate(model, test, batch_size, workers, nullptr, device);
       v = {r.loss, r.top1, r.top5};
     } catch (const Error& e) {
-      const std::string what = e.what();
+      const std::string what = std::string("E") + e.what();
       store->set(key, dist::Bytes(what.begin(), what.end()));
       throw;
     }
-    dist::Bytes bytes(sizeof v);
-    std::memcpy(bytes.data(), v.data(), sizeof v);
+    dist::Bytes bytes(1 + sizeof v, uint8_t('R'));
+    std::memcpy(bytes.data() + 1, v.data(), sizeof v);
     store->set(key, bytes);
   } else {
     const dist::Bytes bytes = store->get(key, kEvalOnRank0Wait);
-    RG_CHECK(bytes.size() == sizeof v, "--eval-on-rank0: rank 0's evaluation failed: ",
-             std::string(bytes.begin(), bytes.end()));
-    std::memcpy(v.data(), bytes.data(), sizeof v);
+    const bool ok = bytes.size() == 1 + sizeof v && bytes[0] == 'R';
+    RG_CHECK(ok, "--eval-on-rank0: rank 0's evaluation failed: ",
+             bytes.empty() ? std::string() : std::string(bytes.begin() + 1, bytes.end()));
+    std::memcpy(v.data(), bytes.data() + 1, sizeof v);
   }
   return {v[0], v[1], v[2]};
 }
