@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/prefix_store.h"
 #include "comm/tcp_store.h"
 #include "kernels/error.h"
 
@@ -52,6 +53,8 @@ constexpr size_t kMaxLineBytes = size_t(64) << 10;
 constexpr size_t kMaxDrainBytes = size_t(16) << 20;
 // The signals the launcher forwards to its workers (torchrun handles the same four).
 constexpr std::array<int, 4> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// The descriptor a worker writes its heartbeats to (RG_HEARTBEAT_FD).
+constexpr int kHeartbeatFd = 9;
 
 struct Options {
   int nproc_per_node = 1;
@@ -62,6 +65,11 @@ struct Options {
   int max_restarts = 0;
   int threads_per_worker = 0;  // 0: max(1, cores / nproc_per_node)
   double grace_period_s = 5.0;
+  // A worker that has sent heartbeats (rg_comm sends one every 0.5 s, comm/heartbeat.h) and then
+  // stays silent this long is stopped or hung: it is killed and counts as failed (0: off).
+  double heartbeat_timeout_s = 30.0;
+  // How long a launcher waits for the other nodes' launchers at the start and end of an attempt.
+  double rdzv_timeout_s = 300.0;
   bool no_prefix = false;
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
@@ -184,6 +192,8 @@ struct Worker {
   bool running = false;
   std::unique_ptr<LineForwarder> out;
   std::unique_ptr<LineForwarder> err;
+  int heartbeat_fd = -1;  // read end; the worker writes a byte every 0.5 s once rg_comm is up
+  std::optional<Clock::time_point> last_beat;
 };
 
 // Starts, watches, stops and restarts this node's workers; single-threaded around one poll()
@@ -199,6 +209,18 @@ class Launcher {
         worker_mask_(worker_mask) {
     devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     RG_CHECK(devnull_ >= 0, "cannot open /dev/null: ", errno_text(errno));
+    if (opt_.nnodes > 1) {
+      // The launchers of all nodes agree on each attempt through the job's store (node 0's).
+      rg::dist::TcpStoreOptions so;
+      so.host = opt_.master_addr;
+      so.port = port_;
+      so.token = token_;
+      so.timeout = rg::dist::Millis(int64_t(opt_.rdzv_timeout_s * 1000));
+      so.connect_timeout = so.timeout;
+      agents_ = std::make_unique<rg::dist::PrefixStore>("agents",
+                                                        std::make_shared<rg::dist::TcpStore>(so));
+      agents_->set_timeout(so.timeout);
+    }
   }
 
   // Whatever happens (an exception included), no worker outlives the launcher.
@@ -208,6 +230,8 @@ class Launcher {
       ::kill(-w->pid, SIGKILL);
       ::waitpid(w->pid, nullptr, 0);
     }
+    for (auto& w : workers_)
+      if (w->heartbeat_fd >= 0) ::close(w->heartbeat_fd);
     ::close(devnull_);
   }
 
@@ -216,10 +240,23 @@ class Launcher {
 
   // Runs attempts until one succeeds, the restarts are spent, or the launcher is signalled.
   int run() {
+    const int code = run_attempts();
+    if (agents_) leave_agents();
+    return code;
+  }
+
+ private:
+  int run_attempts() {
     for (int restart = 0;; ++restart) {
+      if (agents_) agents_barrier(restart, "start");
       run_attempt(restart);
       if (signal_ != 0) return 128 + signal_;
       if (exec_failure_code_ != 0) return exec_failure_code_;
+      if (agents_) {
+        // Every node's attempt ends before any decides: a failure anywhere restarts all.
+        agents_barrier(restart, "end");
+        if (!failure_code_ && agents_->check({gen_key(restart, "failed")})) failure_code_ = 1;
+      }
       if (!failure_code_) return 0;
       if (restart >= opt_.max_restarts) return *failure_code_;
       handle_signals();  // a Ctrl-C that came in while the attempt ended must not restart it
@@ -230,7 +267,10 @@ class Launcher {
 
  private:
   void run_attempt(int restart_count) {
+    for (auto& w : workers_)
+      if (w->heartbeat_fd >= 0) ::close(w->heartbeat_fd);
     workers_.clear();
+    attempt_ = restart_count;
     stopping_ = false;
     killed_ = false;
     failure_code_.reset();
@@ -267,6 +307,8 @@ class Launcher {
         {"MASTER_ADDR", opt_.master_addr},
         {"MASTER_PORT", std::to_string(port_)},
         {"RG_STORE_TOKEN", token_},
+        {"RG_LAUNCHER_STORE", "1"},
+        {"RG_HEARTBEAT_FD", std::to_string(kHeartbeatFd)},
         {"RG_RESTART_COUNT", std::to_string(restart_count)},
         {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
         {"TORCHELASTIC_MAX_RESTARTS", std::to_string(opt_.max_restarts)},
@@ -299,9 +341,9 @@ class Launcher {
     for (const auto& a : opt_.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
 
-    int out[2], err[2], status[2];
+    int out[2], err[2], status[2], beat[2];
     RG_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0 &&
-                 ::pipe2(status, O_CLOEXEC) == 0,
+                 ::pipe2(status, O_CLOEXEC) == 0 && ::pipe2(beat, O_CLOEXEC) == 0,
              "cannot create pipes: ", errno_text(errno));
     const pid_t launcher = ::getpid();
     const pid_t pid = ::fork();
@@ -320,6 +362,11 @@ class Launcher {
       // Like torchrun's close_fds: the store's sockets and other launcher descriptors must not
       // leak into workers (older kernels lack the call; the pipes are O_CLOEXEC anyway).
       ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+      if (beat[1] == kHeartbeatFd) {
+        ::fcntl(kHeartbeatFd, F_SETFD, 0);  // the worker keeps this one
+      } else {
+        ::dup2(beat[1], kHeartbeatFd);  // dup2 clears FD_CLOEXEC: the worker keeps this one
+      }
       ::execvpe(argv[0], argv.data(), envp.data());
       const int e = errno;
       [[maybe_unused]] const ssize_t n = ::write(status[1], &e, sizeof e);
@@ -329,6 +376,9 @@ class Launcher {
     ::close(out[1]);
     ::close(err[1]);
     ::close(status[1]);
+    ::close(beat[1]);
+    ::fcntl(beat[0], F_SETFL, O_NONBLOCK);
+    w.heartbeat_fd = beat[0];
     int exec_errno = 0;
     ssize_t n = 0;
     while ((n = ::read(status[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
@@ -380,11 +430,14 @@ class Launcher {
           streams.push_back(f);
         }
       }
-      int timeout_ms = -1;
+      // Heartbeats and the other nodes are checked at least every 200 ms.
+      const bool periodic = opt_.heartbeat_timeout_s > 0 || agents_;
+      int timeout_ms = periodic ? 200 : -1;
       if (stopping_ && !killed_) {
         const auto left = kill_deadline_ - Clock::now();
-        timeout_ms = static_cast<int>(
+        const int until_kill = static_cast<int>(
             std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
+        timeout_ms = timeout_ms < 0 ? until_kill : std::min(timeout_ms, until_kill);
       }
       const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
       RG_CHECK(ready >= 0 || errno == EINTR, "poll failed: ", errno_text(errno));
@@ -392,6 +445,8 @@ class Launcher {
         if (fds[i].revents != 0) streams[i - 1]->read_available();
       }
       if (ready > 0 && fds[0].revents != 0) handle_signals();
+      check_heartbeats();
+      check_other_nodes();
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) kill_all();
     }
   }
@@ -442,7 +497,94 @@ class Launcher {
                                    ? "; stopping the other worker"
                                    : fmt::format("; stopping the other {} workers", others);
       say(fmt::format("rank {} (pid {}) {}{}", w->rank, w->pid, how, then));
+      report_failure(fmt::format("rank {} on node {} {}", w->rank, opt_.node_rank, how));
       stop_all(SIGTERM);
+    }
+  }
+
+  // Drains each worker's heartbeat pipe; a worker that has beaten and then went silent for
+  // heartbeat_timeout_s (SIGSTOP, a hang with every thread stuck) is killed and counts as failed.
+  void check_heartbeats() {
+    if (opt_.heartbeat_timeout_s <= 0) return;
+    const auto now = Clock::now();
+    for (const auto& w : workers_) {
+      if (!w->running || w->heartbeat_fd < 0) continue;
+      char buf[256];
+      bool beat = false;
+      while (::read(w->heartbeat_fd, buf, sizeof buf) > 0) beat = true;
+      if (beat) w->last_beat = now;
+      if (!w->last_beat || stopping_) continue;
+      const double silent = std::chrono::duration<double>(now - *w->last_beat).count();
+      if (silent < opt_.heartbeat_timeout_s) continue;
+      const std::string how =
+          fmt::format("sent no heartbeat for {:.1f} s (stopped or hung); killing it", silent);
+      say(fmt::format("rank {} (pid {}) {}", w->rank, w->pid, how));
+      ::kill(-w->pid, SIGKILL);
+      failure_code_ = failure_code_.value_or(kExitError);
+      report_failure(fmt::format("rank {} on node {} {}", w->rank, opt_.node_rank, how));
+      stop_all(SIGTERM);
+      w->last_beat.reset();
+    }
+  }
+
+  // Multi-node: a failure on another node stops this node's workers too (torchrun's agents).
+  void check_other_nodes() {
+    if (!agents_ || stopping_) return;
+    const auto now = Clock::now();
+    if (now < next_agents_check_) return;
+    next_agents_check_ = now + std::chrono::milliseconds(200);
+    const std::string key = gen_key(attempt_, "failed");
+    if (!agents_->check({key})) return;
+    say(fmt::format("another node failed ({}); stopping this node's {} worker(s)",
+                    agents_->get_string(key), running_count()));
+    failure_code_ = failure_code_.value_or(kExitError);
+    stop_all(SIGTERM);
+  }
+
+  void report_failure(const std::string& what) {
+    if (!agents_) return;
+    try {
+      agents_->compare_set(gen_key(attempt_, "failed"), {}, rg::dist::to_bytes(what));
+    } catch (const std::exception& e) {
+      say(fmt::format("cannot tell the other nodes: {}", e.what()));
+    }
+  }
+
+  static std::string gen_key(int attempt, const char* what) {
+    return fmt::format("gen{}/{}", attempt, what);
+  }
+
+  // The job is over: node 0 hosts the store, so it waits (up to the rendezvous timeout) until the
+  // other launchers are done with it; they say so and leave.
+  void leave_agents() {
+    try {
+      if (opt_.node_rank != 0) {
+        agents_->add("left", 1);
+        return;
+      }
+      const auto deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(opt_.rdzv_timeout_s));
+      while (agents_->add("left", 0) < opt_.nnodes - 1 && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } catch (const std::exception& e) {
+      say(fmt::format("leaving the job: {}", e.what()));
+    }
+  }
+
+  // Waits until every node's launcher has reached `what` of attempt `attempt`.
+  void agents_barrier(int attempt, const char* what) {
+    const std::string key = gen_key(attempt, what);
+    const int64_t here = agents_->add(key, 1);
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(opt_.rdzv_timeout_s));
+    int64_t seen = here;
+    while (seen < opt_.nnodes) {
+      RG_CHECK(Clock::now() < deadline, "node ", opt_.node_rank, ": only ", seen, " of ",
+               opt_.nnodes, " launchers reached the ", what, " of attempt ", attempt, " within ",
+               opt_.rdzv_timeout_s, " s (is a launcher missing or dead?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      seen = agents_->add(key, 0);
     }
   }
 
@@ -458,6 +600,10 @@ class Launcher {
   bool killed_ = false;
   Clock::time_point kill_deadline_;
   std::optional<int> failure_code_;  // the first failing worker's exit code
+  int attempt_ = 0;
+  // Multi-node: the launchers' shared view of each attempt (node 0's store, prefix "agents/").
+  std::unique_ptr<rg::dist::PrefixStore> agents_;
+  Clock::time_point next_agents_check_;
   // The whole run.
   int signal_ = 0;  // the first signal the launcher got (then it stops for good)
   int exec_failure_code_ = 0;
@@ -485,7 +631,8 @@ std::string check_options(const Options& o) {
            "port";
   }
   if (o.max_restarts < 0) return fmt::format("--max-restarts must be >= 0, got {}", o.max_restarts);
-  if (o.nnodes > 1 && o.max_restarts > 0) return "restarts across nodes are not supported yet";
+  if (o.heartbeat_timeout_s < 0) return "--heartbeat-timeout-s must be >= 0";
+  if (o.rdzv_timeout_s <= 0) return "--rdzv-timeout-s must be positive";
   if (o.threads_per_worker < 0) {
     return fmt::format("--threads-per-worker must be >= 0, got {}", o.threads_per_worker);
   }
@@ -529,6 +676,11 @@ int main(int argc, char** argv) {
   app.add_option("--grace-period-s", o.grace_period_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_flag("--no-prefix", o.no_prefix, "do not prefix output lines with [rank N]");
+  app.add_option("--heartbeat-timeout-s", o.heartbeat_timeout_s,
+                 "a worker silent this long after its first heartbeat is stopped or hung: it is "
+                 "killed and counts as failed (0: off)");
+  app.add_option("--rdzv-timeout-s", o.rdzv_timeout_s,
+                 "--nnodes > 1: how long a launcher waits for the others at each attempt");
   // Everything from PROGRAM on is the workers' command line, passed through untouched.
   app.prefix_command();
   try {

@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "apps/common/trainer.h"
+#include "comm/init.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
@@ -27,6 +29,13 @@ int main(int argc, char** argv) {
   app.add_option("--resume", c.resume_path,
                  "continue the run saved in this checkpoint with its next epoch")
       ->check(CLI::ExistingFile);
+  app.add_option("--snapshot", c.snapshot_path,
+                 "snapshot FILE: everything that decides the rest of the run, written by rank 0 "
+                 "every --snapshot-every steps and at epoch ends; when FILE exists at start the "
+                 "run continues from it (a restarted identical command resumes)");
+  app.add_option("--snapshot-every", c.snapshot_every,
+                 "optimizer steps between snapshots (0: at epoch ends only)")
+      ->check(CLI::NonNegativeNumber);
   bool no_augment = false;
   app.add_flag("--no-augment", no_augment,
                "CIFAR: train without the random crop (padding 4) and horizontal flip");
@@ -64,7 +73,13 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device,
                  "cpu | cuda | cuda:N (with DDP, cuda is each rank's GPU and needs --backend nccl "
                  "or auto)");
+  app.add_option("--amp", c.amp,
+                 "off | f16 | bf16: autocast the forward and the loss (f16 adds a GradScaler)")
+      ->check(CLI::IsMember({"off", "f16", "bf16"}));
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
+  app.add_option("--init-method", c.init_method,
+                 "where the ranks meet: env:// (MASTER_ADDR/MASTER_PORT; rank 0 hosts the store "
+                 "unless ringgrad-run does), tcp://HOST:PORT or file:///PATH");
   app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
   app.add_option("--allreduce", c.allreduce,
@@ -96,6 +111,20 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--gradient-as-bucket-view", c.gradient_as_bucket_view,
                "gradients live in DDP's buckets (saves a copy and memory)");
+  app.add_option("--loss", c.loss,
+                 "cross-entropy | mse | smooth-l1 (regression losses on the logits against "
+                 "one-hot targets)")
+      ->check(CLI::IsMember({"cross-entropy", "mse", "smooth-l1"}));
+  app.add_option("--clip-grad-norm", c.clip_grad_norm,
+                 "clip the total 2-norm of the gradients to MAX after backward (0: off)");
+  app.add_option("--clip-grad-value", c.clip_grad_value,
+                 "clamp every gradient element to [-V, V] after backward (0: off)");
+  app.add_option("--early-stop-patience", c.early_stop_patience,
+                 "stop when --early-stop-metric has not improved for N evaluations (0: off; "
+                 "needs --eval-every 1; with --checkpoint FILE the best epoch goes to "
+                 "FILE with .best before its extension)");
+  app.add_option("--early-stop-metric", c.early_stop_metric, "loss (test loss) | top1")
+      ->check(CLI::IsMember({"loss", "top1"}));
   app.add_flag("--deterministic", c.deterministic,
                "only deterministic algorithms (torch.use_deterministic_algorithms + "
                "cudnn.deterministic): an op without one is an error");
@@ -115,10 +144,16 @@ int main(int argc, char** argv) {
   }
   c.overlap = !no_overlap;
   c.augment = !no_augment;
+  if (const std::string error = rg::app::config_error(c); !error.empty()) {
+    std::cerr << "ringgrad-train: " << error << "\nRun with --help for usage.\n";
+    return 2;
+  }
   c.progress_bar = isatty(STDOUT_FILENO) != 0;
   try {
     if (threads > 0) rg::kernels::cpu::set_num_threads(threads);
     rg::app::train(c, std::cout);
+    // Rank 0 may host the store (no launcher): it leaves last, after every rank said goodbye.
+    if (rg::dist::is_initialized()) rg::dist::destroy_process_group();
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
     std::cout.flush();
     std::cerr << "ringgrad-train: " << e.what() << "\n";

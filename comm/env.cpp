@@ -239,6 +239,10 @@ LaunchEnv read_launch_env(
   env.port = static_cast<uint16_t>(port);
 
   env.token = lookup(getenv, "RG_STORE_TOKEN").value_or("");
+  if (std::optional<std::string> v = lookup(getenv, "RG_LAUNCHER_STORE")) {
+    RG_CHECK(*v == "0" || *v == "1", "RG_LAUNCHER_STORE='", *v, "' must be 0 or 1");
+    env.launcher_store = *v == "1";
+  }
   // TORCHELASTIC_RESTART_COUNT lets programs started by torchrun itself see their generation.
   if (std::optional<int> n = read_int(getenv, "RG_RESTART_COUNT", 0)) {
     env.restart_count = *n;

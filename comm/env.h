@@ -20,6 +20,10 @@ struct LaunchEnv {
   std::string token;         // RG_STORE_TOKEN (empty when the launcher set none)
   int restart_count = 0;     // RG_RESTART_COUNT (ringgrad-run's restart generation)
   std::string source;        // "torchrun", "slurm", "openmpi" or "default" (single process)
+  // RG_LAUNCHER_STORE=1: the launcher (ringgrad-run) hosts the store at MASTER_ADDR:MASTER_PORT.
+  // Otherwise rank 0 hosts it there, as PyTorch's env:// does, so srun, mpirun, a shell loop or
+  // dist::spawn need nothing else.
+  bool launcher_store = false;
 };
 
 // Reads the launch variables through `getenv` (defaults to std::getenv; tests pass a map).

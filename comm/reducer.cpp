@@ -52,6 +52,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   bool armed = false, callback_queued = false;
   int rebuilds = 0;
   int64_t synced = 0;
+  std::vector<size_t> rebuilt_order;  // what the rebuild used
   std::unique_ptr<PowerSgd> powersgd;
   IterationTimeline timeline;
 
@@ -103,13 +104,19 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     return assign_buckets(in);
   }
 
-  // Rank 0's observed ready order, broadcast so that every rank builds the same buckets.
-  void rebuild() {
+  // The first iteration's ready order, then the parameters that were not ready (reverse order).
+  std::vector<size_t> completed_first_order() const {
     std::vector<size_t> order = first_iteration_order;
     std::vector<char> seen(params.size(), 0);
     for (size_t p : order) seen[p] = 1;
     for (size_t i = params.size(); i-- > 0;)
       if (!seen[i]) order.push_back(i);
+    return order;
+  }
+
+  // Rank 0's observed ready order, broadcast so that every rank builds the same buckets.
+  void rebuild() {
+    std::vector<size_t> order = completed_first_order();
     Tensor t = Tensor::empty({int64_t(order.size())}, DType::i64);
     for (size_t i = 0; i < order.size(); ++i) t.data<int64_t>()[i] = int64_t(order[i]);
     Tensor on_group = on_group_device(*pg, t);
@@ -121,6 +128,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       order[i] = size_t(p);
     }
     build(assignment_for(order));
+    rebuilt_order = order;
     if (powersgd) powersgd->reset();
     ++rebuilds;
   }
@@ -408,6 +416,36 @@ std::vector<size_t> Reducer::bucket_bytes() const {
 }
 
 int Reducer::rebuild_count() const { return state_->rebuilds; }
+
+std::vector<int64_t> Reducer::rebuilt_order() const {
+  const State& s = *state_;
+  std::vector<size_t> order = s.rebuilt_order;
+  if (order.empty() && s.synced >= 1 && !s.opt.find_unused_parameters) {
+    // Not rebuilt yet (one iteration done): the order the rebuild will use on this rank, which
+    // on rank 0 (the one that writes snapshots) is the one it will broadcast.
+    order = s.completed_first_order();
+  }
+  return std::vector<int64_t>(order.begin(), order.end());
+}
+
+void Reducer::restore_rebuilt_order(const std::vector<int64_t>& order) {
+  State& s = *state_;
+  RG_CHECK(!s.armed, "DDP: restore_rebuilt_order between a forward and its backward");
+  std::vector<char> seen(s.params.size(), 0);
+  RG_CHECK(order.size() == s.params.size(), "DDP: a bucket order of ", order.size(),
+           " parameters for a model with ", s.params.size(), " (a snapshot of another model?)");
+  std::vector<size_t> o;
+  for (int64_t p : order) {
+    RG_CHECK(p >= 0 && size_t(p) < s.params.size() && !seen[size_t(p)],
+             "DDP: the bucket order is not a permutation of the parameters");
+    seen[size_t(p)] = 1;
+    o.push_back(size_t(p));
+  }
+  s.build(s.assignment_for(o));
+  s.rebuilt_order = o;
+  if (s.powersgd) s.powersgd->reset();
+  s.rebuilds = std::max(s.rebuilds, 1);
+}
 const IterationTimeline& Reducer::last_timeline() const { return state_->timeline; }
 int64_t Reducer::synced_iterations() const { return state_->synced; }
 

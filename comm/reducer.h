@@ -75,6 +75,16 @@ class Reducer {
   std::vector<std::vector<std::string>> bucket_names() const;
   std::vector<size_t> bucket_bytes() const;
   int rebuild_count() const;
+  // The parameter order the one-time rebuild built the buckets from (rank 0's first-iteration
+  // order, the same on every rank); after one iteration but before the rebuild, the order it will
+  // use on this rank (rank 0's is the one it broadcasts); empty before any iteration and with
+  // find_unused_parameters (no rebuild). A snapshot keeps it: a resumed run restores
+  // it, so its buckets, and with them the order in which each all-reduce sums, equal the
+  // uninterrupted run's from its first step on.
+  std::vector<int64_t> rebuilt_order() const;
+  // Builds the buckets from `order` (a permutation of the parameter indices, as rebuilt_order
+  // gave) as the rebuild would have, and marks the rebuild done. Every rank must call it alike.
+  void restore_rebuilt_order(const std::vector<int64_t>& order);
   const IterationTimeline& last_timeline() const;
   int64_t synced_iterations() const;
 

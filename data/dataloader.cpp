@@ -38,16 +38,18 @@ void DataLoader::stop_workers() {
   stopping_ = false;
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   stop_workers();
   sampler_->set_epoch(epoch);
   epoch_ = epoch;
   order_ = sampler_->indices();
   epoch_batches_ = num_batches();
-  next_to_return_ = 0;
-  next_to_claim_ = 0;
+  RG_CHECK(first_batch >= 0 && first_batch <= epoch_batches_, "DataLoader: first batch ",
+           first_batch, " is outside the epoch's ", epoch_batches_, " batches");
+  next_to_return_ = first_batch;
+  next_to_claim_ = first_batch;
   ready_.clear();
-  const int64_t threads = std::min<int64_t>(options_.workers, epoch_batches_);
+  const int64_t threads = std::min<int64_t>(options_.workers, epoch_batches_ - first_batch);
   for (int64_t i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 

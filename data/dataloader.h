@@ -33,8 +33,10 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Sets the sampler's epoch and starts producing that epoch's batches.
-  void start_epoch(int64_t epoch);
+  // Sets the sampler's epoch and starts producing that epoch's batches, from batch `first_batch`
+  // on (a run resumed mid-epoch skips what it has trained on: batches depend only on the
+  // sampler's order and the epoch, so batch k is the same as in the uninterrupted run).
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the current epoch, or nullopt at its end. Rethrows a worker's error.
   std::optional<Batch> next();
   int64_t num_batches() const;  // in one epoch with the current sampler

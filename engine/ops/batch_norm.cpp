@@ -13,6 +13,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "engine/ops/cudnn.h"
 #include "engine/ops/factory.h"
@@ -178,6 +179,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   double eps) {
   const char* op = "batch_norm";
   check_inputs(op, {x});
+  // f16/bf16 activations with f32 parameters and statistics (a BatchNorm2d under autocast, as in
+  // PyTorch), and f16/bf16 on the CPU: computed in f32, the result in x's dtype. Statistics that
+  // are themselves half are updated in place through f32 copies.
+  const auto is_f32 = [](const Tensor& t) { return t.defined() && t.dtype() == DType::f32; };
+  const bool mixed =
+      is_half(x.dtype()) && (is_f32(running_mean) || is_f32(weight) || is_f32(bias));
+  if (mixed || cpu_half_inputs({x, running_mean, running_var, weight, bias})) {
+    const Tensor rm = half_to_f32(running_mean), rv = half_to_f32(running_var);
+    Tensor out = batch_norm(half_to_f32(x), rm, rv, half_to_f32(weight), half_to_f32(bias),
+                            training, momentum, eps)
+                     .to(x.dtype());
+    if (training && rm.defined() && !rm.is_same(running_mean)) {
+      const NoGradGuard no_grad;
+      Tensor(running_mean).copy_(rm);
+      Tensor(running_var).copy_(rv);
+    }
+    return out;
+  }
   RG_CHECK(x.dim() == 2 || x.dim() == 4, op,
            ": expected a 2-d [N, C] or 4-d [N, C, H, W] input, got shape ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;

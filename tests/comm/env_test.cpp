@@ -52,6 +52,18 @@ TEST(LaunchEnvTest, DefaultStillReadsStoreAddressTokenAndRestartCount) {
   EXPECT_EQ(env.restart_count, 2);
 }
 
+// RG_LAUNCHER_STORE=1 (ringgrad-run): the launcher hosts the store; otherwise rank 0 does.
+TEST(LaunchEnvTest, LauncherStoreFlag) {
+  EXPECT_FALSE(read({{"RANK", "0"}, {"WORLD_SIZE", "2"}}).launcher_store);
+  EXPECT_TRUE(
+      read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"RG_LAUNCHER_STORE", "1"}}).launcher_store);
+  expect_error(
+      [] {
+        read({{"RG_LAUNCHER_STORE", "yes"}});
+      },
+      "RG_LAUNCHER_STORE='yes' must be 0 or 1");
+}
+
 TEST(LaunchEnvTest, Torchrun) {
   const LaunchEnv env = read({{"RANK", "5"},
                               {"LOCAL_RANK", "1"},

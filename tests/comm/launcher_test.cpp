@@ -93,6 +93,7 @@ class Launcher {
   }
 
   void signal(int sig) { ::kill(pid_, sig); }
+  const std::string& stdout_so_far() const { return result_.out; }
 
   // Reads until the launcher has exited and closed its output.
   RunResult finish(double timeout_s = 20) {
@@ -164,6 +165,19 @@ RunResult run(const std::vector<std::string>& args, const std::vector<std::strin
   return Launcher(args, env).finish(timeout_s);
 }
 
+// A port that was free a moment ago (bound to 0 and closed).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -195,7 +209,7 @@ TEST(LauncherTest, PrefixesLinesAndSetsTheLaunchVariables) {
            "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE "
            "g=$GROUP_RANK a=$MASTER_ADDR p=$MASTER_PORT t=$RG_STORE_TOKEN "
            "n=$RG_NUM_THREADS o=$OMP_NUM_THREADS rc=$RG_RESTART_COUNT "
-           "te=$TORCHELASTIC_RESTART_COUNT"});
+           "te=$TORCHELASTIC_RESTART_COUNT ls=$RG_LAUNCHER_STORE"});
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(lines(r.out).size(), 3u) << r.out;
@@ -213,6 +227,7 @@ TEST(LauncherTest, PrefixesLinesAndSetsTheLaunchVariables) {
     EXPECT_GT(std::stoi(v.at("p")), 0);
     EXPECT_EQ(v.at("p"), vars.at(0).at("p"));
     EXPECT_TRUE(std::regex_match(v.at("t"), std::regex("[0-9a-f]{32}"))) << v.at("t");
+    EXPECT_EQ(v.at("ls"), "1");  // the launcher hosts the store: rank 0 must not
     EXPECT_EQ(v.at("t"), vars.at(0).at("t"));
     EXPECT_EQ(v.at("n"), "2");
     EXPECT_EQ(v.at("o"), "2");
@@ -240,12 +255,23 @@ TEST(LauncherTest, UsesTheTokenAndAddressItIsGiven) {
 }
 
 TEST(LauncherTest, OtherNodesGetTheirRanksAndHostNoStore) {
-  // Node 1 of 2 hosts nothing, so it runs without node 0.
-  const RunResult r = run({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
-                           "--master-addr", "node0", "--master-port", "29999", "sh", "-c",
-                           "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE "
-                           "g=$GROUP_RANK a=$MASTER_ADDR p=$MASTER_PORT t=$RG_STORE_TOKEN"},
-                          {"RG_STORE_TOKEN=shared"});
+  // Node 1 of 2 hosts nothing: its workers use node 0's store, which node 0's launcher hosts
+  // (the launchers also meet there at each attempt).
+  const std::string port = std::to_string(free_port());
+  const std::vector<std::string> cmd = {
+      "sh", "-c",
+      "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE g=$GROUP_RANK a=$MASTER_ADDR "
+      "p=$MASTER_PORT t=$RG_STORE_TOKEN"};
+  std::vector<std::string> args0 = {"--nnodes",         "2", "--node-rank",   "0",
+                                    "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                                    "--master-port",    port};
+  std::vector<std::string> args1 = args0;
+  args1[3] = "1";
+  args0.insert(args0.end(), cmd.begin(), cmd.end());
+  args1.insert(args1.end(), cmd.begin(), cmd.end());
+  Launcher node0(args0, {"RG_STORE_TOKEN=shared"});
+  const RunResult r = run(args1, {"RG_STORE_TOKEN=shared"});
+  EXPECT_EQ(node0.finish().exit_code, 0);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const auto vars = vars_by_rank(r.out);
   ASSERT_EQ(vars.size(), 2u) << r.out;
@@ -256,8 +282,8 @@ TEST(LauncherTest, OtherNodesGetTheirRanksAndHostNoStore) {
     EXPECT_EQ(v.at("w"), "4");
     EXPECT_EQ(v.at("lw"), "2");
     EXPECT_EQ(v.at("g"), "1");
-    EXPECT_EQ(v.at("a"), "node0");
-    EXPECT_EQ(v.at("p"), "29999");
+    EXPECT_EQ(v.at("a"), "127.0.0.1");
+    EXPECT_EQ(v.at("p"), port);
     EXPECT_EQ(v.at("t"), "shared");
   }
 }
@@ -399,6 +425,71 @@ TEST(LauncherTest, RestartsAllWorkersWithTheNextRestartCount) {
   EXPECT_EQ(tokens.size(), 1u) << r.out;
 }
 
+// Two launchers as two nodes (torchrun's agents): a worker failing on node 1 stops node 0's
+// workers too, and both launchers restart all their workers with the next restart count.
+TEST(LauncherTest, TwoNodesRestartAllWorkersOfBothNodes) {
+  const std::string port = std::to_string(free_port());
+  const std::string cmd =
+      "if [ $RANK = 2 ] && [ $RG_RESTART_COUNT = 0 ]; then sleep 0.3; exit 7; fi; "
+      "if [ $RG_RESTART_COUNT = 0 ]; then sleep 30; fi; echo ok rank=$RANK rc=$RG_RESTART_COUNT";
+  const auto node = [&](int rank) {
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(rank),
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--master-port",
+                                    port,
+                                    "--max-restarts",
+                                    "1",
+                                    "--rdzv-timeout-s",
+                                    "30",
+                                    "sh",
+                                    "-c",
+                                    cmd};
+  };
+  Launcher node0(node(0), {"RG_STORE_TOKEN=two-nodes"});
+  Launcher node1(node(1), {"RG_STORE_TOKEN=two-nodes"});
+  const RunResult r1 = node1.finish(40), r0 = node0.finish(40);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out) << r0.err << r1.err;
+  EXPECT_EQ(r0.exit_code, 0) << r0.err;
+  EXPECT_EQ(r1.exit_code, 0) << r1.err;
+  EXPECT_NE(r1.err.find("rank 2 (pid "), std::string::npos) << r1.err;
+  EXPECT_NE(r0.err.find("another node failed (rank 2 on node 1 exited with code 7)"),
+            std::string::npos)
+      << r0.err;
+  for (const char* line : {"[rank 0] ok rank=0 rc=1", "[rank 1] ok rank=1 rc=1"})
+    EXPECT_NE(r0.out.find(line), std::string::npos) << r0.out;
+  for (const char* line : {"[rank 2] ok rank=2 rc=1", "[rank 3] ok rank=3 rc=1"})
+    EXPECT_NE(r1.out.find(line), std::string::npos) << r1.out;
+  EXPECT_LT(r0.seconds, 20) << "node 0's sleeping workers were stopped, not waited for";
+}
+
+// A worker that sends heartbeats (as rg_comm does, through RG_HEARTBEAT_FD) and is then stopped
+// with SIGSTOP is detected by its silence, killed, and the job restarts.
+TEST(LauncherTest, AStoppedWorkerIsDetectedByItsHeartbeat) {
+  Launcher l({"--nproc-per-node", "2", "--master-port", "0", "--heartbeat-timeout-s", "1",
+              "--max-restarts", "1", "sh", "-c",
+              "echo pid=$$; if [ $RG_RESTART_COUNT = 1 ]; then echo done; exit 0; fi; "
+              "while true; do printf x >&$RG_HEARTBEAT_FD; sleep 0.2; done"});
+  ASSERT_TRUE(l.wait_for_stdout("pid=", 2, 10)) << l.stdout_so_far();
+  std::smatch m;
+  const std::string so_far = l.stdout_so_far();
+  const std::regex re(R"(\[rank 1\] pid=(\d+))");
+  ASSERT_TRUE(std::regex_search(so_far, m, re)) << so_far;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // it has beaten by now
+  ::kill(std::stoi(m[1].str()), SIGSTOP);
+  const RunResult r = l.finish(20);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (pid " + m[1].str() + ") sent no heartbeat for"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(stopped or hung); killing it"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restarting the workers (restart 1 of 1)"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[rank 1] done"), std::string::npos) << r.out;
+}
+
 TEST(LauncherTest, RestartsRunOutThenTheFailureCodeIsReturned) {
   const RunResult r = run({"--master-port", "0", "--max-restarts", "2", "sh", "-c",
                            "echo attempt $RG_RESTART_COUNT; exit 4"});
@@ -461,9 +552,9 @@ TEST(LauncherTest, BadCommandLinesExitWithCode2AndOneLine) {
     EXPECT_EQ(r.err.rfind("ringgrad-run: ", 0), 0u) << cmd << r.err;
     EXPECT_EQ(r.out, "") << cmd;
   }
-  const RunResult r = run({"--nnodes", "2", "--max-restarts", "1", "sh"}, {"RG_STORE_TOKEN=t"});
+  const RunResult r = run({"--heartbeat-timeout-s", "-1", "sh"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("restarts across nodes are not supported yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--heartbeat-timeout-s must be >= 0"), std::string::npos) << r.err;
   const RunResult not_int = run({"--nproc-per-node", "x", "sh"});
   EXPECT_NE(not_int.err.find("--nproc-per-node"), std::string::npos) << not_int.err;
 }

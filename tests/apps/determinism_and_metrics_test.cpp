@@ -5,10 +5,8 @@
 // both ranks' losses in this process) and bad flag values (exit 2). Multi-rank runs go through
 // the real ringgrad-run and ringgrad-train binaries.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,26 +30,20 @@
 #include "engine/serialization.h"
 #include "layers/models/registry.h"
 #include "support/idx_files.h"
+#include "support/processes.h"
 #include "support/scratch_dir.h"
 
 namespace rg::app {
 namespace {
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using testing::ProcessResult;
 
-ProcessResult run(const std::string& command) {
-  ProcessResult r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
+// Runs `command` (words separated by spaces) with this test's scratch directory for its log.
+ProcessResult run(const std::string& command, const std::filesystem::path& log_dir) {
+  std::vector<std::string> argv;
+  std::istringstream words(command);
+  for (std::string w; words >> w;) argv.push_back(w);
+  return testing::run_processes({{argv, {}}}, log_dir, 300)[0];
 }
 
 nlohmann::json final_line(const std::string& metrics_path) {
@@ -62,7 +54,7 @@ nlohmann::json final_line(const std::string& metrics_path) {
   return nlohmann::json::parse(last);
 }
 
-class TrainerSwitches : public testing::ScratchDirTest {
+class DeterminismAndMetrics : public testing::ScratchDirTest {
  protected:
   static constexpr uint32_t kTrain = 200, kTest = 70;
   void SetUp() override {
@@ -73,12 +65,13 @@ class TrainerSwitches : public testing::ScratchDirTest {
   // ringgrad-train over 2 ranks with the given flags.
   ProcessResult run_two_ranks(const std::string& flags) const {
     return run(std::string(RG_RUN_BINARY) + " --nproc-per-node 2 --master-port 0 " +
-               RG_TRAIN_BINARY + " --dataset mnist --data-dir " + dir_.string() +
-               " --workers 0 --seed 7 " + flags);
+                   RG_TRAIN_BINARY + " --dataset mnist --data-dir " + dir_.string() +
+                   " --workers 0 --seed 7 " + flags,
+               dir_);
   }
 };
 
-TEST_F(TrainerSwitches, TwoDeterministicCpuRunsGiveTheSameWeights) {
+TEST_F(DeterminismAndMetrics, TwoDeterministicCpuRunsGiveTheSameWeights) {
   std::vector<std::string> files;
   for (int i = 0; i < 2; ++i) {
     TrainConfig c;
@@ -107,12 +100,12 @@ TEST_F(TrainerSwitches, TwoDeterministicCpuRunsGiveTheSameWeights) {
   }
 }
 
-TEST_F(TrainerSwitches, TwoDeterministicRunsOverTwoRanksGiveTheSameWeights) {
+TEST_F(DeterminismAndMetrics, TwoDeterministicRunsOverTwoRanksGiveTheSameWeights) {
   const std::string flags =
       "--model toynet --batch-size 16 --lr 0.05 --deterministic --checkpoint ";
   for (const char* name : {"a.safetensors", "b.safetensors"}) {
     const ProcessResult r = run_two_ranks(flags + path(name));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.out;
   }
   const SafetensorsFile a = load_safetensors(path("a.safetensors"));
   const SafetensorsFile b = load_safetensors(path("b.safetensors"));
@@ -126,7 +119,7 @@ TEST_F(TrainerSwitches, TwoDeterministicRunsOverTwoRanksGiveTheSameWeights) {
   }
 }
 
-TEST_F(TrainerSwitches, CudnnBenchmarkOnTheCpuIsANoOpWithANote) {
+TEST_F(DeterminismAndMetrics, CudnnBenchmarkOnTheCpuIsANoOpWithANote) {
   TrainConfig c;
   c.model = "mlp";
   c.dataset = "mnist";
@@ -143,23 +136,23 @@ TEST_F(TrainerSwitches, CudnnBenchmarkOnTheCpuIsANoOpWithANote) {
   EXPECT_FALSE(cudnn_benchmark()) << "train() must restore the switch";
 }
 
-TEST_F(TrainerSwitches, BadFlagValuesAreUsageErrors) {
+TEST_F(DeterminismAndMetrics, BadFlagValuesAreUsageErrors) {
   for (const char* flag :
        {"--deterministic=maybe", "--cudnn-benchmark=fast", "--eval-on-rank0=x"}) {
-    const ProcessResult r = run(std::string(RG_TRAIN_BINARY) + " " + flag);
-    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
-    EXPECT_NE(r.output.find("Run with --help"), std::string::npos) << flag << ": " << r.output;
+    const ProcessResult r = run(std::string(RG_TRAIN_BINARY) + " " + flag, dir_);
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("Run with --help"), std::string::npos) << flag << ": " << r.out;
   }
 }
 
-TEST_F(TrainerSwitches, EvalOnRank0GivesTheShardedEvaluationsMetrics) {
+TEST_F(DeterminismAndMetrics, EvalOnRank0GivesTheShardedEvaluationsMetrics) {
   // 70 test samples in batches of 16: the shards (35 each) and the whole set end in short batches.
   const std::string flags =
       "--model mlp --batch-size 16 --test-batch-size 16 --lr 0.05 --max-steps 4 --metrics ";
   const ProcessResult sharded = run_two_ranks(flags + path("sharded.jsonl"));
-  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.out;
   const ProcessResult rank0 = run_two_ranks(flags + path("rank0.jsonl") + " --eval-on-rank0");
-  ASSERT_EQ(rank0.exit_code, 0) << rank0.output;
+  ASSERT_EQ(rank0.exit_code, 0) << rank0.out;
   const nlohmann::json a = final_line(path("sharded.jsonl")), b = final_line(path("rank0.jsonl"));
   // Exact counts over the same 70 samples.
   EXPECT_EQ(a["top1"].get<double>() * kTest, b["top1"].get<double>() * kTest);
@@ -204,7 +197,7 @@ std::vector<nlohmann::json> epoch_lines(const std::string& metrics_path) {
 // broadcast: evaluated on rank 0 alone or sharded (after the buffers come from rank 0), both ways
 // give the same metrics every epoch, and training after an evaluation on rank 0 goes on as after a
 // sharded one (its DDP buffer broadcasts still match).
-TEST_F(TrainerSwitches, EvalOnRank0MatchesShardedWithBatchNormBuffers) {
+TEST_F(DeterminismAndMetrics, EvalOnRank0MatchesShardedWithBatchNormBuffers) {
   const std::filesystem::path cifar = dir_ / "cifar";
   std::filesystem::create_directories(cifar);
   write_small_cifar(cifar, 8, 20);
@@ -213,10 +206,10 @@ TEST_F(TrainerSwitches, EvalOnRank0MatchesShardedWithBatchNormBuffers) {
                             cifar.string() +
                             " --epochs 2 --batch-size 8 --test-batch-size 8 --workers 0 --lr 0.002 "
                             "--seed 3 --metrics ";
-  const ProcessResult sharded = run(flags + path("sharded.jsonl"));
-  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
-  const ProcessResult rank0 = run(flags + path("rank0.jsonl") + " --eval-on-rank0");
-  ASSERT_EQ(rank0.exit_code, 0) << rank0.output;
+  const ProcessResult sharded = run(flags + path("sharded.jsonl"), dir_);
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.out;
+  const ProcessResult rank0 = run(flags + path("rank0.jsonl") + " --eval-on-rank0", dir_);
+  ASSERT_EQ(rank0.exit_code, 0) << rank0.out;
   const std::vector<nlohmann::json> a = epoch_lines(path("sharded.jsonl"));
   const std::vector<nlohmann::json> b = epoch_lines(path("rank0.jsonl"));
   ASSERT_EQ(a.size(), 2u);
@@ -267,25 +260,25 @@ StepLosses expected_step_losses(const std::string& dir, int64_t batch, uint64_t 
   return s;
 }
 
-TEST_F(TrainerSwitches, LoggedLossesAreMeansOverEveryRanksSamples) {
+TEST_F(DeterminismAndMetrics, LoggedLossesAreMeansOverEveryRanksSamples) {
   // 200 samples, 100 per rank in batches of 32: steps of 32, 32, 32 and 4 samples per rank (the
   // short last batch must weigh less), each step its own progress line (fewer than 10 steps).
   const ProcessResult r =
       run_two_ranks("--model mlp --batch-size 32 --lr 0 --momentum 0 --metrics " + path("m.jsonl"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const StepLosses s = expected_step_losses(dir_.string(), 32, 7);
   ASSERT_EQ(s.all_sum.size(), 4u);
   std::map<int, double> logged;
   const std::regex line(R"(epoch 1 step (\d+)/4 loss ([0-9.]+))");
-  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), line), end; it != end; ++it) {
     logged[std::stoi((*it)[1])] = std::stod((*it)[2]);
   }
-  ASSERT_EQ(logged.size(), 4u) << r.output;
+  ASSERT_EQ(logged.size(), 4u) << r.out;
   bool rank0_alone_differs = false;
   double sum = 0, n = 0;
   for (size_t i = 0; i < 4; ++i) {
     const double mean = s.all_sum[i] / s.all_n[i];
-    EXPECT_NEAR(logged[int(i) + 1], mean, 1e-4) << "step " << i + 1 << "\n" << r.output;
+    EXPECT_NEAR(logged[int(i) + 1], mean, 1e-4) << "step " << i + 1 << "\n" << r.out;
     if (std::abs(s.rank0_sum[i] / s.rank0_n[i] - mean) > 5e-4) rank0_alone_differs = true;
     sum += s.all_sum[i];
     n += s.all_n[i];
