@@ -125,6 +125,15 @@ int main(int argc, char** argv) {
                  "FILE with .best before its extension)");
   app.add_option("--early-stop-metric", c.early_stop_metric, "loss (test loss) | top1")
       ->check(CLI::IsMember({"loss", "top1"}));
+  app.add_flag("--deterministic", c.deterministic,
+               "only deterministic algorithms (torch.use_deterministic_algorithms + "
+               "cudnn.deterministic): an op without one is an error");
+  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
+               "CUDA: choose cuDNN convolution algorithms by timing them, once per shape "
+               "(torch.backends.cudnn.benchmark; a no-op with a note on the CPU)");
+  app.add_flag("--eval-on-rank0", c.eval_on_rank0,
+               "DDP: rank 0 evaluates the whole test set while the others wait (default: each "
+               "rank its shard, sums all-reduced)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

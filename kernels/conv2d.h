@@ -1,9 +1,11 @@
 // 2-D convolution (groups = 1) on NCHW arrays, one contract for both backends (kernels/backend.h):
-// forward with the bias, and the backward's input, weight and bias gradients. kernels/cpu/conv2d.cpp
-// defines Conv2d<Cpu> (f32, f64: im2col or shifted rows + OpenBLAS GEMM, col2im), and
-// kernels/cuda/conv2d.cu Conv2d<Cuda> (f32, f64, f16, bf16: cuDNN's convolution, whose algorithm
-// per pass is chosen once per (device, geometry, dtype, math) from cuDNN's heuristics, the first
-// deterministic one within kMaxConvWorkspaceBytes, plus our bias kernels).
+// forward with the bias, and the backward's input, weight and bias gradients.
+// kernels/cpu/conv2d.cpp defines Conv2d<Cpu> (f32, f64: im2col or shifted rows + OpenBLAS GEMM,
+// col2im), and kernels/cuda/conv2d.cu Conv2d<Cuda> (f32, f64, f16, bf16: cuDNN's convolution, whose
+// algorithm per pass is chosen once per configuration (kernels/conv_algo_cache.h) from cuDNN's
+// heuristics, the first deterministic one within kMaxConvWorkspaceBytes, or by timing under
+// kernels/algorithm_policy.h's benchmark flag, deterministic ones only under its deterministic
+// flag; plus our bias kernels).
 //
 // Shared rules: the bias is added to the convolution's output inside forward, and its gradient,
 // gy summed over the batch and the pixels, is accumulated in f64 inside backward; outputs are

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,7 +26,9 @@
 #include "data/registry.h"
 #include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
+#include "engine/deterministic.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/cudnn.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
@@ -87,6 +91,14 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
                     dist::ProcessGroup* pg, Device device) {
   model.eval();
   NoGradGuard no_grad;
+  if (pg && pg->size() > 1) {
+    // Every rank evaluates rank 0's model, the one checkpoints save and --eval-on-rank0
+    // evaluates: the buffers (batch-norm running statistics, which each rank has updated from
+    // its own last batch since DDP's broadcast) come from rank 0, as DDP's next forward does.
+    std::vector<dist::WorkPtr> works;
+    for (auto& [name, t] : model.named_buffers()) works.push_back(pg->broadcast(t, 0));
+    for (auto& w : works) w->wait();
+  }
   std::shared_ptr<data::Sampler> sampler;
   if (pg)
     sampler = std::make_shared<data::StridedSampler>(test.size(), pg->size(), pg->rank());
@@ -112,6 +124,42 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
   sum_over_ranks(pg, sums);
   RG_CHECK(sums[3] > 0, "evaluation: the test set is empty");
   return {sums[0] / sums[3], sums[1] / sums[3], sums[2] / sums[3]};
+}
+
+// --eval-on-rank0: rank 0 evaluates the whole test set on the module itself (not the DDP wrapper,
+// so no buffer broadcast is issued that the other ranks would not match) and publishes the result
+// under a store key that the other ranks wait for. A store wait, not a collective barrier: the
+// group's collectives time out after ProcessGroupOptions::timeout (300 s), which a long
+// evaluation can exceed; this wait allows kEvalOnRank0Wait. An error on rank 0 is published too,
+// so the others fail with it instead of waiting.
+constexpr std::chrono::hours kEvalOnRank0Wait{24};
+
+EvalResult evaluate_on_rank0(nn::Module& model, const data::Dataset& test, int64_t batch_size,
+                             int workers, const dist::ProcessGroup& pg, Device device, int epoch) {
+  const std::shared_ptr<dist::Store>& store = dist::default_store();
+  const std::string key = fmt::format("ringgrad-train/eval_on_rank0/epoch{}", epoch);
+  // 'R' and the three doubles, or 'E' and rank 0's error message.
+  std::array<double, 3> v{};
+  if (pg.rank() == 0) {
+    try {
+      const EvalResult r = evaluate(model, test, batch_size, workers, nullptr, device);
+      v = {r.loss, r.top1, r.top5};
+    } catch (const Error& e) {
+      const std::string what = std::string("E") + e.what();
+      store->set(key, dist::Bytes(what.begin(), what.end()));
+      throw;
+    }
+    dist::Bytes bytes(1 + sizeof v, uint8_t('R'));
+    std::memcpy(bytes.data() + 1, v.data(), sizeof v);
+    store->set(key, bytes);
+  } else {
+    const dist::Bytes bytes = store->get(key, kEvalOnRank0Wait);
+    const bool ok = bytes.size() == 1 + sizeof v && bytes[0] == 'R';
+    RG_CHECK(ok, "--eval-on-rank0: rank 0's evaluation failed: ",
+             bytes.empty() ? std::string() : std::string(bytes.begin() + 1, bytes.end()));
+    std::memcpy(v.data(), bytes.data() + 1, sizeof v);
+  }
+  return {v[0], v[1], v[2]};
 }
 
 // Gathers every rank's trace events on rank 0, which writes the Chrome trace.
@@ -234,6 +282,16 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     if (spec.empty() || restart != 0) return;
     if (spec == fmt::format("{}:{}:{}", where, n, rank)) ::raise(SIGKILL);
   };
+  // The run's algorithm switches, restored on every way out (tests run several trainings).
+  struct AlgorithmSwitches {
+    bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
+    ~AlgorithmSwitches() {
+      set_deterministic_algorithms(deterministic);
+      set_cudnn_benchmark(benchmark);
+    }
+  } restore_switches;
+  set_deterministic_algorithms(c.deterministic);
+  set_cudnn_benchmark(c.cudnn_benchmark);
   // Under DDP "cuda" is the GPU the rank's NCCL group uses.
   if (pg && device.is_cuda() && c.device == "cuda") device = pg->tensor_device();
   // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
@@ -428,6 +486,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         c.overlap ? "overlapped with backward" : "after backward", c.comm_hook, c.batch_size,
         c.batch_size * world,
         c.grad_accum_steps > 1 ? fmt::format(", {} accumulation steps", c.grad_accum_steps) : "");
+  if (c.cudnn_benchmark && !device.is_cuda())
+    out << "ringgrad-train: note: --cudnn-benchmark has no effect on the CPU (cuDNN is CUDA's)\n";
+  if (c.cudnn_benchmark && c.deterministic && device.is_cuda())
+    out << "ringgrad-train: note: --cudnn-benchmark times deterministic algorithms only, but two "
+           "runs may choose different ones (and round differently); leave it off for bit-identical "
+           "runs\n";
+  if (c.eval_on_rank0 && !pg)
+    out << "ringgrad-train: note: --eval-on-rank0 has no effect without DDP (one process "
+           "evaluates the whole test set anyway)\n";
   out.flush();
 
   if (!c.trace_path.empty()) {
@@ -517,6 +584,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     const int64_t samples_before = samples, steps_before = epoch_steps;
     const int64_t epoch_planned = std::min(steps_per_epoch, planned_steps - step + epoch_steps);
     const int64_t plain_every = std::max<int64_t>(1, epoch_planned / 10);
+    // The progress output's loss: the mean over every rank's samples of the steps since the last
+    // plain line, all-reduced at each plain line's step (the same steps on every rank, whatever
+    // the output is).
+    double window_loss = 0, shown_loss = std::nan("");
+    int64_t window_samples = 0;
     while (step < planned_steps) {
       if (trace::enabled() && step >= c.trace_steps) trace::set_enabled(false);
       std::optional<data::Batch> batch;
@@ -567,6 +639,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       const int64_t b = batch->targets.numel();
       loss_sum += l * double(b);
       samples += b;
+      window_loss += l * double(b);
+      window_samples += b;
       ++step;
       ++epoch_steps;
       test_fault("step", step);
@@ -574,6 +648,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       if (!c.snapshot_path.empty() && c.snapshot_every > 0 && sync &&
           step % c.snapshot_every == 0 && epoch_steps < steps_per_epoch && step < planned_steps)
         save_snapshot(epoch, epoch_steps, loss_sum, samples, early_stop_metadata());
+      const bool report = epoch_steps % plain_every == 0 || epoch_steps == epoch_planned;
+      if (report) {
+        std::vector<double> w = {window_loss, double(window_samples)};
+        sum_over_ranks(pg.get(), w);
+        shown_loss = w[1] > 0 ? w[0] / w[1] : 0;
+        window_loss = 0;
+        window_samples = 0;
+      }
       const double elapsed = seconds_since(epoch_start);
       // The job's rate: every rank runs the same number of equally sized steps.
       const double ips = double(samples - samples_before) * world / std::max(elapsed, 1e-9);
@@ -582,14 +664,17 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       if (c.progress_bar) {
         const int width = 30;
         const int filled = int(double(width) * double(epoch_steps) / double(epoch_planned));
-        out << fmt::format("\repoch {} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ETA {}  ", epoch,
+        // Until the first all-reduced window, no loss to show.
+        const std::string shown =
+            std::isnan(shown_loss) ? std::string("--") : fmt::format("{:.4f}", shown_loss);
+        out << fmt::format("\repoch {} [{}{}] {}/{} loss {} {:.0f} img/s ETA {}  ", epoch,
                            std::string(size_t(filled), '='),
-                           std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned, l,
-                           ips, format_duration(eta));
+                           std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned,
+                           shown, ips, format_duration(eta));
         out.flush();
-      } else if (epoch_steps % plain_every == 0 || epoch_steps == epoch_planned) {
+      } else if (report) {
         out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} img/s ETA {}\n", epoch,
-                           epoch_steps, epoch_planned, l, ips, format_duration(eta));
+                           epoch_steps, epoch_planned, shown_loss, ips, format_duration(eta));
         out.flush();
       }
     }
@@ -607,7 +692,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       test_fault("eval", epoch);
       const auto amp_scope = autocast();  // evaluated as trained
       const EvalResult e =
-          evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
+          pg && c.eval_on_rank0
+              ? evaluate_on_rank0(*model, *test_set, c.test_batch_size, c.workers, *pg, device,
+                                  epoch)
+              : evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
       s.evaluated = true;
       s.test_loss = e.loss;
       s.top1 = e.top1;

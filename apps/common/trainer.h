@@ -69,6 +69,15 @@ struct TrainConfig {
   std::string snapshot_path;  // "" = off
   int64_t snapshot_every = 0;
 
+  // Reproducibility and speed (engine/deterministic.h, engine/ops/cudnn.h), set for the run and
+  // restored after it: only deterministic algorithms (an op without one is an error), and cuDNN
+  // convolution algorithms chosen by timing (no effect on the CPU).
+  bool deterministic = false;
+  bool cudnn_benchmark = false;
+  // With DDP: rank 0 evaluates the whole test set while the others wait, instead of each rank
+  // its shard with the sums all-reduced (the default); the metrics are the same.
+  bool eval_on_rank0 = false;
+
   // Chrome/Perfetto trace of the first trace_steps steps (one process per rank); "" = off.
   std::string trace_path;
   int64_t trace_steps = 30;
@@ -97,7 +106,8 @@ std::string best_checkpoint_path(const std::string& checkpoint_path);
 struct EpochSummary {
   int epoch = 0;
   int64_t steps = 0;
-  // Losses and accuracies are over all ranks; img_per_s is the whole job's throughput.
+  // Losses and accuracies are over all ranks' samples (sums and counts all-reduced); img_per_s is
+  // the whole job's throughput.
   double train_loss = 0, test_loss = 0, top1 = 0, top5 = 0, img_per_s = 0, seconds = 0;
   bool evaluated = false;
 };

@@ -1,7 +1,10 @@
-// The cuDNN switch of engine/ops/cudnn.h: one process-wide flag, read when an op runs.
+// The cuDNN switches of engine/ops/cudnn.h: process-wide flags, read when an op runs (benchmark's
+// in kernels/algorithm_policy.h, where cuDNN's convolution reads it).
 #include "engine/ops/cudnn.h"
 
 #include <atomic>
+
+#include "kernels/algorithm_policy.h"
 
 namespace rg {
 namespace {
@@ -10,5 +13,7 @@ std::atomic<bool> enabled{true};
 
 void set_cudnn_enabled(bool on) { enabled.store(on); }
 bool cudnn_enabled() { return enabled.load(); }
+void set_cudnn_benchmark(bool on) { kernels::set_cudnn_benchmark(on); }
+bool cudnn_benchmark() { return kernels::cudnn_benchmark(); }
 
 }  // namespace rg

@@ -5,16 +5,16 @@
 // the graph API, but complete and stable).
 #include <algorithm>
 #include <array>
-#include <map>
-#include <mutex>
 #include <tuple>
 #include <type_traits>
 
-#include "kernels/cuda/check.h"
+#include "kernels/algorithm_policy.h"
 #include "kernels/conv2d.h"
+#include "kernels/conv_algo_cache.h"
 #include "kernels/cuda/block_reduce.cuh"
-#include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/cudnn_common.h"
+#include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -31,9 +31,6 @@ using cudnn::scale_t;
 using cudnn::TensorDesc;
 
 constexpr const char* kOp = "cuda::conv2d";
-
-// Guards the algorithm cache only; cuDNN calls run under their handle's own mutex.
-std::mutex cache_mu;
 
 struct FilterDesc : cudnn::Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
                                       cudnnDestroyFilterDescriptor> {
@@ -82,64 +79,92 @@ struct Choice {
   size_t workspace;
 };
 
-// Picks from cuDNN's heuristic ranking: the first deterministic algorithm within the workspace
-// limit, else the first within it.
+const char* pass_name(CudnnPass pass) {
+  return pass == CudnnPass::forward         ? "conv2d forward"
+         : pass == CudnnPass::backward_data ? "conv2d backward (input gradient)"
+                                            : "conv2d backward (weight gradient)";
+}
+
+// Picks from cuDNN's candidates in their order (the heuristic's ranking, or measured time with
+// benchmark), within the workspace limit: with `deterministic`, the first deterministic algorithm,
+// and a pass that has none is an error naming it, as PyTorch's; with benchmark alone, the fastest
+// (the point of timing); otherwise the first deterministic one, else the first. cuDNN marks as
+// non-deterministic the algorithms that accumulate with float atomics (backward data ALGO_0,
+// backward filter ALGO_0 and ALGO_3).
 template <class Perf>
-Choice pick(const Perf* perf, int count, const char* pass) {
+Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, bool benchmark) {
   const Perf* fallback = nullptr;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > size_t(kMaxConvWorkspaceBytes)) continue;
-    if (p.determinism == CUDNN_DETERMINISTIC) return {int(p.algo), p.memory};
+    if (p.determinism == CUDNN_DETERMINISTIC || (benchmark && !deterministic)) {
+      return {int(p.algo), p.memory};
+    }
     if (fallback == nullptr) fallback = &p;
   }
-  RG_CHECK(fallback != nullptr, "cuda::conv2d: cuDNN offers no ", pass,
+  RG_CHECK(!deterministic || fallback == nullptr, pass_name(pass),
+           " on CUDA has no deterministic implementation for this shape: cuDNN offers only "
+           "non-deterministic algorithms (float atomics) within a ",
+           kMaxConvWorkspaceBytes >> 20, " MiB workspace; run without --deterministic");
+  RG_CHECK(fallback != nullptr, "cuda::conv2d: cuDNN offers no ", pass_name(pass),
            " algorithm for this shape within a ", kMaxConvWorkspaceBytes >> 20, " MiB workspace");
   return {int(fallback->algo), fallback->memory};
 }
 
-using CacheKey = std::tuple<int, int, std::array<int64_t, 15>, int, bool>;
+// cuDNN's candidates for one pass: its heuristic's ranking (cudnnGet*_v7, instant), or with
+// benchmark every algorithm run and timed on scratch buffers cuDNN allocates itself (cudnnFind*,
+// fastest first), as torch.backends.cudnn.benchmark does. Called with h's mutex held.
+template <class T>
+Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool deterministic,
+             bool benchmark) {
+  constexpr int kMax = 16;
+  int count = 0;
+  if (pass == CudnnPass::forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    if (benchmark) {
+      RG_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithm(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
+                                                         &count, perf));
+    } else {
+      RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
+                                                           &count, perf));
+    }
+    return pick(perf, count, pass, deterministic, benchmark);
+  }
+  if (pass == CudnnPass::backward_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+    if (benchmark) {
+      RG_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, d.w.d, d.y.d, d.conv.d, d.x.d,
+                                                              kMax, &count, perf));
+    } else {
+      RG_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d,
+                                                                kMax, &count, perf));
+    }
+    return pick(perf, count, pass, deterministic, benchmark);
+  }
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+  if (benchmark) {
+    RG_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x.d, d.y.d, d.conv.d, d.w.d,
+                                                              kMax, &count, perf));
+  } else {
+    RG_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d,
+                                                                kMax, &count, perf));
+  }
+  return pick(perf, count, pass, deterministic, benchmark);
+}
 
-// The cached algorithm of (current device, geometry, dtype, pass, math), chosen on first use.
-// Called with h's mutex held.
+// The cached algorithm of (current device, geometry, dtype, pass, math, policy), chosen on first
+// use (kernels/conv_algo_cache.h). Called with h's mutex held.
 template <class T>
 Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g, CudnnPass pass,
               bool allow_tf32) {
-  static std::map<CacheKey, Choice> cache;
+  static ConvAlgoCache<Choice> cache;
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
-  const CacheKey key{
-      device,
-      int(pass),
-      {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.ho, g.wo},
-      int(data_type<T>()),
-      allow_tf32};
-  {
-    std::lock_guard<std::mutex> lock(cache_mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  constexpr int kMax = 16;
-  int count = 0;
-  Choice c{};
-  if (pass == CudnnPass::forward) {
-    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-    RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
-                                                         &count, perf));
-    c = pick(perf, count, "forward");
-  } else if (pass == CudnnPass::backward_data) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-    RG_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d,
-                                                              kMax, &count, perf));
-    c = pick(perf, count, "backward-data");
-  } else {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-    RG_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d,
-                                                                kMax, &count, perf));
-    c = pick(perf, count, "backward-weight");
-  }
-  std::lock_guard<std::mutex> lock(cache_mu);
-  cache.emplace(key, c);
-  return c;
+  const bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
+  const ConvAlgoKey key =
+      conv_algo_key(device, int(pass), g, int(data_type<T>()), int(CUDNN_TENSOR_NCHW), allow_tf32,
+                    deterministic, benchmark);
+  return cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
 }
 
 template <class T>
@@ -261,9 +286,12 @@ int64_t Conv2d<Cuda>::workspace_bytes(const Conv2dGeometry& g, ConvPass pass, bo
   if (pass == ConvPass::forward) {
     return cuda::pass_workspace_bytes<T>(g, CudnnPass::forward, allow_tf32, ctx.stream);
   }
-  return std::max(
-      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_data, allow_tf32, ctx.stream),
-      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_weight, allow_tf32, ctx.stream));
+  // In this order, so that a pass without an algorithm is reported the same way every time.
+  const int64_t data =
+      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_data, allow_tf32, ctx.stream);
+  const int64_t weight =
+      cuda::pass_workspace_bytes<T>(g, CudnnPass::backward_weight, allow_tf32, ctx.stream);
+  return std::max(data, weight);
 }
 
 template <>

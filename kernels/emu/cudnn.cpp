@@ -4,6 +4,7 @@
 // race detector.
 #include "kernels/emu/shim/cudnn.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -17,8 +18,8 @@
 #include <vector>
 
 #include "kernels/batch_norm.h"
-#include "kernels/cpu/cast.h"
 #include "kernels/conv2d.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -176,14 +177,49 @@ bool geometry(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
   return w->c == x->c && y->n == x->n && y->c == w->k && y->h == g.ho && y->w == g.wo;
 }
 
+std::atomic<rg::emu::CudnnConvAlgorithms> conv_algorithms{
+    rg::emu::CudnnConvAlgorithms::deterministic};
+
+void count_call(const std::string& name) {
+  std::lock_guard<std::mutex> lock(calls_mu);
+  ++calls[name];
+}
+
+// The algorithms on offer (rg::emu::cudnn_set_conv_algorithms), best first. `deterministic_algo`
+// is the pass's deterministic algorithm when only one is offered; `weight_pass`: the offer is for
+// the weight gradient.
 template <class Perf>
-cudnnStatus_t one_algorithm(int requested, int* returned, Perf* perf) {
-  if (requested < 1) return CUDNN_STATUS_BAD_PARAM;
-  perf[0] = Perf{};
-  perf[0].status = CUDNN_STATUS_SUCCESS;
-  perf[0].memory = 0;
-  perf[0].determinism = CUDNN_DETERMINISTIC;
-  *returned = 1;
+cudnnStatus_t offer_algorithms(int requested, int* returned, Perf* perf, int deterministic_algo,
+                               bool weight_pass = false) {
+  if (requested < 1 || returned == nullptr || perf == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  using Algo = decltype(Perf{}.algo);
+  const auto entry = [](int algo, bool deterministic, float ms) {
+    Perf p{};
+    p.algo = static_cast<Algo>(algo);
+    p.status = CUDNN_STATUS_SUCCESS;
+    p.time = ms;
+    p.memory = 0;
+    p.determinism = deterministic ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
+    return p;
+  };
+  std::vector<Perf> offer;
+  switch (conv_algorithms.load()) {
+    case rg::emu::CudnnConvAlgorithms::deterministic:
+      offer = {entry(deterministic_algo, true, 1.f)};
+      break;
+    case rg::emu::CudnnConvAlgorithms::nondeterministic_first:
+      offer = {entry(0, false, 1.f), entry(1, true, 2.f)};
+      break;
+    case rg::emu::CudnnConvAlgorithms::nondeterministic_only:
+      offer = {entry(0, false, 1.f)};
+      break;
+    case rg::emu::CudnnConvAlgorithms::nondeterministic_only_weight_gradient:
+      offer = {weight_pass ? entry(0, false, 1.f) : entry(deterministic_algo, true, 1.f)};
+      break;
+  }
+  const int n = std::min(requested, static_cast<int>(offer.size()));
+  for (int i = 0; i < n; ++i) perf[i] = offer[static_cast<size_t>(i)];
+  *returned = n;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -280,7 +316,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x, w, conv, y, g)) return CUDNN_STATUS_BAD_PARAM;
-  return one_algorithm(requested, returned, perf);
+  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t handle, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
@@ -289,7 +325,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(dx, w, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
-  return one_algorithm(requested, returned, perf);
+  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
@@ -298,45 +334,76 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x, dw, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
-  return one_algorithm(requested, returned, perf);
+  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                          /*weight_pass=*/true);
+}
+
+// The benchmark offers what the heuristic does ("timed" as offer_algorithms orders them), counted.
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, cudnnTensorDescriptor_t x,
+                                                   cudnnFilterDescriptor_t w,
+                                                   cudnnConvolutionDescriptor_t conv,
+                                                   cudnnTensorDescriptor_t y, int requested,
+                                                   int* returned,
+                                                   cudnnConvolutionFwdAlgoPerf_t* perf) {
+  count_call("cudnnFindConvolutionForwardAlgorithm");
+  return cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, requested, returned, perf);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
+    cudnnHandle_t handle, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx, int requested, int* returned,
+    cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+  count_call("cudnnFindConvolutionBackwardDataAlgorithm");
+  return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w, dy, conv, dx, requested, returned,
+                                                     perf);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
+    cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw, int requested, int* returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+  count_call("cudnnFindConvolutionBackwardFilterAlgorithm");
+  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x, dy, conv, dw, requested, returned,
+                                                       perf);
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                       cudnnTensorDescriptor_t x_desc, const void* x,
                                       cudnnFilterDescriptor_t w_desc, const void* w,
-                                      cudnnConvolutionDescriptor_t conv, cudnnConvolutionFwdAlgo_t,
-                                      void*, size_t, const void* beta,
-                                      cudnnTensorDescriptor_t y_desc, void* y) {
+                                      cudnnConvolutionDescriptor_t conv,
+                                      cudnnConvolutionFwdAlgo_t algo, void*, size_t,
+                                      const void* beta, cudnnTensorDescriptor_t y_desc, void* y) {
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x_desc, w_desc, conv, y_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(x_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
+  count_call("cudnnConvolutionForward#" + std::to_string(int(algo)));
   return dispatch(handle, x_desc->type, Pass::forward, g, x, w, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
                                            cudnnFilterDescriptor_t w_desc, const void* w,
                                            cudnnTensorDescriptor_t dy_desc, const void* dy,
                                            cudnnConvolutionDescriptor_t conv,
-                                           cudnnConvolutionBwdDataAlgo_t, void*, size_t,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void*, size_t,
                                            const void* beta, cudnnTensorDescriptor_t dx_desc,
                                            void* dx) {
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(dx_desc, w_desc, conv, dy_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(dx_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
+  count_call("cudnnConvolutionBackwardData#" + std::to_string(int(algo)));
   return dispatch(handle, dx_desc->type, Pass::data, g, w, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
                                              cudnnTensorDescriptor_t x_desc, const void* x,
                                              cudnnTensorDescriptor_t dy_desc, const void* dy,
                                              cudnnConvolutionDescriptor_t conv,
-                                             cudnnConvolutionBwdFilterAlgo_t, void*, size_t,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void*, size_t,
                                              const void* beta, cudnnFilterDescriptor_t dw_desc,
                                              void* dw) {
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x_desc, dw_desc, conv, dy_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(x_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
+  count_call("cudnnConvolutionBackwardFilter#" + std::to_string(int(algo)));
   return dispatch(handle, x_desc->type, Pass::weight, g, x, dy, dw);
 }
 
@@ -734,6 +801,10 @@ int64_t cudnn_calls(std::string_view function) {
   std::lock_guard<std::mutex> lock(calls_mu);
   const auto it = calls.find(function);
   return it == calls.end() ? 0 : it->second;
+}
+void cudnn_set_conv_algorithms(CudnnConvAlgorithms offer) { conv_algorithms.store(offer); }
+int64_t cudnn_conv_algo_calls(std::string_view function, int algo) {
+  return cudnn_calls(std::string(function) + "#" + std::to_string(algo));
 }
 void check_status(cudnnStatus_t status, const char* call, const char* file, int line) {
   RG_CHECK(status == CUDNN_STATUS_SUCCESS, file, ":", line, ": ", call,

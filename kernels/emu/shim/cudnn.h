@@ -39,9 +39,18 @@ typedef enum {
 } cudnnMathType_t;
 typedef enum { CUDNN_CONVOLUTION = 0, CUDNN_CROSS_CORRELATION = 1 } cudnnConvolutionMode_t;
 typedef enum { CUDNN_NON_DETERMINISTIC = 0, CUDNN_DETERMINISTIC = 1 } cudnnDeterminism_t;
-typedef enum { CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0 } cudnnConvolutionFwdAlgo_t;
-typedef enum { CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0 } cudnnConvolutionBwdDataAlgo_t;
-typedef enum { CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0 } cudnnConvolutionBwdFilterAlgo_t;
+typedef enum {
+  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0,
+  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM = 1
+} cudnnConvolutionFwdAlgo_t;
+typedef enum {
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0,
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 = 1
+} cudnnConvolutionBwdDataAlgo_t;
+typedef enum {
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0,
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 = 1
+} cudnnConvolutionBwdFilterAlgo_t;
 
 typedef struct cudnnContext* cudnnHandle_t;
 typedef struct cudnnTensorStruct* cudnnTensorDescriptor_t;
@@ -94,6 +103,22 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx, int requested, int* returned,
     cudnnConvolutionBwdDataAlgoPerf_t* perf);
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw, int requested, int* returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t* perf);
+
+// cudnnFind*: the candidates "timed", fastest first (the emulator runs nothing here).
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, cudnnTensorDescriptor_t x,
+                                                   cudnnFilterDescriptor_t w,
+                                                   cudnnConvolutionDescriptor_t conv,
+                                                   cudnnTensorDescriptor_t y, int requested,
+                                                   int* returned,
+                                                   cudnnConvolutionFwdAlgoPerf_t* perf);
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
+    cudnnHandle_t handle, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx, int requested, int* returned,
+    cudnnConvolutionBwdDataAlgoPerf_t* perf);
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
     cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
     cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw, int requested, int* returned,
     cudnnConvolutionBwdFilterAlgoPerf_t* perf);
@@ -182,6 +207,22 @@ namespace rg::emu {
 // times a computing function ("cudnnPoolingForward") has been queued so far.
 int cudnn_live_descriptors();
 int64_t cudnn_calls(std::string_view function);
+// Which convolution algorithms the emulated cuDNN offers, from its heuristic (cudnnGet*_v7) and
+// its benchmark (cudnnFind*, also counted by cudnn_calls); every algorithm computes the same (the
+// CPU convolution). `deterministic` (the default): one deterministic algorithm per pass (forward
+// IMPLICIT_GEMM, backward ALGO_1, as real cuDNN flags them). `nondeterministic_first`: algorithm
+// 0 marked non-deterministic, ranked and timed before the deterministic algorithm 1.
+// `nondeterministic_only`: only algorithm 0, non-deterministic; `..._weight_gradient`: so for the
+// weight gradient, the default for the other passes.
+enum class CudnnConvAlgorithms {
+  deterministic,
+  nondeterministic_first,
+  nondeterministic_only,
+  nondeterministic_only_weight_gradient
+};
+void cudnn_set_conv_algorithms(CudnnConvAlgorithms offer);
+// How many times a convolution pass ("cudnnConvolutionBackwardFilter") was queued with `algo`.
+int64_t cudnn_conv_algo_calls(std::string_view function, int algo);
 // RG_CUDA_CHECK for cuDNN statuses under emulation (kernels/cuda/check.h).
 void check_status(cudnnStatus_t status, const char* call, const char* file, int line);
 }  // namespace rg::emu
