@@ -27,10 +27,11 @@ using autograd::SavedTensor;
 
 namespace {
 
-void check_channel_tensor(const Tensor& t, const char* name, const Tensor& x, int64_t c) {
+void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x,
+                          int64_t c) {
   if (!t.defined()) return;
-  check_inputs("batch_norm", {x, t});
-  RG_CHECK(t.dim() == 1 && t.size(0) == c, "batch_norm: ", name, " has shape ",
+  check_inputs(op, {x, t});
+  RG_CHECK(t.dim() == 1 && t.size(0) == c, op, ": ", name, " has shape ",
            shape_str(t.shape()), " but input ", shape_str(x.shape()), " has ", c, " channels");
 }
 
@@ -173,24 +174,36 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
-  const char* op = "batch_norm";
+namespace detail {
+
+std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& weight, const Tensor& bias, double eps) {
   check_inputs(op, {x});
   RG_CHECK(x.dim() == 2 || x.dim() == 4, op,
            ": expected a 2-d [N, C] or 4-d [N, C, H, W] input, got shape ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
-  check_channel_tensor(running_mean, "running_mean", x, c);
-  check_channel_tensor(running_var, "running_var", x, c);
-  check_channel_tensor(weight, "weight", x, c);
-  check_channel_tensor(bias, "bias", x, c);
+  check_channel_tensor(op, running_mean, "running_mean", x, c);
+  check_channel_tensor(op, running_var, "running_var", x, c);
+  check_channel_tensor(op, weight, "weight", x, c);
+  check_channel_tensor(op, bias, "bias", x, c);
   RG_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
   RG_CHECK(running_mean.defined() == running_var.defined(), op,
            ": running_mean and running_var must both be defined or both undefined");
   RG_CHECK(
       !(running_mean.defined() && (running_mean.requires_grad() || running_var.requires_grad())),
       op, ": running_mean/running_var are statistics updated in place and must not require grad");
+  return {n, c, hw};
+}
+
+}  // namespace detail
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  const char* op = "batch_norm";
+  const auto [n, c, hw] =
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
   const int64_t count = n * hw;
   if (training) {
     RG_CHECK(count > 1, op, ": expected more than 1 value per channel when training, got input ",

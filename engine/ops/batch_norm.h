@@ -2,6 +2,8 @@
 // PyTorch's semantics (F.batch_norm).
 #pragma once
 
+#include <array>
+
 #include "engine/tensor.h"
 
 namespace rg {
@@ -14,5 +16,13 @@ namespace rg {
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
+
+namespace detail {
+// batch_norm's argument checks, shared with sync_batch_norm (op names the op in the errors):
+// returns the [n, c, hw] view of x.
+std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& weight, const Tensor& bias, double eps);
+}  // namespace detail
 
 }  // namespace rg
