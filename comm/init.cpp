@@ -9,8 +9,10 @@
 #include "comm/prefix_store.h"
 #include "comm/process_group_gloo.h"
 #include "comm/process_group_nccl.h"
+#include "comm/sync_batch_norm.h"
 #include "comm/tcp_store.h"
 #include "kernels/error.h"
+#include "layers/sync_batch_norm.h"
 
 namespace rg::dist {
 namespace {
@@ -78,6 +80,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& env, const Ini
   }
   s.group = make_process_group(options.backend, store, env.rank, env.world_size, group);
   s.store = store;
+  // SyncBatchNorm layers without a group of their own use this one, as PyTorch's group.WORLD.
+  nn::set_default_batch_norm_collectives(
+      std::make_shared<ProcessGroupBatchNormCollectives>(s.group));
   return s.group;
 }
 
@@ -104,6 +109,7 @@ const std::shared_ptr<Store>& default_store() {
 void destroy_process_group() {
   auto& s = state();
   std::lock_guard lock(s.mu);
+  nn::set_default_batch_norm_collectives(nullptr);
   s.group.reset();
   s.store.reset();
 }
