@@ -1,0 +1,148 @@
+// SyncBatchNorm under DDP against one process with the whole batch and plain batch norm: the
+// shared body of tests/dist/sync_batch_norm_test.cpp (CPU, gloo) and
+// tests/dist/sync_batch_norm_device_test.cpp (emulated CUDA, NCCL or staged gloo). Header-only so
+// the emulated-device test binaries (linked against the _emu libraries) can use it too.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "comm/ddp.h"
+#include "comm/sync_batch_norm.h"
+#include "data/synthetic.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/loss.h"
+#include "engine/ops/reduce.h"
+#include "kernels/error.h"
+#include "layers/module.h"
+#include "layers/optim/optimizer.h"
+
+namespace rg::testing {
+
+// The largest relative difference max|a - b| / max|b| over same-named tensors (an all-zero b:
+// the absolute difference), in f64 whatever their dtype and device; `worst` names its tensor.
+inline double max_relative_difference(const NamedTensors& a, const NamedTensors& b,
+                                      std::string* worst = nullptr) {
+  RG_CHECK(a.size() == b.size(), "different tensor counts: ", a.size(), " vs ", b.size());
+  double result = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    RG_CHECK(a[i].first == b[i].first, "tensor ", i, " is ", a[i].first, " vs ", b[i].first);
+    const auto va = a[i].second.to(DType::f64).to_vector<double>();
+    const auto vb = b[i].second.to(DType::f64).to_vector<double>();
+    RG_CHECK(va.size() == vb.size(), a[i].first, " differs in size");
+    double diff = 0, scale = 0;
+    for (size_t k = 0; k < va.size(); ++k) {
+      diff = std::max(diff, std::fabs(va[k] - vb[k]));
+      scale = std::max(scale, std::fabs(vb[k]));
+    }
+    const double rel = scale > 0 ? diff / scale : diff;
+    if (rel > result || (worst && worst->empty())) {
+      result = std::max(result, rel);
+      if (worst) *worst = a[i].first;
+    }
+  }
+  return result;
+}
+
+inline NamedTensors named_gradients(const nn::Module& m) {
+  NamedTensors g;
+  for (const auto& [name, p] : m.named_parameters()) g.emplace_back(name, p.grad());
+  return g;
+}
+
+struct SyncBnRun {
+  std::function<std::shared_ptr<nn::Module>()> make_model;  // the same weights on every call
+  Shape sample_shape;
+  std::vector<int64_t> sizes;  // the batch of each rank
+  int steps = 3;
+  DType dtype = DType::f64;      // of the DDP model (the reference runs in f64 on the CPU)
+  Device device = Device::cpu();  // of the DDP model
+  bool convert = true;            // false: plain batch norm under DDP (a control that must differ)
+};
+
+// The worst relative differences over the steps, DDP (this rank) against the reference.
+struct SyncBnDiffs {
+  double grads = 0, params = 0, buffers = 0;
+  std::string worst_grad, worst_param, worst_buffer;
+};
+
+// Trains run.make_model() with SGD under DDP over `pg`, this rank taking its slice of each step's
+// global batch, and a reference copy in f64 on the CPU with the whole batch; after every backward
+// compares the gradients, after every step the parameters and buffers (running statistics,
+// num_batches_tracked).
+//
+// The loss: DDP averages the ranks' gradients (1/W), while the reference's cross-entropy averages
+// over the G = sum(sizes) samples. With unequal batches a per-rank mean would weigh a sample of a
+// small batch more, so each rank takes the sum of its losses scaled by W / G: (1/W) sum over ranks
+// of (W/G) sum_i l_i = the reference's mean. SyncBatchNorm's backward gives each rank the gradient
+// of the sum of every rank's loss, which makes the average exact.
+inline SyncBnDiffs sync_bn_vs_single_process(const SyncBnRun& run,
+                                             const std::shared_ptr<dist::ProcessGroup>& pg) {
+  const int world = pg->size(), rank = pg->rank();
+  RG_CHECK(int(run.sizes.size()) == world, "sizes for ", run.sizes.size(), " ranks, world ", world);
+  const int64_t global = std::accumulate(run.sizes.begin(), run.sizes.end(), int64_t(0));
+  const int64_t first = std::accumulate(run.sizes.begin(), run.sizes.begin() + rank, int64_t(0));
+  const int64_t mine = run.sizes[size_t(rank)];
+  RG_CHECK(mine > 0, "every rank needs a sample here (the module test covers empty batches)");
+  data::SyntheticDataset data(global * run.steps, run.sample_shape, 10, 17);
+  const auto batch = [&](int64_t from, int64_t count, DType dtype, Device device) {
+    std::vector<int64_t> idx(static_cast<size_t>(count));
+    std::iota(idx.begin(), idx.end(), from);
+    data::Batch b = data.get_batch(idx, 0);
+    b.inputs = b.inputs.to(dtype).to(device);
+    b.targets = b.targets.to(device);
+    return b;
+  };
+
+  auto ref = run.make_model();
+  auto model = run.make_model();
+  ref->to(DType::f64);
+  model->to(run.dtype);
+  model->to(run.device);
+  if (run.convert) {
+    RG_CHECK(dist::convert_sync_batchnorm(*model, pg) > 0, "the model has no batch norm");
+  }
+  dist::DistributedDataParallel ddp(model, pg, {});
+  const optim::SgdOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4};
+  optim::Sgd ref_opt(ref->parameters(), sgd);
+  optim::Sgd opt(model->parameters(), sgd);
+  SyncBnDiffs d;
+  const auto track = [](double v, const std::string& name, double& worst, std::string& at) {
+    if (v >= worst) {
+      worst = v;
+      at = name;
+    }
+  };
+  for (int step = 0; step < run.steps; ++step) {
+    const data::Batch all = batch(step * global, global, DType::f64, Device::cpu());
+    ref_opt.zero_grad();
+    cross_entropy(ref->forward(all.inputs), all.targets).backward();
+
+    const data::Batch part = batch(step * global + first, mine, run.dtype, run.device);
+    opt.zero_grad();
+    // cross_entropy's mean times mine: the sum of this rank's losses.
+    const double scale = double(mine) * double(world) / double(global);
+    (cross_entropy(ddp(part.inputs), part.targets) * scale).backward();
+    std::string at;
+    const double g = max_relative_difference(named_gradients(*model), named_gradients(*ref), &at);
+    track(g, "step " + std::to_string(step) + " " + at, d.grads, d.worst_grad);
+
+    ref_opt.step();
+    opt.step();
+    at.clear();
+    const double p = max_relative_difference(model->named_parameters(), ref->named_parameters(),
+                                             &at);
+    track(p, "step " + std::to_string(step) + " " + at, d.params, d.worst_param);
+    at.clear();
+    const double b = max_relative_difference(model->named_buffers(), ref->named_buffers(), &at);
+    track(b, "step " + std::to_string(step) + " " + at, d.buffers, d.worst_buffer);
+  }
+  return d;
+}
+
+}  // namespace rg::testing
