@@ -69,8 +69,9 @@ struct SyncBnRun {
   Shape sample_shape;
   std::vector<int64_t> sizes;  // the batch of each rank
   int steps = 3;
-  DType dtype = DType::f64;      // of the DDP model (the reference runs in f64 on the CPU)
+  DType dtype = DType::f64;      // of both models
   Device device = Device::cpu();  // of the DDP model
+  Device reference_device = Device::cpu();
   bool convert = true;            // false: plain batch norm under DDP (a control that must differ)
 };
 
@@ -81,7 +82,7 @@ struct SyncBnDiffs {
 };
 
 // Trains run.make_model() with SGD under DDP over `pg`, this rank taking its slice of each step's
-// global batch, and a reference copy in f64 on the CPU with the whole batch; after every backward
+// global batch, and a reference copy on run.reference_device with the whole batch; after every backward
 // compares the gradients, after every step the parameters and buffers (running statistics,
 // num_batches_tracked).
 //
@@ -110,7 +111,8 @@ inline SyncBnDiffs sync_bn_vs_single_process(const SyncBnRun& run,
 
   auto ref = run.make_model();
   auto model = run.make_model();
-  ref->to(DType::f64);
+  ref->to(run.dtype);
+  ref->to(run.reference_device);
   model->to(run.dtype);
   model->to(run.device);
   if (run.convert) {
@@ -128,7 +130,7 @@ inline SyncBnDiffs sync_bn_vs_single_process(const SyncBnRun& run,
     }
   };
   for (int step = 0; step < run.steps; ++step) {
-    const data::Batch all = batch(step * global, global, DType::f64, Device::cpu());
+    const data::Batch all = batch(step * global, global, run.dtype, run.reference_device);
     ref_opt.zero_grad();
     cross_entropy(ref->forward(all.inputs), all.targets).backward();
 
