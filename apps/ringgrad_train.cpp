@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--gradient-as-bucket-view", c.gradient_as_bucket_view,
                "gradients live in DDP's buckets (saves a copy and memory)");
+  app.add_flag("--sync-bn", c.sync_bn,
+               "SyncBatchNorm: batch norm statistics over every rank's batch");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

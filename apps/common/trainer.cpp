@@ -15,6 +15,7 @@
 
 #include "comm/ddp.h"
 #include "comm/init.h"
+#include "comm/sync_batch_norm.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
 #include "engine/autograd/grad_mode.h"
@@ -242,6 +243,19 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     nn::load_checkpoint(c.resume_path, *model, opt.get(), nullptr, check_run);
     out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
                        first_epoch - 1, step);
+  }
+  if (c.sync_bn) {
+    // Before DDP wraps the model, as torch.nn.SyncBatchNorm.convert_sync_batchnorm; its
+    // collectives run on DDP's group, in issue order with the buckets' all-reduces.
+    if (!pg) {
+      out << "ringgrad-train: --sync-bn with one process: plain batch norm\n";
+    } else if (const int64_t n = dist::convert_sync_batchnorm(*model, pg); n == 0) {
+      out << fmt::format("ringgrad-train: warning: --sync-bn: model {} has no batch norm, nothing "
+                         "to synchronize\n", c.model);
+    } else {
+      out << fmt::format("ringgrad-train: --sync-bn: {} batch norm layers synchronized over {} "
+                         "ranks\n", n, world);
+    }
   }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
