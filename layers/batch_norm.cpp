@@ -2,13 +2,12 @@
 // synchronized, the op is sync_batch_norm (as torch.nn.SyncBatchNorm.forward decides).
 #include "layers/batch_norm.h"
 
-#include "layers/sync_batch_norm.h"
-
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/sync_batch_norm.h"
 #include "kernels/error.h"
+#include "layers/sync_batch_norm.h"
 
 namespace rg::nn {
 

@@ -25,8 +25,7 @@ SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, double momentum,
   synchronize(std::move(collectives));
 }
 
-int64_t convert_sync_batchnorm(Module& module,
-                               std::shared_ptr<BatchNormCollectives> collectives) {
+int64_t convert_sync_batchnorm(Module& module, std::shared_ptr<BatchNormCollectives> collectives) {
   int64_t converted = 0;
   for (const auto& [name, m] : module.named_modules()) {
     if (auto* bn = dynamic_cast<BatchNorm2d*>(m)) {

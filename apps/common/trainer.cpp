@@ -250,11 +250,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     if (!pg) {
       out << "ringgrad-train: --sync-bn with one process: plain batch norm\n";
     } else if (const int64_t n = dist::convert_sync_batchnorm(*model, pg); n == 0) {
-      out << fmt::format("ringgrad-train: warning: --sync-bn: model {} has no batch norm, nothing "
-                         "to synchronize\n", c.model);
+      out << fmt::format(
+          "ringgrad-train: warning: --sync-bn: model {} has no batch norm, nothing "
+          "to synchronize\n",
+          c.model);
     } else {
-      out << fmt::format("ringgrad-train: --sync-bn: {} batch norm layers synchronized over {} "
-                         "ranks\n", n, world);
+      out << fmt::format(
+          "ringgrad-train: --sync-bn: {} batch norm layers synchronized over {} "
+          "ranks\n",
+          n, world);
     }
   }
   std::unique_ptr<dist::DistributedDataParallel> ddp;

@@ -31,8 +31,8 @@ void check_channel_tensor(const char* op, const Tensor& t, const char* name, con
                           int64_t c) {
   if (!t.defined()) return;
   check_inputs(op, {x, t});
-  RG_CHECK(t.dim() == 1 && t.size(0) == c, op, ": ", name, " has shape ",
-           shape_str(t.shape()), " but input ", shape_str(x.shape()), " has ", c, " channels");
+  RG_CHECK(t.dim() == 1 && t.size(0) == c, op, ": ", name, " has shape ", shape_str(t.shape()),
+           " but input ", shape_str(x.shape()), " has ", c, " channels");
 }
 
 // The backward's outputs dx, dweight, dbias: uninitialized where wanted, undefined otherwise.

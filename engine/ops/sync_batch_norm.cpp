@@ -93,8 +93,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
            ": the gathered statistics have ", gathered.numel(), " values, expected ",
            collectives->size(), " x ", local.numel());
   const GlobalStats g = combine(gathered.to(Device::cpu()).to_vector<double>(), c, eps);
-  RG_CHECK(g.count > 1, op,
-           ": expected more than 1 value per channel when training, got ", g.count,
+  RG_CHECK(g.count > 1, op, ": expected more than 1 value per channel when training, got ", g.count,
            " over all replicas (input ", shape_str(x.shape()), " here)");
 
   const Tensor mean = device_vector(g.mean, device);
@@ -128,14 +127,14 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
         // weight gradients, and its share of the global sums the input gradient needs.
         Tensor sums = zeros({2 * c}, DType::f64, grad.device());
         Tensor dx, dw, db;
-        dispatch_on(grad.device(), grad.dtype(), "sync_batch_norm backward",
-                    [&]<class T, class B>() {
-                      if (n * hw > 0) {
-                        kernels::BatchNorm<B>::backward_reduce(
-                            grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(),
-                            invstd.data<double>(), sums.data<double>(), kernel_ctx(grad));
-                      }
-                    });
+        dispatch_on(
+            grad.device(), grad.dtype(), "sync_batch_norm backward", [&]<class T, class B>() {
+              if (n * hw > 0) {
+                kernels::BatchNorm<B>::backward_reduce(grad.data<T>(), xv.data<T>(), n, c, hw,
+                                                       mean.data<double>(), invstd.data<double>(),
+                                                       sums.data<double>(), kernel_ctx(grad));
+              }
+            });
         if (gb) db = sums.narrow(0, 0, c).to(grad.dtype()).clone();
         if (gw) dw = sums.narrow(0, c, c).to(grad.dtype()).clone();
         if (gx) {

@@ -139,9 +139,9 @@ std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int6
 // and (batch statistics) sum(gy), sum(gy * xhat) over count values formed in f64 and rounded once
 // to T: the training-mode terms fold into b and d.
 template <class T>
-void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, int64_t ch,
-                    double m, double is, double w, bool batch_stats, double sum_gy,
-                    double sum_gy_xhat, double count, T* gx) {
+void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, int64_t ch, double m,
+                    double is, double w, bool batch_stats, double sum_gy, double sum_gy_xhat,
+                    double count, T* gx) {
   const double a = w * is;
   const double b = batch_stats ? -w * is * is * sum_gy_xhat / count : 0.0;
   const double d = batch_stats ? -w * is * sum_gy / count : 0.0;
@@ -174,8 +174,8 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
           if (gweight) gweight[ch] = T(sum_gy_xhat);
           if (gbias) gbias[ch] = T(sum_gy);
           if (!gx) continue;
-          input_gradient(gy, x, n, c, hw, ch, m, is, weight ? double(weight[ch]) : 1.0,
-                         batch_stats, sum_gy, sum_gy_xhat, count, gx);
+          input_gradient(gy, x, n, c, hw, ch, m, is, weight ? double(weight[ch]) : 1.0, batch_stats,
+                         sum_gy, sum_gy_xhat, count, gx);
         }
       },
       ctx.threads);

@@ -96,9 +96,8 @@ __global__ void update_running_kernel(D* running_mean, D* running_var, const dou
 
 // Channel ch's sum(gy) and sum(gy * (x - mean)), block-reduced (every thread gets the totals).
 template <class D>
-__device__ void gradient_sums(const D* gy, const D* x, int64_t m, int64_t ch, int64_t c,
-                              int64_t hw, double mu, double* scratch, double& sum_gy,
-                              double& sum_gy_xmu) {
+__device__ void gradient_sums(const D* gy, const D* x, int64_t m, int64_t ch, int64_t c, int64_t hw,
+                              double mu, double* scratch, double& sum_gy, double& sum_gy_xmu) {
   sum_gy = 0;
   sum_gy_xmu = 0;
   for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {

@@ -46,7 +46,8 @@ constexpr double kF32Tolerance = 1e-5;
 
 std::shared_ptr<nn::Module> small_net() {
   Generator gen(7);
-  // No conv bias before batch norm (which cancels it), as in ResNet: its gradient is rounding noise.
+  // No conv bias before batch norm (which cancels it), as in ResNet: its gradient is rounding
+  // noise.
   const nn::Conv2dOptions same{.padding = {1, 1}, .bias = false};
   const nn::Conv2dOptions down{.stride = {2, 2}, .padding = {1, 1}, .bias = false};
   return std::make_shared<nn::Sequential>(nn::Sequential::NamedModules{

@@ -4,6 +4,8 @@
 // unequal per-rank batches; one SyncBatchNorm layer must give batch norm's outputs and input
 // gradients on the concatenated batch (an empty batch on a rank included); eval mode is plain
 // batch norm with the running statistics and communicates nothing.
+#include "layers/sync_batch_norm.h"
+
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -16,7 +18,6 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/reduce.h"
 #include "layers/models/registry.h"
-#include "layers/sync_batch_norm.h"
 #include "support/sync_batch_norm_checks.h"
 
 namespace rg::dist {
@@ -56,19 +57,19 @@ void expect_equivalent(const testing::SyncBnDiffs& d, const std::string& what) {
   EXPECT_LE(d.params, kTolerance) << what << ": parameters, worst " << d.worst_param;
   EXPECT_LE(d.buffers, kTolerance) << what << ": buffers, worst " << d.worst_buffer;
   if (default_group()->rank() == 0) {
-    std::cout << what << ": gradients " << d.grads << ", parameters " << d.params
-              << ", buffers " << d.buffers << "\n";
+    std::cout << what << ": gradients " << d.grads << ", parameters " << d.params << ", buffers "
+              << d.buffers << "\n";
   }
 }
 
 TEST(SyncBatchNorm, ResNet18MatchesOneProcessWithTheWholeBatch) {
   const int world = default_group()->size();
-  expect_equivalent(testing::sync_bn_vs_single_process(resnet_run(equal_sizes(world)),
-                                                       default_group()),
-                    "resnet18 f64 equal batches");
-  expect_equivalent(testing::sync_bn_vs_single_process(resnet_run(unequal_sizes(world)),
-                                                       default_group()),
-                    "resnet18 f64 unequal batches");
+  expect_equivalent(
+      testing::sync_bn_vs_single_process(resnet_run(equal_sizes(world)), default_group()),
+      "resnet18 f64 equal batches");
+  expect_equivalent(
+      testing::sync_bn_vs_single_process(resnet_run(unequal_sizes(world)), default_group()),
+      "resnet18 f64 unequal batches");
 }
 
 // The control: the same run with plain batch norm (per-rank statistics) is far off, so the

@@ -57,8 +57,8 @@ TEST_F(TrainSyncBn, ResNet18TrainsWithSynchronizedBatchNorm) {
         << out.str();
     // The checkpoint keeps BatchNorm2d's names: it loads into a model without --sync-bn, with
     // the running statistics the run left (no longer the initial zeros).
-    auto plain = nn::make_model({.name = "resnet18", .sample_shape = {3, 32, 32},
-                                 .num_classes = 10, .seed = 9});
+    auto plain = nn::make_model(
+        {.name = "resnet18", .sample_shape = {3, 32, 32}, .num_classes = 10, .seed = 9});
     nn::load_checkpoint(c.checkpoint_path, *plain, nullptr, nullptr);
     for (const auto& [name, t] : plain->named_buffers()) {
       if (name == "layer1.0.bn1.running_mean") {

@@ -126,10 +126,16 @@ TEST_F(SyncBatchNormModule, TakesTwoDimensionalInputsAsPyTorchs) {
   Generator gen(5);
   EXPECT_EQ(layer.forward(randn({6, 4}, gen)).shape(), (Shape{6, 4}));
   BatchNorm2d plain(4);
-  testing::expect_error([&] { plain.forward(randn({6, 4}, gen)); },
-                        "BatchNorm2d(4): expected input [N, 4, H, W], got [6, 4]");
-  testing::expect_error([&] { layer.forward(randn({6, 3}, gen)); },
-                        "SyncBatchNorm(4): expected input [N, 4, H, W] or [N, C], got [6, 3]");
+  testing::expect_error(
+      [&] {
+        plain.forward(randn({6, 4}, gen));
+      },
+      "BatchNorm2d(4): expected input [N, 4, H, W], got [6, 4]");
+  testing::expect_error(
+      [&] {
+        layer.forward(randn({6, 3}, gen));
+      },
+      "SyncBatchNorm(4): expected input [N, 4, H, W] or [N, C], got [6, 3]");
 }
 
 }  // namespace

@@ -520,7 +520,8 @@ class MirroredCollectives final : public BatchNormCollectives {
   int size() const override { return replicas_; }
   Tensor all_gather(const Tensor& local) override {
     Tensor out = Tensor::empty({replicas_ * local.numel()}, local.dtype(), local.device());
-    for (int r = 0; r < replicas_; ++r) out.narrow(0, r * local.numel(), local.numel()).copy_(local);
+    for (int r = 0; r < replicas_; ++r)
+      out.narrow(0, r * local.numel(), local.numel()).copy_(local);
     return out;
   }
   void all_reduce_sum(const Tensor& t) override { Tensor(t).copy_(t * double(replicas_)); }
@@ -564,8 +565,8 @@ OpEntry sync_batch_norm_entry() {
     V in = affine({4, 3, 5, 5}, 3);
     in.push_back(constant({0.1, -0.2, 0.3}));
     in.push_back(constant({1.0, 0.5, 2.0}));
-    OpSample stats = sample("[4, 3, 5, 5] 3 replicas with running statistics", in,
-                            sync_bn(3, true, true));
+    OpSample stats =
+        sample("[4, 3, 5, 5] 3 replicas with running statistics", in, sync_bn(3, true, true));
     stats.grad_inputs = 3;
     s.push_back(stats);
     return s;
@@ -586,11 +587,10 @@ OpEntry sync_batch_norm_entry() {
     bad.push_back({"empty batches everywhere",
                    {zeros({0, 3}), ones({3}), zeros({3})},
                    "expected more than 1 value per channel when training, got 0"});
-    bad.push_back({"no collectives", good, "sync_batch_norm: collectives must not be null",
-                   [](const V& v) {
-                     return sync_batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], 0.1, 1e-5,
-                                            nullptr);
-                   }});
+    bad.push_back(
+        {"no collectives", good, "sync_batch_norm: collectives must not be null", [](const V& v) {
+           return sync_batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], 0.1, 1e-5, nullptr);
+         }});
     return bad;
   };
   return e;

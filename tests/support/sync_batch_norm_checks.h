@@ -45,7 +45,8 @@ inline double max_relative_difference(const NamedTensors& a, const NamedTensors&
     diffs.push_back(diff);
     scales.push_back(scale);
   }
-  const double floor = 1e-3 * (scales.empty() ? 0.0 : *std::max_element(scales.begin(), scales.end()));
+  const double floor =
+      1e-3 * (scales.empty() ? 0.0 : *std::max_element(scales.begin(), scales.end()));
   double result = 0;
   for (size_t i = 0; i < diffs.size(); ++i) {
     const double scale = std::max(scales[i], floor);
@@ -69,10 +70,10 @@ struct SyncBnRun {
   Shape sample_shape;
   std::vector<int64_t> sizes;  // the batch of each rank
   int steps = 3;
-  DType dtype = DType::f64;      // of both models
+  DType dtype = DType::f64;       // of both models
   Device device = Device::cpu();  // of the DDP model
   Device reference_device = Device::cpu();
-  bool convert = true;            // false: plain batch norm under DDP (a control that must differ)
+  bool convert = true;  // false: plain batch norm under DDP (a control that must differ)
 };
 
 // The worst relative differences over the steps, DDP (this rank) against the reference.
@@ -82,8 +83,8 @@ struct SyncBnDiffs {
 };
 
 // Trains run.make_model() with SGD under DDP over `pg`, this rank taking its slice of each step's
-// global batch, and a reference copy on run.reference_device with the whole batch; after every backward
-// compares the gradients, after every step the parameters and buffers (running statistics,
+// global batch, and a reference copy on run.reference_device with the whole batch; after every
+// backward compares the gradients, after every step the parameters and buffers (running statistics,
 // num_batches_tracked).
 //
 // The loss: DDP averages the ranks' gradients (1/W), while the reference's cross-entropy averages
@@ -146,8 +147,8 @@ inline SyncBnDiffs sync_bn_vs_single_process(const SyncBnRun& run,
     ref_opt.step();
     opt.step();
     at.clear();
-    const double p = max_relative_difference(model->named_parameters(), ref->named_parameters(),
-                                             &at);
+    const double p =
+        max_relative_difference(model->named_parameters(), ref->named_parameters(), &at);
     track(p, "step " + std::to_string(step) + " " + at, d.params, d.worst_param);
     at.clear();
     const double b = max_relative_difference(model->named_buffers(), ref->named_buffers(), &at);
