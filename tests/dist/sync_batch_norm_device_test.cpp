@@ -78,20 +78,14 @@ void check(DType dtype, std::vector<int64_t> sizes, const std::string& what,
   run.reference_device = dtype == DType::f64 ? Device::cpu() : Device::cuda(0);
   const testing::SyncBnDiffs d = testing::sync_bn_vs_single_process(run, default_group());
   const double tol = dtype == DType::f64 ? kF64Tolerance : f32_tolerance;
-  EXPECT_LE(d.grads, tol) << what << ": gradients, worst " << d.worst_grad;
-  EXPECT_LE(d.params, tol) << what << ": parameters, worst " << d.worst_param;
-  EXPECT_LE(d.buffers, tol) << what << ": buffers, worst " << d.worst_buffer;
-  if (default_group()->rank() == 0) {
-    std::cout << what << ": gradients " << d.grads << ", parameters " << d.params << ", buffers "
-              << d.buffers << "\n";
-  }
+  testing::expect_within(d, tol, what, default_group()->rank());
 }
 
 TEST(SyncBatchNormOnDevice, MatchesOneCpuProcessWithTheWholeBatch) {
   ASSERT_STREQ(default_group()->backend(), "nccl");
   const int world = default_group()->size();
-  std::vector<int64_t> equal(size_t(world), 4), unequal;
-  for (int r = 0; r < world; ++r) unequal.push_back(3 + 2 * r);
+  const std::vector<int64_t> equal(size_t(world), 4);
+  const std::vector<int64_t> unequal = testing::unequal_batch_sizes(world);
   for (DType dtype : {DType::f64, DType::f32}) {
     check(dtype, equal, std::string(dtype_name(dtype)) + " equal batches");
     check(dtype, unequal, std::string(dtype_name(dtype)) + " unequal batches");
@@ -100,8 +94,7 @@ TEST(SyncBatchNormOnDevice, MatchesOneCpuProcessWithTheWholeBatch) {
 
 TEST(SyncBatchNormOnDevice, ResNet18MatchesOneCpuProcessWithTheWholeBatch) {
   const int world = default_group()->size();
-  std::vector<int64_t> unequal;
-  for (int r = 0; r < world; ++r) unequal.push_back(3 + 2 * r);
+  const std::vector<int64_t> unequal = testing::unequal_batch_sizes(world);
   const auto resnet = [] {
     return nn::make_model({.name = "resnet18",
                            .sample_shape = {3, 8, 8},

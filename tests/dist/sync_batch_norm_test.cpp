@@ -30,12 +30,7 @@ namespace {
 constexpr double kTolerance = 1e-10;
 
 std::vector<int64_t> equal_sizes(int world) { return std::vector<int64_t>(size_t(world), 4); }
-// 3, 5, 7, ...: the last batch of an epoch is smaller in the same way.
-std::vector<int64_t> unequal_sizes(int world) {
-  std::vector<int64_t> s;
-  for (int r = 0; r < world; ++r) s.push_back(3 + 2 * r);
-  return s;
-}
+std::vector<int64_t> unequal_sizes(int world) { return testing::unequal_batch_sizes(world); }
 
 testing::SyncBnRun resnet_run(std::vector<int64_t> sizes) {
   testing::SyncBnRun run;
@@ -53,13 +48,7 @@ testing::SyncBnRun resnet_run(std::vector<int64_t> sizes) {
 }
 
 void expect_equivalent(const testing::SyncBnDiffs& d, const std::string& what) {
-  EXPECT_LE(d.grads, kTolerance) << what << ": gradients, worst " << d.worst_grad;
-  EXPECT_LE(d.params, kTolerance) << what << ": parameters, worst " << d.worst_param;
-  EXPECT_LE(d.buffers, kTolerance) << what << ": buffers, worst " << d.worst_buffer;
-  if (default_group()->rank() == 0) {
-    std::cout << what << ": gradients " << d.grads << ", parameters " << d.params << ", buffers "
-              << d.buffers << "\n";
-  }
+  testing::expect_within(d, kTolerance, what, default_group()->rank());
 }
 
 TEST(SyncBatchNorm, ResNet18MatchesOneProcessWithTheWholeBatch) {

@@ -4,9 +4,12 @@
 // the emulated-device test binaries (linked against the _emu libraries) can use it too.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -155,6 +158,26 @@ inline SyncBnDiffs sync_bn_vs_single_process(const SyncBnRun& run,
     track(b, "step " + std::to_string(step) + " " + at, d.buffers, d.worst_buffer);
   }
   return d;
+}
+
+// Expects every difference of `d` within `tolerance`, naming the worst tensors; rank 0 prints the
+// figures (the measured values the tests' comments quote).
+inline void expect_within(const SyncBnDiffs& d, double tolerance, const std::string& what,
+                          int rank) {
+  EXPECT_LE(d.grads, tolerance) << what << ": gradients, worst " << d.worst_grad;
+  EXPECT_LE(d.params, tolerance) << what << ": parameters, worst " << d.worst_param;
+  EXPECT_LE(d.buffers, tolerance) << what << ": buffers, worst " << d.worst_buffer;
+  if (rank == 0) {
+    std::cout << what << ": gradients " << d.grads << ", parameters " << d.params << ", buffers "
+              << d.buffers << "\n";
+  }
+}
+
+// Per-rank batches 3, 5, 7, ...: unequal, as an epoch's last batch can make them.
+inline std::vector<int64_t> unequal_batch_sizes(int world) {
+  std::vector<int64_t> s;
+  for (int r = 0; r < world; ++r) s.push_back(3 + 2 * r);
+  return s;
 }
 
 }  // namespace rg::testing
