@@ -24,9 +24,11 @@ namespace rg::dist {
 namespace {
 
 // DDP and one process sum in a different order (and the global statistics are combined from
-// per-rank ones), so in f64 they agree to rounding: ~1e-14 here. A wrong count, a missing
-// all-reduce or local statistics move ResNet-18's gradients by more than 1e-3 (the unconverted
-// control below), and a slip in the running statistics' unbiasing by ~1e-2.
+// per-rank ones), so in f64 they agree to rounding. Measured, worst over 3 steps: gradients
+// 1.3e-12 (2 ranks) and 1.3e-13 (3 ranks), parameters 2.5e-13, buffers 3.3e-14. Leaving out the
+// gradient all-reduce moves the gradients by ~2 (relative), local statistics (the unconverted
+// control below) by more than 1e-3, the local count in the running variance's unbiasing the
+// buffers by ~6e-2.
 constexpr double kTolerance = 1e-10;
 
 std::vector<int64_t> equal_sizes(int world) { return std::vector<int64_t>(size_t(world), 4); }
