@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -91,6 +92,14 @@ TEST_F(TrainSyncBn, OneProcessIsPlainBatchNorm) {
   EXPECT_EQ(r.total_steps, 1);
   EXPECT_NE(out.str().find("--sync-bn with one process: plain batch norm"), std::string::npos)
       << out.str();
+}
+
+// Writes the small CIFAR-10 set into $RG_SYNC_BN_CIFAR_DIR for the ringgrad-train binary's test
+// (e2e.train_sync_bn.np2, whose ctest fixture this is).
+TEST(TrainSyncBnFixture, WritesTheSmallCifarSet) {
+  const char* dir = std::getenv("RG_SYNC_BN_CIFAR_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "RG_SYNC_BN_CIFAR_DIR is not set";
+  testing::write_small_cifar10(dir, 4, 16, 3);
 }
 
 }  // namespace
