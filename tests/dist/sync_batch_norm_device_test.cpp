@@ -4,13 +4,15 @@
 // plain batch norm, step after step, equal and unequal per-rank batches. f64 on the device is the
 // exact check of the device path (our kernels, the gathered statistics, the all-reduced sums); f32
 // is held to a tight tolerance. A small conv net (two conv + batch norm stages) for 3 steps, and
-// ResNet-18 (8x8 inputs) for 2 steps in f64 and 1 in f32.
+// ResNet-18 (8x8 inputs) for 2 steps in f64 and 1 in f32; one layer over the NCCL group and over a
+// gloo group (host copies).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <iostream>
 
 #include "comm/init.h"
+#include "comm/prefix_store.h"
 #include "layers/activation.h"
 #include "layers/batch_norm.h"
 #include "layers/conv2d.h"
@@ -108,6 +110,28 @@ TEST(SyncBatchNormOnDevice, ResNet18MatchesOneCpuProcessWithTheWholeBatch) {
   // small bias gradient) after two, on the CPU with equal batches too (measured): the f64 runs
   // above are the exact check. One step: 3.5e-5 (3 ranks) to 8.2e-5 (2 ranks) measured.
   check(DType::f32, unequal, "resnet18 f32 unequal batches, one step", resnet, 1, 3e-4);
+}
+
+// One layer on the device against batch_norm on the CPU with the whole batch, over the NCCL group
+// (tensors on its device) and over a gloo group (ProcessGroupBatchNormCollectives copies the
+// statistics and sums to the host and back), a rank with an empty batch included.
+TEST(SyncBatchNormOnDevice, LayerMatchesBatchNormOnTheConcatenatedBatch) {
+  const auto& nccl = default_group();
+  const int world = nccl->size();
+  ProcessGroupOptions options;
+  options.name = "sync_batch_norm_gloo";
+  const auto gloo = make_process_group(
+      "gloo", std::make_shared<PrefixStore>("sync_batch_norm_gloo", default_store()), nccl->rank(),
+      world, options);
+  std::vector<int64_t> with_empty = testing::unequal_batch_sizes(world);
+  with_empty[0] = 0;
+  for (const auto& [name, group] : {std::pair{"nccl", nccl}, std::pair{"gloo", gloo}}) {
+    const std::string g = name;
+    testing::check_sync_layer(group, Device::cuda(0), testing::unequal_batch_sizes(world), true,
+                              g + " unequal [N, C, H, W]", kF64Tolerance);
+    testing::check_sync_layer(group, Device::cuda(0), with_empty, false, g + " rank 0 empty [N, C]",
+                              kF64Tolerance);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// SyncBatchNorm under DDP against one process with the whole batch and plain batch norm: the
-// shared body of tests/dist/sync_batch_norm_test.cpp (CPU, gloo) and
-// tests/dist/sync_batch_norm_device_test.cpp (emulated CUDA, NCCL or staged gloo). Header-only so
-// the emulated-device test binaries (linked against the _emu libraries) can use it too.
+// SyncBatchNorm under DDP against one process with the whole batch and plain batch norm, and one
+// layer against batch_norm on the concatenated batch: the shared bodies of
+// tests/dist/sync_batch_norm_test.cpp (CPU, gloo) and tests/dist/sync_batch_norm_device_test.cpp
+// (emulated CUDA, NCCL or staged gloo). Header-only so the emulated-device test binaries (linked
+// against the _emu libraries) can use it too.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,12 +19,16 @@
 #include "comm/ddp.h"
 #include "comm/sync_batch_norm.h"
 #include "data/synthetic.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/reduce.h"
 #include "kernels/error.h"
 #include "layers/module.h"
 #include "layers/optim/optimizer.h"
+#include "layers/sync_batch_norm.h"
 
 namespace rg::testing {
 
@@ -178,6 +183,102 @@ inline std::vector<int64_t> unequal_batch_sizes(int world) {
   std::vector<int64_t> s;
   for (int r = 0; r < world; ++r) s.push_back(3 + 2 * r);
   return s;
+}
+
+// Counts the collectives it passes on (eval mode must issue none).
+class CountingCollectives final : public BatchNormCollectives {
+ public:
+  explicit CountingCollectives(std::shared_ptr<dist::ProcessGroup> g) : inner_(std::move(g)) {}
+  int size() const override { return inner_.size(); }
+  Tensor all_gather(const Tensor& local) override {
+    ++calls;
+    return inner_.all_gather(local);
+  }
+  void all_reduce_sum(const Tensor& t) override {
+    ++calls;
+    inner_.all_reduce_sum(t);
+  }
+  int calls = 0;
+
+ private:
+  dist::ProcessGroupBatchNormCollectives inner_;
+};
+
+// One SyncBatchNorm layer on `device` over `pg` (f64), batch sizes `sizes` (rank r's block of the
+// global batch), [N, C, H, W] or [N, C]: two training steps then eval, against the batch_norm op
+// on the whole batch on the CPU: outputs, input gradients, the weight and bias gradients summed
+// over ranks, running statistics; eval mode issues no collective.
+inline void check_sync_layer(const std::shared_ptr<dist::ProcessGroup>& pg, Device device,
+                             const std::vector<int64_t>& sizes, bool image, const std::string& what,
+                             double tolerance) {
+  SCOPED_TRACE(what);
+  const int rank = pg->rank();
+  const int64_t c = 5;
+  const int64_t global = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
+  const int64_t first = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t(0));
+  const int64_t mine = sizes[size_t(rank)];
+  const Shape shape = image ? Shape{global, c, 3, 2} : Shape{global, c};
+  Generator gen(29);  // the same numbers on every rank
+
+  auto counting = std::make_shared<CountingCollectives>(pg);
+  auto layer = std::make_shared<nn::SyncBatchNorm>(c, 1e-5, 0.1, counting);
+  EXPECT_EQ(layer->type_name(), "SyncBatchNorm");
+  Tensor w = randn({c}, gen, DType::f64), b = randn({c}, gen, DType::f64);
+  layer->to(DType::f64);
+  layer->to(device);
+  {
+    NoGradGuard no_grad;
+    Tensor(layer->weight).copy_(w);
+    Tensor(layer->bias).copy_(b);
+  }
+  Tensor ref_w = w.clone().set_requires_grad(true), ref_b = b.clone().set_requires_grad(true);
+  Tensor ref_mean = zeros({c}, DType::f64), ref_var = ones({c}, DType::f64);
+
+  for (int step = 0; step < 2; ++step) {
+    const Tensor x = randn(shape, gen, DType::f64) * 3.0 + 1.5;
+    const Tensor gy = randn(shape, gen, DType::f64);
+    Tensor ref_x = x.clone().set_requires_grad(true);
+    const Tensor ref_y = batch_norm(ref_x, ref_mean, ref_var, ref_w, ref_b, true, 0.1, 1e-5);
+    ref_w.zero_grad();
+    ref_b.zero_grad();
+    sum(ref_y * gy).backward();
+
+    Tensor my_x = x.narrow(0, first, mine).to(device).set_requires_grad(true);
+    layer->zero_grad();
+    const Tensor y = layer->forward(my_x);
+    sum(y * gy.narrow(0, first, mine).to(device)).backward();
+    if (mine > 0) {
+      EXPECT_LE(max_relative_difference({{"y", y}}, {{"y", ref_y.narrow(0, first, mine)}}),
+                tolerance);
+      EXPECT_LE(max_relative_difference({{"dx", my_x.grad()}},
+                                        {{"dx", ref_x.grad().narrow(0, first, mine)}}),
+                tolerance);
+    }
+    // The weight and bias gradients are this rank's share: their sum over ranks is the
+    // reference's (DDP averages them, with the loss scaled as in sync_batch_norm_checks.h).
+    const Tensor dw = dist::on_group_device(*pg, layer->weight.grad()).clone();
+    const Tensor db = dist::on_group_device(*pg, layer->bias.grad()).clone();
+    pg->all_reduce(dw)->wait();
+    pg->all_reduce(db)->wait();
+    EXPECT_LE(max_relative_difference({{"dw", dw}, {"db", db}},
+                                      {{"dw", ref_w.grad()}, {"db", ref_b.grad()}}),
+              tolerance);
+    EXPECT_LE(max_relative_difference(
+                  {{"running_mean", layer->running_mean}, {"running_var", layer->running_var}},
+                  {{"running_mean", ref_mean}, {"running_var", ref_var}}),
+              tolerance);
+  }
+  EXPECT_EQ(layer->num_batches_tracked.item(), 2);
+
+  // Eval: batch norm with the running statistics, no collective.
+  const int calls = counting->calls;
+  layer->eval();
+  const Tensor x = randn(image ? Shape{3, c, 3, 2} : Shape{3, c}, gen, DType::f64);
+  const Tensor y = layer->forward(x.to(device));
+  NoGradGuard no_grad;
+  const Tensor expected = batch_norm(x, ref_mean, ref_var, w, b, false, 0.1, 1e-5);
+  EXPECT_LE(max_relative_difference({{"y", y}}, {{"y", expected}}), tolerance);
+  EXPECT_EQ(counting->calls, calls);
 }
 
 }  // namespace rg::testing
