@@ -20,11 +20,13 @@
 #include "comm/ddp.h"
 #include "comm/init.h"
 #include "data/synthetic.h"
+#include "engine/autocast.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
+#include "layers/amp/grad_scaler.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
 
@@ -38,6 +40,7 @@ struct TrainBenchOptions {
   int windows = 5;
   int window_steps = 10;
   bool ddp = false;
+  std::string amp = "off";  // off | bf16 | f16: autocast of forward and loss (f16: GradScaler)
 };
 
 int run_train_bench(const TrainBenchOptions& o) {
@@ -67,18 +70,28 @@ int run_train_bench(const TrainBenchOptions& o) {
     for (int64_t i = 0; i < o.batch_size; ++i) idx[size_t(i)] = b * o.batch_size + i;
     batches.push_back(data.get_batch(idx, 0));
   }
+  rg::amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = o.amp == "f16";
+  rg::amp::GradScaler scaler(scaler_options);
   auto step = [&](int i) {
     const auto& b = batches[size_t(i % 4)];
-    rg::Tensor out = ddp ? ddp->forward(b.inputs) : model->forward(b.inputs);
-    rg::Tensor loss = rg::cross_entropy(out, b.targets);
+    rg::Tensor loss;
+    {
+      const rg::AutocastGuard autocast(rg::Device::cpu(),
+                                       o.amp == "off" ? rg::DType::bf16 : rg::parse_dtype(o.amp),
+                                       o.amp != "off");
+      rg::Tensor out = ddp ? ddp->forward(b.inputs) : model->forward(b.inputs);
+      loss = rg::cross_entropy(out, b.targets);
+    }
     opt.zero_grad();
-    loss.backward();
-    opt.step();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
   };
   const bool print = rank == 0;
   if (print) {
-    fmt::print("ringgrad-bench train: model={} batch={} threads={} params={} blas={}{}\n",
-               o.model, o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count(),
+    fmt::print("ringgrad-bench train: model={} amp={} batch={} threads={} params={} blas={}{}\n",
+               o.model, o.amp, o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count(),
                rg::kernels::cpu::blas_core_name(),
                pg ? fmt::format(" ddp=gloo world={} (img/s of the whole job)", world) : "");
   }
@@ -122,6 +135,8 @@ int main(int argc, char** argv) {
   train->option_defaults()->always_capture_default();
   train->add_option("--model", t.model, "toynet | mlp | resnet18");
   train->add_option("--batch-size", t.batch_size)->check(CLI::PositiveNumber);
+  train->add_option("--amp", t.amp, "off | bf16 | f16 (autocast; f16 with a GradScaler)")
+      ->check(CLI::IsMember({"off", "bf16", "f16"}));
   train->add_option("--threads", t.threads, "compute threads (default: all cores)");
   train->add_option("--warmup", t.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   train->add_option("--windows", t.windows, "timed windows (the median is reported)")

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "apps/common/trainer.h"
 #include "kernels/cpu/parallel.h"
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device,
                  "cpu | cuda | cuda:N (with DDP, cuda is each rank's GPU and needs --backend nccl "
                  "or auto)");
+  app.add_option("--amp", c.amp,
+                 "off | f16 | bf16: autocast the forward and the loss (f16 adds a GradScaler)")
+      ->check(CLI::IsMember({"off", "f16", "bf16"}));
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--backend", c.backend, "gloo | nccl | auto (DDP's process group)")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
@@ -96,6 +100,20 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--gradient-as-bucket-view", c.gradient_as_bucket_view,
                "gradients live in DDP's buckets (saves a copy and memory)");
+  app.add_option("--loss", c.loss,
+                 "cross-entropy | mse | smooth-l1 (regression losses on the logits against "
+                 "one-hot targets)")
+      ->check(CLI::IsMember({"cross-entropy", "mse", "smooth-l1"}));
+  app.add_option("--clip-grad-norm", c.clip_grad_norm,
+                 "clip the total 2-norm of the gradients to MAX after backward (0: off)");
+  app.add_option("--clip-grad-value", c.clip_grad_value,
+                 "clamp every gradient element to [-V, V] after backward (0: off)");
+  app.add_option("--early-stop-patience", c.early_stop_patience,
+                 "stop when --early-stop-metric has not improved for N evaluations (0: off; "
+                 "needs --eval-every 1; with --checkpoint FILE the best epoch goes to "
+                 "FILE with .best before its extension)");
+  app.add_option("--early-stop-metric", c.early_stop_metric, "loss (test loss) | top1")
+      ->check(CLI::IsMember({"loss", "top1"}));
   app.add_flag("--sync-bn", c.sync_bn,
                "SyncBatchNorm: batch norm statistics over every rank's batch");
   try {
@@ -108,6 +126,10 @@ int main(int argc, char** argv) {
   }
   c.overlap = !no_overlap;
   c.augment = !no_augment;
+  if (const std::string error = rg::app::config_error(c); !error.empty()) {
+    std::cerr << "ringgrad-train: " << error << "\nRun with --help for usage.\n";
+    return 2;
+  }
   c.progress_bar = isatty(STDOUT_FILENO) != 0;
   try {
     if (threads > 0) rg::kernels::cpu::set_num_threads(threads);

@@ -17,6 +17,7 @@ file(GLOB RG_PUBLIC_HEADERS CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
 list(REMOVE_ITEM RG_PUBLIC_HEADERS
   engine/dispatch.h        # dtype dispatch for op implementations
   engine/ops/check.h       # boundary checks shared by op implementations
+  engine/ops/autocast_policy.h  # how op implementations apply autocast
   comm/socket.h            # TCP helpers of the store and process groups
   comm/progress_board.h)   # the process groups' per-rank progress, published through the store
 list(APPEND RG_PUBLIC_HEADERS kernels/error.h kernels/half.h kernels/cuda/device.h)

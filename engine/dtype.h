@@ -16,6 +16,8 @@ const char* dtype_name(DType t);
 // The inverse of dtype_name ("f32", "bf16", ...); rg::Error for an unknown name.
 DType parse_dtype(std::string_view name);
 bool is_floating(DType t);
+// f16 or bf16: the lower-precision types of autocast.
+bool is_half(DType t);
 
 template <class T>
 constexpr DType dtype_of();

@@ -284,4 +284,6 @@ bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
 }  // namespace rg

@@ -1,8 +1,9 @@
 // The loss kernels, one contract for both backends (kernels/backend.h): softmax and log_softmax
 // over one dimension of an array viewed as (outer, c, inner), forward and backward, the
 // class-index losses nll_loss and cross_entropy (with label smoothing) on [n, c] rows, mean over
-// the batch as engine/ops/loss.h, and the regression loss mse_loss. kernels/cpu/loss.cpp defines Loss<Cpu> (f32, f64) and
-// kernels/cuda/loss.cu Loss<Cuda> (f32, f64, f16, bf16); every pointer is on the backend's device.
+// the batch as engine/ops/loss.h, and the regression losses mse_loss and smooth_l1_loss.
+// kernels/cpu/loss.cpp defines Loss<Cpu> (f32, f64) and kernels/cuda/loss.cu Loss<Cuda> (f32, f64,
+// f16, bf16); every pointer is on the backend's device.
 //
 // Shared rules:
 //   - Row math (max, sum of exponentials, logsumexp) is in the compute type: f64 for f64, f32
@@ -79,6 +80,20 @@ struct Loss {
   template <class T>
   static void mse_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
                                 int64_t n, Ctx ctx);
+
+  // Scratch bytes smooth_l1_loss needs (the same f64 partial sums as mse_loss).
+  static int64_t smooth_l1_loss_workspace_bytes(int64_t n) { return mse_loss_workspace_bytes(n); }
+  // loss[0] = mean_i l(x[i] - y[i]) with l(d) = 0.5 d^2 / beta where |d| < beta, else
+  // |d| - 0.5 beta (beta >= 0; beta == 0 is the L1 loss); each l(d) in f64, summed over kMseBlocks
+  // contiguous chunks as mse_loss (NaN when n == 0).
+  template <class T>
+  static void smooth_l1_loss(const T* x, const T* y, T* loss, int64_t n, double beta,
+                             Workspace workspace, Ctx ctx);
+  // gx[i] = l'(x[i] - y[i]) * grad_loss[0] / n with l'(d) = d / beta where |d| < beta, else
+  // sign(d) (0 at d == 0), and gy[i] = -gx[i]; either may be null.
+  template <class T>
+  static void smooth_l1_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
+                                      int64_t n, double beta, Ctx ctx);
 };
 
 namespace detail {
@@ -90,6 +105,10 @@ inline void check_softmax_sizes(const char* op, int64_t outer, int64_t c, int64_
 }
 inline void check_loss_rows(const char* op, int64_t n, int64_t c) {
   RG_CHECK(n >= 0 && c > 0, op, ": needs n >= 0 rows of c > 0 classes, got n ", n, ", c ", c);
+}
+inline void check_smooth_l1_beta(const char* op, int64_t n, double beta) {
+  RG_CHECK(n >= 0, op, ": n must be non-negative, got ", n);
+  RG_CHECK(beta >= 0.0, op, ": beta must be >= 0, got ", beta);
 }
 inline void check_label_smoothing(const char* op, double label_smoothing) {
   RG_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,

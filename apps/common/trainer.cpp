@@ -1,5 +1,5 @@
-// Training loop: per-iteration LR schedule, cross-entropy, optimizer step, progress output,
-// evaluation with exact top-1/top-5 counts, JSONL metrics.
+// Training loop: per-iteration LR schedule, the loss (--loss), gradient clipping, optimizer step,
+// progress output, evaluation with exact top-1/top-5 counts, early stopping, JSONL metrics.
 #include "apps/common/trainer.h"
 
 #include <fmt/format.h>
@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,6 +20,7 @@
 #include "comm/sync_batch_norm.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
+#include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
@@ -25,7 +28,9 @@
 #include "engine/ops/metrics.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
+#include "layers/amp/grad_scaler.h"
 #include "layers/checkpoint.h"
+#include "layers/clip_grad.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
 #include "layers/optim/optimizer.h"
@@ -143,11 +148,63 @@ void write_trace(const std::string& path, dist::ProcessGroup* pg) {
   f << trace::chrome_trace_json(events, names, trace::lane_names());
 }
 
+// The training loss of --loss: cross-entropy on the class indices, or a regression loss of the
+// logits against one-hot targets (classification as regression). `targets` are the batch's, on
+// the host: the one-hot matrix is built there and copied to the logits' device.
+Tensor training_loss(const TrainConfig& c, const Tensor& logits, const Tensor& targets) {
+  if (c.loss == "cross-entropy")
+    return cross_entropy(logits, targets.to(logits.device()), c.label_smoothing);
+  const int64_t n = logits.size(0), classes = logits.size(1);
+  RG_CHECK(targets.device().is_cpu() && targets.numel() == n, "--loss ", c.loss,
+           ": expected ", n, " host targets");
+  Tensor one_hot = zeros({n, classes});
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = targets.data<int64_t>()[i];
+    RG_CHECK(k >= 0 && k < classes, "--loss ", c.loss, ": target ", k, " at index ", i,
+             " is out of range for ", classes, " classes");
+    one_hot.data<float>()[i * classes + k] = 1.0f;
+  }
+  one_hot = one_hot.to(logits.dtype()).to(logits.device());
+  return c.loss == "mse" ? mse_loss(logits, one_hot) : smooth_l1_loss(logits, one_hot);
+}
+
 }  // namespace
+
+std::string config_error(const TrainConfig& c) {
+  if (c.loss != "cross-entropy" && c.loss != "mse" && c.loss != "smooth-l1")
+    return "--loss must be cross-entropy, mse or smooth-l1, got '" + c.loss + "'";
+  if (c.loss != "cross-entropy" && c.label_smoothing != 0.0)
+    return "--label-smoothing applies to --loss cross-entropy only (this run uses " + c.loss + ")";
+  if (!(c.clip_grad_norm >= 0.0))  // also NaN
+    return fmt::format("--clip-grad-norm must be >= 0 (0: off), got {}", c.clip_grad_norm);
+  if (!(c.clip_grad_value >= 0.0))
+    return fmt::format("--clip-grad-value must be >= 0 (0: off), got {}", c.clip_grad_value);
+  if (c.clip_grad_norm > 0 && c.clip_grad_value > 0)
+    return "--clip-grad-norm and --clip-grad-value cannot be combined: choose one";
+  if (c.early_stop_patience < 0)
+    return fmt::format("--early-stop-patience must be >= 0 (0: off), got {}",
+                       c.early_stop_patience);
+  if (c.early_stop_metric != "loss" && c.early_stop_metric != "top1")
+    return "--early-stop-metric must be loss or top1, got '" + c.early_stop_metric + "'";
+  if (c.early_stop_patience > 0 && c.eval_every != 1)
+    return fmt::format(
+        "--early-stop-patience needs an evaluation every epoch: --eval-every must be 1, got {}",
+        c.eval_every);
+  return "";
+}
+
+std::string best_checkpoint_path(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  const bool has_ext = dot != std::string::npos && dot > 0 &&
+                       (slash == std::string::npos || dot > slash + 1);
+  return has_ext ? path.substr(0, dot) + ".best" + path.substr(dot) : path + ".best";
+}
 
 TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   RG_CHECK(c.epochs > 0, "--epochs must be positive, got ", c.epochs);
   RG_CHECK(c.grad_accum_steps >= 1, "--grad-accum-steps must be >= 1");
+  if (const std::string error = config_error(c); !error.empty()) RG_FAIL(error);
   const dist::LaunchEnv env = dist::read_launch_env();
   std::shared_ptr<dist::ProcessGroup> pg;
   Device device = parse_device(c.device);
@@ -181,6 +238,18 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   model->to(device);
   model->train();
   auto opt = make_optimizer(c, model->parameters());
+  RG_CHECK(c.amp == "off" || c.amp == "f16" || c.amp == "bf16",
+           "--amp must be off, f16 or bf16, got '", c.amp, "'");
+  // f16's narrow range needs loss scaling; bf16 has f32's range and runs without (as PyTorch's
+  // recipes). Autocast covers the forward and the loss; parameters and the step stay f32.
+  amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = c.amp == "f16";
+  amp::GradScaler scaler(scaler_options);
+  amp::GradScaler* const saved_scaler = scaler.is_enabled() ? &scaler : nullptr;
+  const auto autocast = [&] {
+    return std::make_unique<AutocastGuard>(
+        device, c.amp == "off" ? DType::bf16 : parse_dtype(c.amp), c.amp != "off");
+  };
   std::shared_ptr<data::Sampler> sampler;
   if (pg)
     sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank,
@@ -208,19 +277,33 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
        fmt::format("{} warmup={} step={} milestones={} gamma={}", c.lr_schedule, c.warmup_epochs,
                    c.lr_step_size, fmt::join(c.lr_milestones, ","), c.lr_gamma)},
       {"label_smoothing", fmt::format("{}", c.label_smoothing)},
+      {"loss", c.loss},
+      {"clip_grad", fmt::format("norm={} value={}", c.clip_grad_norm, c.clip_grad_value)},
       {"comm_hook", c.comm_hook},
+      {"amp", c.amp},
       {"steps_per_epoch", std::to_string(steps_per_epoch)}};
   int first_epoch = 1;
   int64_t step = 0;
+  // Early stopping's state; rank 0 decides and every rank follows (see below). Saved in every
+  // checkpoint, so a resumed run keeps counting.
+  int best_epoch = 0, bad_evals = 0;
+  double best_metric = 0;
   if (!c.resume_path.empty()) {
     RG_CHECK(c.comm_hook != "powersgd",
              "--resume with --comm-hook powersgd is not supported: "
              "PowerSGD's error feedback and factors are not checkpointed");
     const auto check_run = [&](const nn::Metadata& saved) {
       const std::string where = "--resume " + c.resume_path;
+      // Keys added after the first checkpoints: one that is missing was the default.
+      const std::map<std::string, std::string> added_later = {{"loss", "cross-entropy"},
+                                                              {"clip_grad", "norm=0 value=0"}};
       for (const auto& [key, value] : run_shape) {
         const auto it = saved.find("run." + key);
-        RG_CHECK(it != saved.end() && it->second == value, where, ": the checkpoint's ", key,
+        const auto later = added_later.find(key);
+        const bool was_default =
+            it == saved.end() && later != added_later.end() && later->second == value;
+        RG_CHECK(was_default || (it != saved.end() && it->second == value), where,
+                 ": the checkpoint's ", key,
                  " is ", it == saved.end() ? "missing" : "'" + it->second + "'",
                  ", this run's is '", value, "' (resuming continues the same run)");
       }
@@ -234,13 +317,23 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       };
       first_epoch = int(number("epoch")) + 1;
       step = number("step");
+      const auto metric = saved.find("early_stop.metric");
+      if (c.early_stop_patience > 0 && metric != saved.end() &&
+          metric->second == c.early_stop_metric) {
+        best_epoch = int(number("early_stop.best_epoch"));
+        bad_evals = int(number("early_stop.bad_evals"));
+        const auto value = saved.find("early_stop.best_metric");
+        RG_CHECK(value != saved.end(), where,
+                 ": the checkpoint's early_stop.best_metric is missing");
+        best_metric = std::strtod(value->second.c_str(), nullptr);
+      }
       RG_CHECK(first_epoch <= c.epochs, where, ": the run is complete (", first_epoch - 1, " of ",
                c.epochs, " epochs)");
       RG_CHECK(c.max_steps < 0 || c.max_steps > step, where, ": --max-steps ", c.max_steps,
                " is not beyond the checkpoint's step ", step);
     };
     // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
-    nn::load_checkpoint(c.resume_path, *model, opt.get(), nullptr, check_run);
+    nn::load_checkpoint(c.resume_path, *model, opt.get(), saved_scaler, check_run);
     out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", c.resume_path,
                        first_epoch - 1, step);
   }
@@ -313,7 +406,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   }
   // Rank 0 writes; every rank learns whether that worked, so a failed save stops the whole job
   // instead of leaving the other ranks waiting in the next collective.
-  const auto save_epoch_checkpoint = [&](int epoch, bool complete) {
+  const auto save_epoch_checkpoint = [&](int epoch, bool complete, const std::string& path,
+                                        const nn::Metadata& extra) {
     if (!complete) {
       out << fmt::format(
           "epoch {} | no checkpoint: the epoch was cut short by --max-steps "
@@ -327,8 +421,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       for (const auto& [key, value] : run_shape) meta["run." + key] = value;
       meta["epoch"] = std::to_string(epoch);
       meta["step"] = std::to_string(step);
+      meta.insert(extra.begin(), extra.end());
       try {
-        nn::save_checkpoint(c.checkpoint_path, *model, opt.get(), nullptr, meta);
+        nn::save_checkpoint(path, *model, opt.get(), saved_scaler, meta);
       } catch (const Error& e) {
         error = e.what();
       }
@@ -337,9 +432,12 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     sum_over_ranks(pg.get(), failed);
     RG_CHECK(failed[0] == 0.0,
              "--checkpoint: ", rank == 0 ? error : "rank 0 could not save the checkpoint");
-    out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, c.checkpoint_path);
+    out << fmt::format("epoch {} | checkpoint saved to {}\n", epoch, path);
     out.flush();
   };
+  const std::vector<Tensor> params = model->parameters();
+  const bool early_stop = c.early_stop_patience > 0;
+  const bool early_stop_top1 = c.early_stop_metric == "top1";
   TrainResult result;
   const auto run_start = Clock::now();
   for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
@@ -371,16 +469,27 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         if (ddp && !sync) no_sync.emplace(*ddp);
         {
           trace::Scope t("forward", "step");
+          const auto amp_scope = autocast();
           const Tensor inputs = batch->inputs.to(device);
           const Tensor logits = ddp ? ddp->forward(inputs) : model->forward(inputs);
-          loss = cross_entropy(logits, batch->targets.to(device), c.label_smoothing);
+          loss = training_loss(c, logits, batch->targets);
         }
         trace::Scope t("backward", "step");
-        (c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss).backward();
+        scaler.scale(c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss)
+            .backward();
       }
       if (sync) {
+        // On the accumulated gradients, averaged over ranks (DDP's all-reduce has finished when
+        // backward returns) and unscaled (as clip_grad_norm_ after scaler.unscale_ in PyTorch).
+        if (c.clip_grad_norm > 0 || c.clip_grad_value > 0) {
+          trace::Scope t("clip gradients", "step");
+          if (scaler.is_enabled()) scaler.unscale_(*opt);
+          if (c.clip_grad_norm > 0) nn::utils::clip_grad_norm_(params, c.clip_grad_norm);
+          if (c.clip_grad_value > 0) nn::utils::clip_grad_value_(params, c.clip_grad_value);
+        }
         trace::Scope t("optimizer step", "step");
-        opt->step();
+        scaler.step(*opt);  // opt->step() unless f16 gradients overflowed
+        scaler.update();
       }
       const double l = loss.item();
       RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", step,
@@ -419,6 +528,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     s.img_per_s = totals[1] / std::max(s.seconds, 1e-9);
     const bool last = epoch == c.epochs || step >= planned_steps;
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
+      const auto amp_scope = autocast();  // evaluated as trained
       const EvalResult e =
           evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
       s.evaluated = true;
@@ -446,13 +556,57 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       metrics->flush();
     }
     result.epochs.push_back(s);
-    if (!c.checkpoint_path.empty()) save_epoch_checkpoint(epoch, epoch_steps == steps_per_epoch);
+    // Early stopping: rank 0 judges its metrics (the same on every rank after evaluate's sums,
+    // but one rank deciding makes disagreement impossible) and every rank learns the verdict.
+    bool improved = false, stop = false;
+    if (early_stop && s.evaluated) {
+      const double m = early_stop_top1 ? s.top1 : s.test_loss;
+      std::vector<double> verdict = {0, 0};
+      if (rank == 0) {
+        improved = best_epoch == 0 || (early_stop_top1 ? m > best_metric : m < best_metric);
+        verdict = {improved ? 1.0 : 0.0,
+                   !improved && bad_evals + 1 >= c.early_stop_patience ? 1.0 : 0.0};
+      }
+      sum_over_ranks(pg.get(), verdict);
+      improved = verdict[0] > 0;
+      stop = verdict[1] > 0;
+      if (improved) {
+        best_epoch = epoch;
+        best_metric = m;
+        bad_evals = 0;
+      } else {
+        ++bad_evals;
+      }
+    }
+    nn::Metadata early_stop_state;
+    if (early_stop) {
+      early_stop_state = {{"early_stop.metric", c.early_stop_metric},
+                          {"early_stop.best_epoch", std::to_string(best_epoch)},
+                          {"early_stop.best_metric", fmt::format("{}", best_metric)},
+                          {"early_stop.bad_evals", std::to_string(bad_evals)}};
+    }
+    const bool complete = epoch_steps == steps_per_epoch;
+    if (!c.checkpoint_path.empty())
+      save_epoch_checkpoint(epoch, complete, c.checkpoint_path, early_stop_state);
+    if (!c.checkpoint_path.empty() && improved)
+      save_epoch_checkpoint(epoch, complete, best_checkpoint_path(c.checkpoint_path),
+                            early_stop_state);
+    if (stop) {
+      result.stopped_early = true;
+      out << fmt::format(
+          "ringgrad-train: stopped early after epoch {}: {} did not improve for {} evaluation{}\n",
+          epoch, early_stop_top1 ? "top-1" : "test loss", c.early_stop_patience,
+          c.early_stop_patience == 1 ? "" : "s");
+    }
     if (s.evaluated) {
       result.final_top1 = s.top1;
       result.final_top5 = s.top5;
       result.final_test_loss = s.test_loss;
     }
+    if (stop) break;
   }
+  result.best_epoch = best_epoch;
+  result.best_metric = best_metric;
   result.total_steps = step;
   result.total_seconds = seconds_since(run_start);
   nlohmann::json final_line = {{"type", "final"},
@@ -465,6 +619,19 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                                {"top1", result.final_top1},
                                {"top5", result.final_top5},
                                {"seconds", result.total_seconds}};
+  if (early_stop) {
+    final_line["best_epoch"] = result.best_epoch;
+    final_line["best_" + c.early_stop_metric] = result.best_metric;
+    final_line["stopped_early"] = result.stopped_early;
+    out << fmt::format("ringgrad-train: best epoch {} ({} {}){}{}\n", result.best_epoch,
+                       early_stop_top1 ? "top-1" : "test loss",
+                       early_stop_top1 ? fmt::format("{:.2f}%", 100 * result.best_metric)
+                                       : fmt::format("{:.4f}", result.best_metric),
+                       result.stopped_early ? ", stopped early" : "",
+                       c.checkpoint_path.empty()
+                           ? ""
+                           : ", saved to " + best_checkpoint_path(c.checkpoint_path));
+  }
   out << final_line.dump() << "\n";
   if (metrics) *metrics << final_line.dump() << "\n";
   if (!c.trace_path.empty()) {

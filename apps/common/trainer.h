@@ -36,6 +36,9 @@ struct TrainConfig {
   bool progress_bar = false;  // \r-updated bar (terminals); otherwise plain lines
   // cpu, cuda or cuda:N; under a launcher "cuda" is the rank's GPU (NCCL's choice: rank % GPUs).
   std::string device = "cpu";
+  // Mixed precision: "off", or "f16"/"bf16" for autocast (engine/autocast.h) of the forward and
+  // the loss, in training and evaluation; f16 also scales the loss with a dynamic GradScaler.
+  std::string amp = "off";
 
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.
@@ -64,7 +67,27 @@ struct TrainConfig {
   // Chrome/Perfetto trace of the first trace_steps steps (one process per rank); "" = off.
   std::string trace_path;
   int64_t trace_steps = 30;
+
+  // Training loss: cross-entropy on class indices, or a regression loss (mse, smooth-l1 with
+  // beta 1) of the logits against one-hot targets. Evaluation's test loss stays cross-entropy.
+  std::string loss = "cross-entropy";  // cross-entropy | mse | smooth-l1
+  // Gradient clipping after backward (under DDP on the averaged gradients), before the step;
+  // 0 = off. At most one of the two.
+  double clip_grad_norm = 0;   // max total 2-norm (nn::utils::clip_grad_norm_)
+  double clip_grad_value = 0;  // max |element| (nn::utils::clip_grad_value_)
+  // Early stopping: evaluate every epoch (--eval-every must be 1) and stop when the metric has
+  // not improved for this many evaluations in a row; 0 = off. With --checkpoint the best epoch is
+  // also saved, to best_checkpoint_path(checkpoint_path).
+  int early_stop_patience = 0;
+  std::string early_stop_metric = "loss";  // loss (test loss, lower is better) | top1
 };
+
+// "" when the flags fit together, else the usage error (ringgrad-train exits 2 with it).
+std::string config_error(const TrainConfig& config);
+
+// Where the best checkpoint goes: ".best" inserted before the file name's extension
+// (run.safetensors -> run.best.safetensors; run -> run.best).
+std::string best_checkpoint_path(const std::string& checkpoint_path);
 
 struct EpochSummary {
   int epoch = 0;
@@ -79,6 +102,10 @@ struct TrainResult {
   double final_top1 = 0, final_top5 = 0, final_test_loss = 0;
   int64_t total_steps = 0;
   double total_seconds = 0;
+  // Early stopping (when on): the best evaluation's epoch and metric, and whether it stopped.
+  int best_epoch = 0;
+  double best_metric = 0;
+  bool stopped_early = false;
 };
 
 // Runs the whole training; progress and summaries go to `out` (rank 0 only when distributed).

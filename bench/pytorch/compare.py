@@ -17,6 +17,7 @@ better for img/s and bandwidth, lower for RSS). Configurations:
           inside ringgrad-bench allreduce (same processes, same transport)
 """
 import argparse
+import itertools
 import os
 import platform
 import re
@@ -78,6 +79,8 @@ def main():
     p.add_argument("--models", default="toynet,resnet18")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--isa", default="native,avx2")
+    p.add_argument("--amp", default="off",
+                   help="train rows: off and/or bf16 (autocast; PyTorch 1.13 has no CPU f16)")
     p.add_argument("--quick", action="store_true", help="fewer and shorter windows (smoke test)")
     a = p.parse_args()
     bench = os.path.join(a.build, "apps", "ringgrad-bench")
@@ -124,9 +127,11 @@ def main():
         for model in a.models.split(","):
             for isa in a.isa.split(","):
                 env = AVX2_ENV if isa == "avx2" else {}
-                for threads in a.threads.split(","):
-                    args = ["--model", model, "--batch-size", "64", "--threads", threads] + windows(model)
-                    compare(f"train {model} {threads}T {isa}", [bench, "train"] + args,
+                for threads, amp in itertools.product(a.threads.split(","), a.amp.split(",")):
+                    args = ["--model", model, "--batch-size", "64", "--threads", threads,
+                            "--amp", amp] + windows(model)
+                    compare(f"train {model} {threads}T {isa}{'' if amp == 'off' else ' ' + amp}",
+                            [bench, "train"] + args,
                             ["/usr/bin/python3", TORCH_BENCH] + args,
                             dict(env, OMP_NUM_THREADS=threads))
     if "busy" in only:

@@ -25,6 +25,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="toynet", choices=["toynet", "resnet18"])
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--amp", default="off", choices=["off", "bf16"],
+                   help="torch.autocast('cpu', bfloat16) of forward and loss (1.13 has no CPU f16)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--windows", type=int, default=5)
@@ -60,13 +62,14 @@ def train(rank, a):
 
     def step(i):
         x, y = batches[i % 4]
-        loss = F.cross_entropy(net(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16"):
+            loss = F.cross_entropy(net(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
 
     if rank == 0:
-        print(f"pytorch train: model={a.model} batch={a.batch_size} threads="
+        print(f"pytorch train: model={a.model} amp={a.amp} batch={a.batch_size} threads="
               f"{torch.get_num_threads()} torch={torch.__version__}"
               f"{f' ddp=gloo world={world}' if a.ddp else ''}", flush=True)
     for i in range(a.warmup):

@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/cuda/stream_trace.h"
@@ -100,7 +101,8 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     ~Restore() { t_current_task = outer; }
   } restore{outer};
 
-  NoGradGuard no_grad;  // backward computations are not recorded (no double backward)
+  NoGradGuard no_grad;                // backward computations are not recorded (no double backward)
+  const NoAutocastGuard no_autocast;  // each backward op runs in its forward's dtypes
   std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
   for (auto& n : root_nodes) {
     if (dependencies[n.get()] == 0) {

@@ -7,6 +7,7 @@
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "kernels/activation.h"
 
@@ -66,13 +67,18 @@ Tensor relu_impl(const Tensor& x, bool in_place) {
 
 }  // namespace
 
-Tensor relu(const Tensor& x) { return relu_impl(x, false); }
+Tensor relu(const Tensor& x) {
+  if (cpu_half_inputs({x})) return relu(half_to_f32(x)).to(x.dtype());
+  return relu_impl(x, false);
+}
 Tensor relu(Tensor&& x) {
+  if (cpu_half_inputs({x})) return relu(half_to_f32(x)).to(x.dtype());
   const Tensor owned = std::move(x);  // the caller's handle is given up, as with any move
   return relu_impl(owned, reusable(owned));
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  if (cpu_half_inputs({x})) return leaky_relu(half_to_f32(x), negative_slope).to(x.dtype());
   Tensor out = activation_forward(
       "leaky_relu", x, [negative_slope]<class T, class K>(const T* in, T* o, int64_t n, Ctx ctx) {
         K::leaky_relu(in, o, n, negative_slope, ctx);
@@ -88,6 +94,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 }
 
 Tensor gelu(const Tensor& x, bool approximate) {
+  if (cpu_half_inputs({x})) return gelu(half_to_f32(x), approximate).to(x.dtype());
   Tensor out = activation_forward(
       "gelu", x, [approximate]<class T, class K>(const T* in, T* o, int64_t n, Ctx ctx) {
         K::gelu(in, o, n, approximate, ctx);
@@ -103,6 +110,7 @@ Tensor gelu(const Tensor& x, bool approximate) {
 }
 
 Tensor sigmoid(const Tensor& x) {
+  if (cpu_half_inputs({x})) return sigmoid(half_to_f32(x)).to(x.dtype());
   Tensor out = activation_forward(
       "sigmoid", x,
       []<class T, class K>(const T* in, T* o, int64_t n, Ctx ctx) { K::sigmoid(in, o, n, ctx); });
@@ -116,6 +124,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
+  if (cpu_half_inputs({x})) return tanh(half_to_f32(x)).to(x.dtype());
   Tensor out = activation_forward(
       "tanh", x,
       []<class T, class K>(const T* in, T* o, int64_t n, Ctx ctx) { K::tanh(in, o, n, ctx); });

@@ -13,6 +13,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "engine/ops/cudnn.h"
 #include "engine/ops/factory.h"
@@ -196,12 +197,40 @@ std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
   return {n, c, hw};
 }
 
+std::optional<Tensor> batch_norm_through_f32(const Tensor& x, const Tensor& running_mean,
+                                             const Tensor& running_var, const Tensor& weight,
+                                             const Tensor& bias, bool training,
+                                             const BatchNormFn& f32_op) {
+  // f16/bf16 activations with f32 parameters and statistics (a BatchNorm2d under autocast, as in
+  // PyTorch), and f16/bf16 on the CPU: computed in f32, the result in x's dtype. Statistics that
+  // are themselves half are updated in place through f32 copies.
+  const auto is_f32 = [](const Tensor& t) { return t.defined() && t.dtype() == DType::f32; };
+  const bool mixed =
+      is_half(x.dtype()) && (is_f32(running_mean) || is_f32(weight) || is_f32(bias));
+  if (!mixed && !cpu_half_inputs({x, running_mean, running_var, weight, bias})) return std::nullopt;
+  const Tensor rm = half_to_f32(running_mean), rv = half_to_f32(running_var);
+  Tensor out = f32_op(half_to_f32(x), rm, rv, half_to_f32(weight), half_to_f32(bias)).to(x.dtype());
+  if (training && rm.defined() && !rm.is_same(running_mean)) {
+    const NoGradGuard no_grad;
+    Tensor(running_mean).copy_(rm);
+    Tensor(running_var).copy_(rv);
+  }
+  return out;
+}
+
 }  // namespace detail
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
   const char* op = "batch_norm";
+  check_inputs(op, {x});
+  if (auto out = detail::batch_norm_through_f32(
+          x, running_mean, running_var, weight, bias, training,
+          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+              const Tensor& b) { return batch_norm(x32, rm, rv, w, b, training, momentum, eps); })) {
+    return *out;
+  }
   const auto [n, c, hw] =
       detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
   const int64_t count = n * hw;

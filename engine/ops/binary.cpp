@@ -8,6 +8,7 @@
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "engine/ops/reduce.h"
 #include "engine/ops/unary.h"
@@ -130,6 +131,17 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
 }  // namespace
 
 namespace {
+
+// Autocast's promotion and the CPU's f16/bf16 route of a tensor-tensor op (autocast_policy.h):
+// `op` re-entered with the adjusted inputs, or an undefined tensor when it runs as it is.
+template <class Op>
+Tensor binary_policy(const char* name, const Tensor& a, const Tensor& b, Op op) {
+  if (auto c = autocast_inputs(AutocastPolicy::promote, {a, b})) return op((*c)[0], (*c)[1]);
+  check_inputs(name, {a, b});
+  if (cpu_half_inputs({a, b})) return op(half_to_f32(a), half_to_f32(b)).to(a.dtype());
+  return Tensor();
+}
+
 Tensor add_impl(const Tensor& a, const Tensor& b, bool a_reusable) {
   Tensor out = binary_forward(BinaryOp::add, a, b, a_reusable);
   return autograd::record(out, "AddBackward", {a, b},
@@ -139,13 +151,27 @@ Tensor add_impl(const Tensor& a, const Tensor& b, bool a_reusable) {
 }
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return add_impl(a, b, false); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  if (Tensor r =
+          binary_policy("add", a, b, [](const Tensor& x, const Tensor& y) { return add(x, y); });
+      r.defined())
+    return r;
+  return add_impl(a, b, false);
+}
 Tensor add(Tensor&& a, const Tensor& b) {
+  if (Tensor r =
+          binary_policy("add", a, b, [](const Tensor& x, const Tensor& y) { return add(x, y); });
+      r.defined())
+    return r;
   const Tensor owned = std::move(a);  // the caller's handle is given up, as with any move
   return add_impl(owned, b, reusable(owned));
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  if (Tensor r =
+          binary_policy("sub", a, b, [](const Tensor& x, const Tensor& y) { return sub(x, y); });
+      r.defined())
+    return r;
   Tensor out = binary_forward(BinaryOp::sub, a, b);
   return autograd::record(out, "SubBackward", {a, b},
                           [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -154,6 +180,10 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (Tensor r =
+          binary_policy("mul", a, b, [](const Tensor& x, const Tensor& y) { return mul(x, y); });
+      r.defined())
+    return r;
   Tensor out = binary_forward(BinaryOp::mul, a, b);
   const bool ga = autograd::needs_grad({a}), gb = autograd::needs_grad({b});
   return autograd::record(out, "MulBackward", {a, b},
@@ -166,6 +196,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  if (Tensor r =
+          binary_policy("div", a, b, [](const Tensor& x, const Tensor& y) { return div(x, y); });
+      r.defined())
+    return r;
   Tensor out = binary_forward(BinaryOp::div, a, b);
   const bool gb = autograd::needs_grad({b});
   return autograd::record(
@@ -181,6 +215,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(const Tensor& a, double s) {
+  if (cpu_half_inputs({a})) return add(half_to_f32(a), s).to(a.dtype());
   Tensor out = scalar_forward(BinaryOp::add, a, s, false);
   return autograd::record(out, "AddScalarBackward", {a},
                           [](const Tensor& g) { return std::vector<Tensor>{g}; });
@@ -189,6 +224,7 @@ Tensor add(const Tensor& a, double s) {
 Tensor sub(const Tensor& a, double s) { return add(a, -s); }
 
 Tensor mul(const Tensor& a, double s) {
+  if (cpu_half_inputs({a})) return mul(half_to_f32(a), s).to(a.dtype());
   Tensor out = scalar_forward(BinaryOp::mul, a, s, false);
   return autograd::record(out, "MulScalarBackward", {a},
                           [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
@@ -197,12 +233,14 @@ Tensor mul(const Tensor& a, double s) {
 Tensor div(const Tensor& a, double s) { return mul(a, 1.0 / s); }
 
 Tensor rsub(const Tensor& a, double s) {
+  if (cpu_half_inputs({a})) return rsub(half_to_f32(a), s).to(a.dtype());
   Tensor out = scalar_forward(BinaryOp::sub, a, s, true);
   return autograd::record(out, "RsubBackward", {a},
                           [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
 }
 
 Tensor rdiv(const Tensor& a, double s) {
+  if (cpu_half_inputs({a})) return rdiv(half_to_f32(a), s).to(a.dtype());
   Tensor out = scalar_forward(BinaryOp::div, a, s, true);
   // d(s/a)/da = -s / a^2 = -out / a
   return autograd::record(out, "RdivBackward", {a},

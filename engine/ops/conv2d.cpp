@@ -5,8 +5,10 @@
 
 #include <atomic>
 
+#include "engine/autocast.h"
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "kernels/conv2d.h"
 #include "kernels/error.h"
@@ -84,7 +86,14 @@ bool cudnn_allow_tf32() { return cudnn_tf32.load(); }
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
               std::array<int64_t, 2> dilation) {
+  if (auto c = autocast_inputs(AutocastPolicy::lower, {x, weight, bias}))
+    return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation);
   const Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
+  if (cpu_half_inputs({x, weight, bias})) {  // f32 accumulation over the half-rounded inputs
+    const NoAutocastGuard f32_route;          // (it would cast the f32 copies back)
+    return conv2d(half_to_f32(x), half_to_f32(weight), half_to_f32(bias), stride, padding, dilation)
+        .to(x.dtype());
+  }
   Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), "conv2d", [&]<class T, class B>() {
     const Tensor ws = conv_workspace<T, B>(g, kernels::ConvPass::forward, x);
@@ -107,11 +116,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         dispatch_on(grad.device(), grad.dtype(), "conv2d backward", [&]<class T, class B>() {
           const Tensor ws = gx || gw ? conv_workspace<T, B>(g, kernels::ConvPass::backward, grad)
                                      : Tensor::empty({0}, DType::u8, grad.device());
-          kernels::Conv2d<B>::backward(g, gw ? xv.data<T>() : nullptr,
-                                       gx ? wv.data<T>() : nullptr, grad.data<T>(),
-                                       gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
-                                       gb ? db.data<T>() : nullptr, cudnn_tf32.load(),
-                                       as_workspace(ws), kernel_ctx(grad));
+          kernels::Conv2d<B>::backward(g, gw ? xv.data<T>() : nullptr, gx ? wv.data<T>() : nullptr,
+                                       grad.data<T>(), gx ? dx.data<T>() : nullptr,
+                                       gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr,
+                                       cudnn_tf32.load(), as_workspace(ws), kernel_ctx(grad));
         });
         return {dx, dw, db};
       });

@@ -4,6 +4,7 @@
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "kernels/cpu/cast.h"
@@ -15,6 +16,7 @@ namespace rg {
 using autograd::SavedTensor;
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  if (cpu_half_inputs({x})) return dropout(half_to_f32(x), p, training, gen).to(x.dtype());
   check_inputs("dropout", {x});
   RG_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;

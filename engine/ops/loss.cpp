@@ -7,6 +7,7 @@
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "kernels/error.h"
 #include "kernels/loss.h"
@@ -39,8 +40,7 @@ void check_first_bad(const char* op, const Tensor& first_bad, const Tensor& targ
   const auto row = static_cast<int64_t>(first_bad.item());
   if (row >= target.numel()) return;
   const auto value = static_cast<int64_t>(target.flat_narrow(row, 1).item());
-  RG_FAIL(op, ": target ", value, " at index ", row, " is out of range for ", classes,
-          " classes");
+  RG_FAIL(op, ": target ", value, " at index ", row, " is out of range for ", classes, " classes");
 }
 
 // x viewed as (outer, c, inner) around dimension `dim` (negative counts from the end).
@@ -67,8 +67,9 @@ Tensor softmax_op(const char* op, const char* backward_name, const Tensor& x, in
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
     using K = kernels::Loss<B>;
-    (log_out ? K::template log_softmax<T> : K::template softmax<T>)(
-        x.data<T>(), out.data<T>(), v.outer, v.c, v.inner, kernel_ctx(x));
+    (log_out ? K::template log_softmax<T> : K::template softmax<T>)(x.data<T>(), out.data<T>(),
+                                                                    v.outer, v.c, v.inner,
+                                                                    kernel_ctx(x));
   });
   return autograd::record(
       out, backward_name, {x}, [so = SavedTensor(out), v, log_out, op](const Tensor& g) {
@@ -76,8 +77,9 @@ Tensor softmax_op(const char* op, const char* backward_name, const Tensor& x, in
         Tensor grad_in = Tensor::empty(y.shape(), y.dtype(), y.device());
         dispatch_on(y.device(), y.dtype(), op, [&]<class T, class B>() {
           using K = kernels::Loss<B>;
-          (log_out ? K::template log_softmax_backward<T> : K::template softmax_backward<T>)(
-              g.data<T>(), y.data<T>(), grad_in.data<T>(), v.outer, v.c, v.inner, kernel_ctx(y));
+          (log_out ? K::template log_softmax_backward<T>
+                   : K::template softmax_backward<T>)(g.data<T>(), y.data<T>(), grad_in.data<T>(),
+                                                      v.outer, v.c, v.inner, kernel_ctx(y));
         });
         return std::vector<Tensor>{grad_in};
       });
@@ -86,14 +88,21 @@ Tensor softmax_op(const char* op, const char* backward_name, const Tensor& x, in
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return softmax((*c)[0], dim);
+  if (cpu_half_inputs({x})) return softmax(half_to_f32(x), dim).to(x.dtype());
   return softmax_op("softmax", "SoftmaxBackward", x, dim, false);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return log_softmax((*c)[0], dim);
+  if (cpu_half_inputs({x})) return log_softmax(half_to_f32(x), dim).to(x.dtype());
   return softmax_op("log_softmax", "LogSoftmaxBackward", x, dim, true);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {log_probs})) return nll_loss((*c)[0], target);
+  if (cpu_half_inputs({log_probs}))
+    return nll_loss(half_to_f32(log_probs), target).to(log_probs.dtype());
   check_class_targets("nll_loss", log_probs, target);
   const int64_t n = log_probs.size(0), c = log_probs.size(1);
   Tensor out = Tensor::empty({}, log_probs.dtype(), log_probs.device());
@@ -116,6 +125,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {logits}))
+    return cross_entropy((*c)[0], target, label_smoothing);
+  if (cpu_half_inputs({logits}))
+    return cross_entropy(half_to_f32(logits), target, label_smoothing).to(logits.dtype());
   check_class_targets("cross_entropy", logits, target);
   RG_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
            "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -125,8 +138,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
   const Tensor first_bad = Tensor::empty({1}, DType::i64, logits.device());
   dispatch_on(logits.device(), logits.dtype(), "cross_entropy", [&]<class T, class B>() {
     using K = kernels::Loss<B>;
-    const Tensor ws = Tensor::empty({K::cross_entropy_workspace_bytes(n)}, DType::u8,
-                                    logits.device());
+    const Tensor ws =
+        Tensor::empty({K::cross_entropy_workspace_bytes(n)}, DType::u8, logits.device());
     K::cross_entropy(logits.data<T>(), target.data<int64_t>(), lse.data<T>(), out.data<T>(),
                      first_bad.data<int64_t>(), n, c, label_smoothing,
                      kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(logits));
@@ -140,18 +153,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
         Tensor grad_in = Tensor::empty(x.shape(), x.dtype(), x.device());
         dispatch_on(x.device(), x.dtype(), "cross_entropy_backward", [&]<class T, class B>() {
           kernels::Loss<B>::cross_entropy_backward(x.data<T>(), st.get().data<int64_t>(),
-                                                   lse.data<T>(), g.data<T>(), grad_in.data<T>(),
-                                                   n, c, label_smoothing, kernel_ctx(x));
+                                                   lse.data<T>(), g.data<T>(), grad_in.data<T>(), n,
+                                                   c, label_smoothing, kernel_ctx(x));
         });
         return std::vector<Tensor>{grad_in};
       });
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {input, target}))
+    return mse_loss((*c)[0], (*c)[1]);
   check_inputs("mse_loss", {input, target});
   RG_CHECK(input.shape() == target.shape(), "mse_loss: input shape ", shape_str(input.shape()),
            " does not match target shape ", shape_str(target.shape()));
-  const Tensor& x = input, &y = target;
+  if (cpu_half_inputs({input, target}))
+    return mse_loss(half_to_f32(input), half_to_f32(target)).to(input.dtype());
+  const Tensor &x = input, &y = target;
   const int64_t n = x.numel();
   Tensor out = Tensor::empty({}, x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), "mse_loss", [&]<class T, class B>() {
@@ -171,6 +188,40 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
           kernels::Loss<B>::mse_loss_backward(xv.data<T>(), yv.data<T>(), g.data<T>(),
                                               gx ? dx.data<T>() : nullptr,
                                               gy ? dy.data<T>() : nullptr, n, kernel_ctx(xv));
+        });
+        return std::vector<Tensor>{dx, dy};
+      });
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, double beta) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {input, target}))
+    return smooth_l1_loss((*c)[0], (*c)[1], beta);
+  check_inputs("smooth_l1_loss", {input, target});
+  RG_CHECK(input.shape() == target.shape(), "smooth_l1_loss: input shape ",
+           shape_str(input.shape()), " does not match target shape ", shape_str(target.shape()));
+  RG_CHECK(beta >= 0.0, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  if (cpu_half_inputs({input, target}))
+    return smooth_l1_loss(half_to_f32(input), half_to_f32(target), beta).to(input.dtype());
+  const int64_t n = input.numel();
+  Tensor out = Tensor::empty({}, input.dtype(), input.device());
+  dispatch_on(input.device(), input.dtype(), "smooth_l1_loss", [&]<class T, class B>() {
+    using K = kernels::Loss<B>;
+    const Tensor ws =
+        Tensor::empty({K::smooth_l1_loss_workspace_bytes(n)}, DType::u8, input.device());
+    K::smooth_l1_loss(input.data<T>(), target.data<T>(), out.data<T>(), n, beta,
+                      kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(input));
+  });
+  const bool gx = autograd::needs_grad({input}), gy = autograd::needs_grad({target});
+  return autograd::record(
+      out, "SmoothL1LossBackward", {input, target},
+      [sx = SavedTensor(input), sy = SavedTensor(target), n, beta, gx, gy](const Tensor& g) {
+        const Tensor xv = sx.get(), yv = sy.get();
+        Tensor dx = gx ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+        Tensor dy = gy ? Tensor::empty(yv.shape(), yv.dtype(), yv.device()) : Tensor();
+        dispatch_on(xv.device(), xv.dtype(), "smooth_l1_loss_backward", [&]<class T, class B>() {
+          kernels::Loss<B>::smooth_l1_loss_backward(
+              xv.data<T>(), yv.data<T>(), g.data<T>(), gx ? dx.data<T>() : nullptr,
+              gy ? dy.data<T>() : nullptr, n, beta, kernel_ctx(xv));
         });
         return std::vector<Tensor>{dx, dy};
       });

@@ -1,6 +1,7 @@
 // Classification losses with class-index targets (mean over the batch, like PyTorch's defaults):
-// softmax, log_softmax, nll_loss, a fused cross_entropy with label smoothing, and mse_loss. A target outside
-// [0, C) is an error naming its row on every device (on CUDA the loss reads one value back).
+// softmax, log_softmax, nll_loss, a fused cross_entropy with label smoothing, and the regression
+// losses mse_loss and smooth_l1_loss. A target outside [0, C) is an error naming its row on every
+// device (on CUDA the loss reads one value back).
 #pragma once
 
 #include <cstdint>
@@ -25,5 +26,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
 // mean((input - target)^2) over all elements, as torch.nn.functional.mse_loss; input and target
 // have the same shape (no broadcasting) and both may require grad; a 0-d result.
 Tensor mse_loss(const Tensor& input, const Tensor& target);
+
+// mean over all elements of 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, with
+// d = input - target, as torch.nn.functional.smooth_l1_loss (beta >= 0; beta == 0 is the L1
+// loss, whose gradient at d == 0 is 0); shapes and gradients as mse_loss; a 0-d result.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, double beta = 1.0);
 
 }  // namespace rg

@@ -5,14 +5,16 @@
 #include <algorithm>
 #include <atomic>
 
+#include "engine/autocast.h"
 #include "engine/autograd/function.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
-#include "kernels/reduce.h"
 #include "kernels/binary.h"
-#include "kernels/gemm.h"
 #include "kernels/error.h"
+#include "kernels/gemm.h"
+#include "kernels/reduce.h"
 
 namespace rg {
 
@@ -41,8 +43,8 @@ struct GemmDevice {
 template <class T, class B>
 void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                 const T* a, const T* b, T* c, bool accumulate) {
-  kernels::Gemm<B>::gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n,
-                         accumulate ? 1.0 : 0.0, c, n, allow_tf32.load(), dev.scratch(), dev.ctx);
+  kernels::Gemm<B>::gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, accumulate ? 1.0 : 0.0,
+                         c, n, allow_tf32.load(), dev.scratch(), dev.ctx);
 }
 
 // c_i = op(a_i) op(b_i) for i < batch, matrices `s*` elements apart. A stride of 0 for a or b
@@ -53,8 +55,7 @@ void batched_gemm(const GemmDevice& dev, bool ta, bool tb, int64_t batch, int64_
                   int64_t k, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t sc) {
   if (batch == 0 && sc == 0) gemm_dense<T, B>(dev, ta, tb, m, n, 0, a, b, c, false);  // c = 0
   for (int64_t i = 0; i < batch; ++i) {
-    gemm_dense<T, B>(dev, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc,
-                         sc == 0 && i > 0);
+    gemm_dense<T, B>(dev, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * sc, sc == 0 && i > 0);
   }
 }
 
@@ -69,7 +70,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
   const GemmDevice dev(a);
   dispatch_on(a.device(), a.dtype(), "matmul", [&]<class T, class B>() {
     batched_gemm<T, B>(dev, false, false, batch, m, n, k, a.data<T>(), sa, b.data<T>(), sb,
-                           out.data<T>(), m * n);
+                       out.data<T>(), m * n);
   });
   const bool ga = autograd::needs_grad({a}), gb = autograd::needs_grad({b});
   return autograd::record(
@@ -82,12 +83,12 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
           if (ga) {  // dA_i = dC_i B_i^T
             grad_a = Tensor::empty(shape_a, g.dtype(), g.device());
             batched_gemm<T, B>(dev, false, true, batch, m, k, n, g.data<T>(), m * n,
-                                   saved_b.get().data<T>(), sb, grad_a.data<T>(), sa);
+                               saved_b.get().data<T>(), sb, grad_a.data<T>(), sa);
           }
           if (gb) {  // dB_i = A_i^T dC_i
             grad_b = Tensor::empty(shape_b, g.dtype(), g.device());
             batched_gemm<T, B>(dev, true, false, batch, k, n, m, saved_a.get().data<T>(), sa,
-                                   g.data<T>(), m * n, grad_b.data<T>(), sb);
+                               g.data<T>(), m * n, grad_b.data<T>(), sb);
           }
         });
         return std::vector<Tensor>{grad_a, grad_b};
@@ -106,7 +107,12 @@ void set_matmul_allow_tf32(bool allow) { allow_tf32.store(allow); }
 bool matmul_allow_tf32() { return allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto c = autocast_inputs(AutocastPolicy::lower, {a, b})) return matmul((*c)[0], (*c)[1]);
   check_inputs("matmul", {a, b});
+  if (cpu_half_inputs({a, b})) {
+    const NoAutocastGuard f32_route;  // (it would cast the f32 copies back)
+    return matmul(half_to_f32(a), half_to_f32(b)).to(a.dtype());
+  }
   const int64_t da = a.dim(), db = b.dim();
   RG_CHECK(da >= 1 && da <= 3 && db >= 1 && db <= 3,
            "matmul: expected 1-d, 2-d or 3-d operands, got shapes ", shape_str(a.shape()), " and ",
@@ -150,12 +156,14 @@ void matmul_out(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, co
   const GemmDevice dev(a);
   dispatch_on(a.device(), a.dtype(), "matmul_out", [&]<class T, class B>() {
     gemm_dense<T, B>(dev, trans_a, trans_b, m, n, k, a.data<T>(), b.data<T>(), out.data<T>(),
-                         false);
+                     false);
   });
   out.bump_version();
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto c = autocast_inputs(AutocastPolicy::lower, {x, weight, bias}))
+    return linear((*c)[0], (*c)[1], (*c)[2]);
   const bool has_bias = bias.defined();
   if (has_bias) {
     check_inputs("linear", {x, weight, bias});
@@ -171,6 +179,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   RG_CHECK(!has_bias || (bias.dim() == 1 && bias.size(0) == out_f), "linear: bias shape ",
            shape_str(has_bias ? bias.shape() : Shape{}), " does not match weight ",
            shape_str(weight.shape()), " (expected [", out_f, "])");
+  if (cpu_half_inputs({x, weight, bias})) {  // f32 accumulation over the half-rounded inputs
+    const NoAutocastGuard f32_route;          // (it would cast the f32 copies back)
+    return linear(half_to_f32(x), half_to_f32(weight), half_to_f32(bias)).to(x.dtype());
+  }
   int64_t lead = 1;  // rows of the GEMM: the product of x's leading dimensions
   for (int64_t d = 0; d + 1 < x.dim(); ++d) lead *= x.size(d);
   Shape out_shape = x.shape();
@@ -199,17 +211,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           if (gx) {  // dX = dY W
             grad_x = Tensor::empty(shape_x, g.dtype(), g.device());
             gemm_dense<T, B>(dev, false, false, lead, in, out_f, g.data<T>(),
-                                 saved_w.get().data<T>(), grad_x.data<T>(), false);
+                             saved_w.get().data<T>(), grad_x.data<T>(), false);
           }
           if (gw) {  // dW = dY^T X
             grad_w = Tensor::empty(shape_w, g.dtype(), g.device());
             gemm_dense<T, B>(dev, true, false, out_f, in, lead, g.data<T>(),
-                                 saved_x.get().data<T>(), grad_w.data<T>(), false);
+                             saved_x.get().data<T>(), grad_w.data<T>(), false);
           }
           if (gb) {  // db = sum of dY over rows
             grad_b = Tensor::empty({out_f}, g.dtype(), g.device());
-            kernels::Reduce<B>::sum_dim(g.data<T>(), grad_b.data<T>(), 1, lead, out_f,
-                                        dev.ctx);
+            kernels::Reduce<B>::sum_dim(g.data<T>(), grad_b.data<T>(), 1, lead, out_f, dev.ctx);
           }
         });
         return std::vector<Tensor>{grad_x, grad_w, grad_b};

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "kernels/error.h"
 #include "kernels/metrics.h"
@@ -12,6 +13,7 @@
 namespace rg {
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  if (cpu_half_inputs({x})) return argmax(half_to_f32(x), dim, keepdim);
   check_inputs("argmax", {x});
   const int64_t n = std::max<int64_t>(x.dim(), 1);  // a 0-d tensor has one element at index 0
   RG_CHECK(dim >= -n && dim < n, "argmax: dim ", dim, " is out of range for shape ",
@@ -39,6 +41,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 int64_t topk_correct(const Tensor& logits, const Tensor& target, int64_t k) {
+  if (cpu_half_inputs({logits})) return topk_correct(half_to_f32(logits), target, k);
   check_inputs("topk_correct", {logits});
   check_dim("topk_correct", logits, 2, "[N, C]");
   RG_CHECK(target.defined() && target.dtype() == DType::i64 && target.dim() == 1 &&

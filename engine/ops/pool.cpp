@@ -10,6 +10,7 @@
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "engine/ops/cudnn.h"
 #include "kernels/cuda/pool_cudnn.h"
@@ -113,6 +114,8 @@ Tensor avg_pool(const char* op, const Tensor& x, const Pool2dGeometry& g, bool c
 
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding) {
+  if (cpu_half_inputs({x}))
+    return max_pool2d(half_to_f32(x), kernel, stride, padding).to(x.dtype());
   const Pool2dGeometry g = pool_geometry("max_pool2d", x, kernel, stride, padding);
   const Shape out_shape{x.size(0), x.size(1), g.ho, g.wo};
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -135,11 +138,14 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
 
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding, bool count_include_pad) {
+  if (cpu_half_inputs({x}))
+    return avg_pool2d(half_to_f32(x), kernel, stride, padding, count_include_pad).to(x.dtype());
   const Pool2dGeometry g = pool_geometry("avg_pool2d", x, kernel, stride, padding);
   return avg_pool("avg_pool2d", x, g, count_include_pad);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
+  if (cpu_half_inputs({x})) return adaptive_avg_pool2d(half_to_f32(x), output_size).to(x.dtype());
   const char* op = "adaptive_avg_pool2d";
   RG_CHECK(output_size[0] == 1 && output_size[1] == 1, op, ": output size ", pair_str(output_size),
            " is not implemented (only (1, 1), global average pooling)");

@@ -4,13 +4,15 @@
 
 #include <algorithm>
 
+#include "engine/autocast.h"
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
-#include "kernels/reduce.h"
 #include "kernels/error.h"
+#include "kernels/reduce.h"
 
 namespace rg {
 namespace {
@@ -74,7 +76,9 @@ Shape keep_dims(const Shape& s, const std::vector<int64_t>& dims) {
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return sum((*c)[0], dims_in, keepdim);
   check_inputs("sum", {x});
+  if (cpu_half_inputs({x})) return sum(half_to_f32(x), dims_in, keepdim).to(x.dtype());
   const std::vector<int64_t> dims = normalize_dims("sum", x, dims_in);
   Tensor out;
   if (dims.size() == size_t(x.dim()) && x.dim() > 0) {
@@ -83,8 +87,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
       using K = kernels::Reduce<B>;
       const Tensor ws =
           Tensor::empty({K::sum_all_workspace_bytes(x.numel())}, DType::u8, x.device());
-      K::sum_all(x.data<T>(), x.numel(), out.data<T>(), kernels::Workspace{ws.raw_data(), ws.numel()},
-                 kernel_ctx(x));
+      K::sum_all(x.data<T>(), x.numel(), out.data<T>(),
+                 kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(x));
     });
   } else {
     Tensor k = sum_keepdim_raw(x.detach(), dims);
@@ -101,6 +105,8 @@ Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   check_inputs("mean", {x});
+  if (cpu_half_inputs({x})) return mean(half_to_f32(x), dims_in, keepdim).to(x.dtype());
+  const NoAutocastGuard follows_its_input;  // its sum stays in x's dtype, as PyTorch's mean
   const std::vector<int64_t> dims = normalize_dims("mean", x, dims_in);
   int64_t count = 1;
   for (int64_t d : dims) count *= x.shape()[size_t(d)];

@@ -72,6 +72,15 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
                        const Tensor& weight, const Tensor& bias, double momentum, double eps,
                        std::shared_ptr<BatchNormCollectives> collectives) {
   const char* op = "sync_batch_norm";
+  check_inputs(op, {x});
+  if (auto out = detail::batch_norm_through_f32(
+          x, running_mean, running_var, weight, bias, /*training=*/true,
+          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+              const Tensor& b) {
+            return sync_batch_norm(x32, rm, rv, w, b, momentum, eps, collectives);
+          })) {
+    return *out;
+  }
   const auto [n, c, hw] =
       detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
   RG_CHECK(collectives != nullptr, op, ": collectives must not be null");

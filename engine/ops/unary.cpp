@@ -3,6 +3,7 @@
 
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
+#include "engine/ops/autocast_policy.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "kernels/unary.h"
@@ -24,12 +25,15 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x) {
 }  // namespace
 
 Tensor neg(const Tensor& x) {
+  if (cpu_half_inputs({x})) return neg(half_to_f32(x)).to(x.dtype());
   Tensor out = unary_forward(UnaryOp::neg, "neg", x);
   return autograd::record(out, "NegBackward", {x},
                           [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
 }
 
 Tensor exp(const Tensor& x) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return exp((*c)[0]);
+  if (cpu_half_inputs({x})) return exp(half_to_f32(x)).to(x.dtype());
   Tensor out = unary_forward(UnaryOp::exp, "exp", x);
   return autograd::record(out, "ExpBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
     return std::vector<Tensor>{mul(g, so.get())};
@@ -37,6 +41,8 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return log((*c)[0]);
+  if (cpu_half_inputs({x})) return log(half_to_f32(x)).to(x.dtype());
   Tensor out = unary_forward(UnaryOp::log, "log", x);
   return autograd::record(out, "LogBackward", {x}, [sx = SavedTensor(x)](const Tensor& g) {
     return std::vector<Tensor>{div(g, sx.get())};
@@ -44,6 +50,7 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
+  if (cpu_half_inputs({x})) return sqrt(half_to_f32(x)).to(x.dtype());
   Tensor out = unary_forward(UnaryOp::sqrt, "sqrt", x);
   return autograd::record(out, "SqrtBackward", {x}, [so = SavedTensor(out)](const Tensor& g) {
     return std::vector<Tensor>{div(g, mul(so.get(), 2.0))};
@@ -51,6 +58,8 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, double exponent) {
+  if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return pow((*c)[0], exponent);
+  if (cpu_half_inputs({x})) return pow(half_to_f32(x), exponent).to(x.dtype());
   check_inputs("pow", {x});
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), "pow", [&]<class T, class B>() {

@@ -231,29 +231,40 @@ void Loss<Cpu>::cross_entropy_backward(const T* logits, const int64_t* target, c
   });
 }
 
+namespace {
+
+// The mean over i < n of term(i) (an f64 value) as the regression losses take it: summed over
+// `blocks` contiguous chunks in parallel (into partial[0, blocks)), then the chunks in order.
+template <class F>
+double chunked_mean(int64_t n, int64_t blocks, double* partial, Ctx ctx, F&& term) {
+  cpu::parallel_for(
+      0, blocks, 1,
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t b = lo; b < hi; ++b) {
+          double acc = 0;
+          for (int64_t i = n * b / blocks; i < n * (b + 1) / blocks; ++i) acc += term(i);
+          partial[b] = acc;
+        }
+      },
+      ctx.threads);
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) total += partial[b];
+  return total / double(n);
+}
+
+}  // namespace
+
 template <>
 template <class T>
 void Loss<Cpu>::mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace workspace,
                          Ctx ctx) {
   RG_CHECK(n >= 0, "mse_loss: n must be non-negative, got ", n);
   detail::check_workspace("mse_loss", workspace, mse_loss_workspace_bytes(n));
-  double* partial = static_cast<double*>(workspace.data);
-  cpu::parallel_for(
-      0, kMseBlocks, 1,
-      [&](int64_t lo, int64_t hi) {
-        for (int64_t b = lo; b < hi; ++b) {
-          double acc = 0;
-          for (int64_t i = n * b / kMseBlocks; i < n * (b + 1) / kMseBlocks; ++i) {
-            const double d = double(x[i]) - double(y[i]);
-            acc += d * d;
-          }
-          partial[b] = acc;
-        }
-      },
-      ctx.threads);
-  double total = 0;
-  for (int64_t b = 0; b < kMseBlocks; ++b) total += partial[b];
-  loss[0] = T(total / double(n));
+  loss[0] =
+      T(chunked_mean(n, kMseBlocks, static_cast<double*>(workspace.data), ctx, [&](int64_t i) {
+        const double d = double(x[i]) - double(y[i]);
+        return d * d;
+      }));
 }
 
 template <>
@@ -274,6 +285,40 @@ void Loss<Cpu>::mse_loss_backward(const T* x, const T* y, const T* grad_loss, T*
       ctx.threads);
 }
 
+template <>
+template <class T>
+void Loss<Cpu>::smooth_l1_loss(const T* x, const T* y, T* loss, int64_t n, double beta,
+                               Workspace workspace, Ctx ctx) {
+  detail::check_smooth_l1_beta("smooth_l1_loss", n, beta);
+  detail::check_workspace("smooth_l1_loss", workspace, smooth_l1_loss_workspace_bytes(n));
+  loss[0] =
+      T(chunked_mean(n, kMseBlocks, static_cast<double*>(workspace.data), ctx, [&](int64_t i) {
+        const double d = std::abs(double(x[i]) - double(y[i]));
+        return d < beta ? 0.5 * d * d / beta : d - 0.5 * beta;
+      }));
+}
+
+template <>
+template <class T>
+void Loss<Cpu>::smooth_l1_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
+                                        int64_t n, double beta, Ctx ctx) {
+  detail::check_smooth_l1_beta("smooth_l1_loss_backward", n, beta);
+  const T scale = T(double(grad_loss[0]) / double(n));
+  const T b = T(beta);
+  cpu::parallel_for(
+      0, n, kGrain,
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          const T d = x[i] - y[i];
+          const T slope = std::abs(d) < b ? d / b : T((d > T(0)) - (d < T(0)));
+          const T g = slope * scale;
+          if (gx) gx[i] = g;
+          if (gy) gy[i] = -g;
+        }
+      },
+      ctx.threads);
+}
+
 // Not in an unnamed namespace: an internal function that nothing calls need not be emitted, and
 // with it the kernels it names. The name says the backend: the CUDA file has its own list.
 template <class T>
@@ -283,7 +328,8 @@ auto cpu_loss_kernels() {
                     &K::softmax<T>,        &K::softmax_backward<T>,
                     &K::nll_loss<T>,       &K::nll_loss_backward<T>,
                     &K::cross_entropy<T>,  &K::cross_entropy_backward<T>,
-                    &K::mse_loss<T>,       &K::mse_loss_backward<T>};
+                    &K::mse_loss<T>,       &K::mse_loss_backward<T>,
+                    &K::smooth_l1_loss<T>, &K::smooth_l1_loss_backward<T>};
 }
 RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_loss_kernels)
 

@@ -273,6 +273,35 @@ __global__ void mse_backward_kernel(const D* x, const D* y, const D* grad_loss, 
   }
 }
 
+// Block b of kLoss::kMseBlocks: the f64 sum of the smooth L1 terms over its contiguous chunk.
+template <class D>
+__global__ void smooth_l1_partial_kernel(const D* x, const D* y, double* partial, int64_t n,
+                                         int64_t blocks, double beta) {
+  __shared__ double scratch[32];
+  const int64_t b = blockIdx.x;
+  double acc = 0;
+  for (int64_t i = n * b / blocks + threadIdx.x; i < n * (b + 1) / blocks; i += blockDim.x) {
+    const double d = fabs(static_cast<double>(load(x[i])) - static_cast<double>(load(y[i])));
+    acc += d < beta ? 0.5 * d * d / beta : d - 0.5 * beta;
+  }
+  acc = block_reduce(acc, SumOp{}, 0.0, scratch);
+  if (threadIdx.x == 0) partial[b] = acc;
+}
+
+template <class D>
+__global__ void smooth_l1_backward_kernel(const D* x, const D* y, const D* grad_loss, D* gx, D* gy,
+                                          int64_t n, compute_t<D> beta) {
+  using A = compute_t<D>;
+  const A scale = static_cast<A>(static_cast<double>(load(*grad_loss)) / static_cast<double>(n));
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const A d = load(x[i]) - load(y[i]);
+    const A slope = (d < A(0) ? -d : d) < beta ? d / beta : A((d > A(0)) - (d < A(0)));
+    const A g = slope * scale;
+    if (gx) gx[i] = store<D>(g);
+    if (gy) gy[i] = store<D>(-g);
+  }
+}
+
 // Threads for a row of `len` elements: whole warps, at most kRowThreads.
 unsigned int row_threads(int64_t len) {
   return static_cast<unsigned int>(std::clamp<int64_t>((len + 31) / 32 * 32, 32, kRowThreads));
@@ -421,6 +450,32 @@ void Loss<Cuda>::mse_loss_backward(const T* x, const T* y, const T* grad_loss, T
             dev(y), dev(grad_loss), dev(gx), dev(gy), n);
 }
 
+template <>
+template <class T>
+void Loss<Cuda>::smooth_l1_loss(const T* x, const T* y, T* loss, int64_t n, double beta,
+                                Workspace workspace, Ctx ctx) {
+  using D = device_t<T>;
+  detail::check_smooth_l1_beta("smooth_l1_loss", n, beta);
+  detail::check_workspace("smooth_l1_loss", workspace, smooth_l1_loss_workspace_bytes(n));
+  const auto s = as_stream(ctx.stream);
+  double* partial = static_cast<double*>(workspace.data);
+  RG_LAUNCH(smooth_l1_partial_kernel<D>, static_cast<unsigned int>(kMseBlocks), kRowThreads, 0, s,
+            dev(x), dev(y), partial, n, kMseBlocks, beta);
+  RG_LAUNCH(mse_finish_kernel<D>, 1u, 1u, 0, s, partial, dev(loss), n, kMseBlocks);
+}
+
+template <>
+template <class T>
+void Loss<Cuda>::smooth_l1_loss_backward(const T* x, const T* y, const T* grad_loss, T* gx, T* gy,
+                                         int64_t n, double beta, Ctx ctx) {
+  using D = device_t<T>;
+  using A = compute_t<D>;
+  detail::check_smooth_l1_beta("smooth_l1_loss_backward", n, beta);
+  if (n == 0) return;
+  RG_LAUNCH(smooth_l1_backward_kernel<D>, blocks_for(n), kThreads, 0, as_stream(ctx.stream),
+            dev(x), dev(y), dev(grad_loss), dev(gx), dev(gy), n, static_cast<A>(beta));
+}
+
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
 auto cuda_loss_kernels() {
@@ -429,7 +484,8 @@ auto cuda_loss_kernels() {
                     &K::softmax<T>,        &K::softmax_backward<T>,
                     &K::nll_loss<T>,       &K::nll_loss_backward<T>,
                     &K::cross_entropy<T>,  &K::cross_entropy_backward<T>,
-                    &K::mse_loss<T>,       &K::mse_loss_backward<T>};
+                    &K::mse_loss<T>,       &K::mse_loss_backward<T>,
+                    &K::smooth_l1_loss<T>, &K::smooth_l1_loss_backward<T>};
 }
 RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_loss_kernels)
 

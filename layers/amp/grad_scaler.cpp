@@ -46,7 +46,7 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
   RG_CHECK(is_floating(loss.dtype()), "GradScaler.scale: expected a floating-point loss, got ",
            dtype_name(loss.dtype()));
-  const bool half = loss.dtype() == DType::f16 || loss.dtype() == DType::bf16;
+  const bool half = is_half(loss.dtype());
   return mul(half ? loss.to(DType::f32) : loss, double(scale_));
 }
 

@@ -55,9 +55,16 @@ void expect_same_files(const std::string& a, const std::string& b) {
 }
 
 TEST_F(CheckpointResume, ResumingAfterAnEpochReproducesTheUninterruptedRun) {
-  for (const std::string opt : {"sgd", "adamw"}) {
-    SCOPED_TRACE(opt);
+  // With --amp f16 the GradScaler's scale and growth tracker are part of the state too.
+  for (const auto& [opt, amp] : std::vector<std::pair<std::string, std::string>>{
+           {"sgd", "off"}, {"adamw", "off"}, {"sgd", "f16"}, {"adamw", "bf16"}}) {
+    SCOPED_TRACE(opt + " amp " + amp);
     std::ostringstream log;
+    const auto config = [this, amp](const std::string& o, int epochs) {
+      TrainConfig c = CheckpointResume::config(o, epochs);
+      c.amp = amp;
+      return c;
+    };
     TrainConfig whole = config(opt, 3);
     whole.checkpoint_path = path("whole.safetensors");
     const TrainResult a = train(whole, log);
@@ -78,10 +85,22 @@ TEST_F(CheckpointResume, ResumingAfterAnEpochReproducesTheUninterruptedRun) {
     EXPECT_EQ(c.final_test_loss, a.final_test_loss) << log.str();
     EXPECT_EQ(c.epochs.back().train_loss, a.epochs.back().train_loss);
     expect_same_files(whole.checkpoint_path, rest.checkpoint_path);
+    const SafetensorsFile saved = load_safetensors(whole.checkpoint_path);
+    EXPECT_EQ(saved.metadata.count("scaler.scale"), amp == "f16" ? 1u : 0u);
     EXPECT_NE(log.str().find("resumed from " + first.checkpoint_path + " after epoch 1 (step 6)"),
               std::string::npos)
         << log.str();
   }
+}
+
+// --amp takes off, f16 or bf16 (the command line checks it too; the library says it as well).
+TEST_F(CheckpointResume, AnUnknownAmpModeIsAClearError) {
+  std::ostringstream log;
+  TrainConfig c = config("sgd", 1);
+  c.amp = "f32";
+  EXPECT_NE(
+      testing::error_of([&] { train(c, log); }).find("--amp must be off, f16 or bf16, got 'f32'"),
+      std::string::npos);
 }
 
 TEST_F(CheckpointResume, ADifferentRunOrNothingLeftToDoIsRefused) {
@@ -99,6 +118,10 @@ TEST_F(CheckpointResume, ADifferentRunOrNothingLeftToDoIsRefused) {
   EXPECT_NE(refusal(other).find("the checkpoint's batch_size is '32', this run's is '16'"),
             std::string::npos);
   EXPECT_NE(refusal(config("adam", 2)).find("the checkpoint's optimizer is 'sgd lr=0.05"),
+            std::string::npos);
+  other = config("sgd", 2);
+  other.amp = "bf16";
+  EXPECT_NE(refusal(other).find("the checkpoint's amp is 'off', this run's is 'bf16'"),
             std::string::npos);
   other = config("sgd", 2);
   other.lr_schedule = "constant";

@@ -1,11 +1,14 @@
 // The README's C++ training example, built against the installed package by the install test:
-// a model, AdamW, a DataLoader, loss scaling with amp::GradScaler, and a checkpoint that a fresh
-// model resumes from. Exits non-zero when the loss does not fall or the restore is not exact.
+// a model, AdamW, a DataLoader, autocast to f16 with loss scaling by amp::GradScaler (unscaled
+// before clipping the gradient norm), and a checkpoint that a fresh model resumes from. Exits
+// non-zero when the loss does not fall or the restore is not exact.
 #include <ringgrad/data/dataloader.h>
 #include <ringgrad/data/synthetic.h>
+#include <ringgrad/engine/autocast.h>
 #include <ringgrad/engine/ops/loss.h>
 #include <ringgrad/layers/amp/grad_scaler.h>
 #include <ringgrad/layers/checkpoint.h>
+#include <ringgrad/layers/clip_grad.h>
 #include <ringgrad/layers/models/registry.h>
 #include <ringgrad/layers/optim/optimizer.h>
 
@@ -30,8 +33,14 @@ int main() {
     int batches = 0;
     while (auto batch = loader.next()) {
       opt->zero_grad();
-      Tensor loss = cross_entropy(model->forward(batch->inputs), batch->targets);
+      Tensor loss;
+      {
+        const AutocastGuard autocast(Device::cpu(), DType::f16);  // as torch.autocast
+        loss = cross_entropy(model->forward(batch->inputs), batch->targets);  // f32 (its list)
+      }
       scaler.scale(loss).backward();
+      scaler.unscale_(*opt);  // the true gradients, for the clip; step will not unscale again
+      nn::utils::clip_grad_norm_(model->parameters(), /*max_norm=*/5.0);
       scaler.step(*opt);  // skipped if a gradient overflowed
       scaler.update();
       sum += loss.item();

@@ -11,6 +11,7 @@
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
 #include "layers/amp/grad_scaler.h"
+#include "layers/clip_grad.h"
 #include "layers/models/mlp.h"
 #include "layers/models/resnet.h"
 #include "layers/optim/optimizer.h"
@@ -106,6 +107,33 @@ TEST_F(DeviceTraining, GradScalerStepsLikeOnTheCpu) {
   EXPECT_EQ(dev_scale, 256.0);  // grew to 512 after two good steps, backed off on the inf
   EXPECT_EQ(dev_scale, cpu_scale);
   expect_close(dev, cpu, 1e-6, 1e-5, "parameter after the scaled steps");
+}
+
+// clip_grad_norm_ (2 and inf norms) and clip_grad_value_ on device gradients: the norm stays on
+// the device and the gradients match the CPU's.
+TEST_F(DeviceTraining, GradientClippingLikeOnTheCpu) {
+  Generator gen(23);
+  const std::vector<Tensor> grads = {random_tensor({17, 33}, gen), random_tensor({17}, gen),
+                                     random_tensor({4097}, gen)};
+  for (const double p : {2.0, double(INFINITY)}) {
+    std::vector<Tensor> on_cpu, on_dev;
+    for (const Tensor& g : grads) {
+      for (auto [list, device] : {std::pair{&on_cpu, Device::cpu()}, std::pair{&on_dev, kCuda}}) {
+        Tensor param = zeros(g.shape(), DType::f32, device);
+        param.set_requires_grad(true);
+        param.set_grad(g.to(device));
+        list->push_back(param);
+      }
+    }
+    const Tensor cpu_norm = nn::utils::clip_grad_norm_(on_cpu, 0.5, p);
+    const Tensor dev_norm = nn::utils::clip_grad_norm_(on_dev, 0.5, p);
+    EXPECT_TRUE(dev_norm.device().is_cuda());
+    expect_close(dev_norm, cpu_norm, 1e-6, 1e-5, "total norm");
+    nn::utils::clip_grad_value_(on_cpu, 0.01);
+    nn::utils::clip_grad_value_(on_dev, 0.01);
+    for (size_t i = 0; i < grads.size(); ++i)
+      expect_close(on_dev[i].grad(), on_cpu[i].grad(), 1e-6, 1e-5, "clipped gradient");
+  }
 }
 
 TEST_F(DeviceTraining, GradScalerUnscalesHalfGradientsAndFindsNanOnTheDevice) {

@@ -1,7 +1,8 @@
 // DDP across real processes (label dist, started by ringgrad-run): N ranks with batch B must
 // match 1 rank with batch N*B after several SGD steps, for both all-reduce algorithms and with
-// and without gradient_as_bucket_view; no_sync accumulation; bucket order and rebuild; the named
-// error for unused parameters; fp16 compression within a looser tolerance.
+// and without gradient_as_bucket_view; no_sync accumulation; clip_grad_norm_ after backward;
+// bucket order and rebuild; the named error for unused parameters; fp16 compression within a
+// looser tolerance.
 #include "comm/ddp.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
+#include "layers/clip_grad.h"
 #include "layers/linear.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
@@ -58,7 +60,8 @@ struct TrainSetup {
   DdpOptions ddp;
   int accumulation = 1;  // micro-batches of kB per synchronized step
   int steps = 5;
-  DType dtype = DType::f32;  // of the parameters and the inputs
+  DType dtype = DType::f32;   // of the parameters and the inputs
+  double clip_grad_norm = 0;  // > 0: clip_grad_norm_ after backward, before each step
 };
 
 // Trains DDP on this rank's slice and, locally, a reference on the whole global batch; returns
@@ -80,6 +83,10 @@ double ddp_vs_single_process(const TrainSetup& s) {
     const data::Batch all = batch(data, step * global, global, s.dtype);
     ref_opt.zero_grad();
     cross_entropy(ref->forward(all.inputs), all.targets).backward();
+    if (s.clip_grad_norm > 0) {
+      const double norm = nn::utils::clip_grad_norm_(ref->parameters(), s.clip_grad_norm).item();
+      EXPECT_GT(norm, s.clip_grad_norm) << "step " << step << ": the clip must act";
+    }
     ref_opt.step();
 
     // With gradient_as_bucket_view, zero in place so .grad stays the bucket's view.
@@ -98,6 +105,8 @@ double ddp_vs_single_process(const TrainSetup& s) {
         micro();
       }
     }
+    // After backward returned: the averaged gradients are back in .grad.
+    if (s.clip_grad_norm > 0) nn::utils::clip_grad_norm_(model->parameters(), s.clip_grad_norm);
     opt.step();
   }
   return testing::relative_parameter_difference(*model, *ref);
@@ -151,6 +160,19 @@ TEST(Ddp, TwoNoSyncAccumulationStepsEqualOneStepOfTheDoubleBatch) {
         std::cout << "no_sync accumulation " << dtype_name(dtype) << " view=" << view << ": " << d
                   << "\n";
     }
+}
+
+// Clipping after backward sees the all-reduced average, so it equals clipping the whole batch's
+// gradients in one process (a clip of each rank's own gradients would not).
+TEST(Ddp, ClipGradNormAfterBackwardClipsTheAveragedGradients) {
+  for (bool view : {false, true}) {
+    TrainSetup s;
+    s.model = "mlp";
+    s.dtype = DType::f64;
+    s.clip_grad_norm = 0.05;
+    s.ddp.gradient_as_bucket_view = view;
+    EXPECT_LE(ddp_vs_single_process(s), kExactTolerance) << "gradient_as_bucket_view=" << view;
+  }
 }
 
 TEST(Ddp, NoOverlapGivesTheSameResult) {

@@ -61,6 +61,26 @@ TEST(EmulatedDeviceE2E, ToyNetTrainsOnCudaLikeOnTheCpu) {
             << cpu.final_top1 << " on the CPU\n";
 }
 
+// --amp on the device: cuBLAS in f16 (with the GradScaler) or bf16 (emulated), autocast's f32
+// losses; the CPU's f32 route of the same autocast reaches about the same accuracy (the half
+// roundings of differently ordered sums make the runs drift apart, so not to the bit).
+TEST(EmulatedDeviceE2E, MlpUnderAutocastTrainsOnCudaLikeOnTheCpu) {
+  for (const std::string amp : {"bf16", "f16"}) {
+    TrainConfig c = mlp_config("cuda");
+    c.max_steps = 150;
+    c.amp = amp;
+    std::ostringstream log_dev, log_cpu;
+    const TrainResult dev = train(c, log_dev);
+    c.device = "cpu";
+    const TrainResult cpu = train(c, log_cpu);
+    EXPECT_GE(dev.final_top1, 0.88) << log_dev.str();
+    EXPECT_NEAR(dev.final_top1, cpu.final_top1, 0.01) << amp << log_dev.str() << log_cpu.str();
+    EXPECT_NEAR(dev.final_test_loss, cpu.final_test_loss, 0.03) << amp;
+    std::cout << "mlp --amp " << amp << ", 150 steps: top-1 " << dev.final_top1
+              << " on the emulated device, " << cpu.final_top1 << " on the CPU\n";
+  }
+}
+
 TEST(EmulatedDeviceE2E, AnUnknownDeviceIsAClearError) {
   TrainConfig c = mlp_config("gpu");
   std::ostringstream log;

@@ -341,6 +341,36 @@ TEST(CrossEntropy, Errors) {
       "label_smoothing must be in [0, 1], got 1.5");
 }
 
+TEST(SmoothL1Loss, HandValuesBothSidesOfBetaAndL1) {
+  // d = 0, 0.5, -2, 3 with beta 1: 0, 0.5 * 0.25, 2 - 0.5, 3 - 0.5 -> mean 4.125 / 4.
+  const auto loss_and_grad = [](double beta) {
+    Tensor x = f32({0, 0.5f, -2, 3}, {4});
+    x.set_requires_grad(true);
+    Tensor loss = smooth_l1_loss(x, zeros({4}), beta);
+    loss.backward();
+    return std::pair{loss.item(), x.grad()};
+  };
+  auto [l1, g1] = loss_and_grad(1.0);
+  EXPECT_NEAR(l1, 4.125 / 4, 1e-7);
+  expect_near(g1, {0, 0.5 / 4, -1.0 / 4, 1.0 / 4});  // d / beta inside, sign(d) outside, / n
+  // beta 2: 0, 0.5 * 0.25 / 2, 2 - 1 (|d| == beta counts as outside; both forms give 1), 3 - 1.
+  auto [l2, g2] = loss_and_grad(2.0);
+  EXPECT_NEAR(l2, (0.0625 + 1.0 + 2.0) / 4, 1e-7);
+  expect_near(g2, {0, 0.25 / 4, -1.0 / 4, 1.0 / 4});
+  // beta 0 is the L1 loss; its gradient at d == 0 is 0.
+  auto [l0, g0] = loss_and_grad(0.0);
+  EXPECT_NEAR(l0, 5.5 / 4, 1e-7);
+  expect_near(g0, {0, 0.25, -0.25, 0.25});
+  EXPECT_TRUE(std::isnan(smooth_l1_loss(zeros({0}), zeros({0})).item()));  // mean of nothing
+}
+
+TEST(SmoothL1Loss, Errors) {
+  expect_error([] { smooth_l1_loss(zeros({2}), zeros({2}), -0.5); },
+               "smooth_l1_loss: beta must be >= 0, got -0.5");
+  expect_error([] { smooth_l1_loss(zeros({2}), zeros({3})); },
+               "smooth_l1_loss: input shape [2] does not match target shape [3]");
+}
+
 TEST(Metrics, Argmax) {
   Tensor x = f32({1, 3, 3, 5, 2, 0}, {2, 3});
   // Row 0: 3 at indices 1 and 2, the lower wins; row 1: 5 at 0.

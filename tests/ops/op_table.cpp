@@ -4,9 +4,11 @@
 #include "ops/op_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
+#include "engine/autograd/grad_mode.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
@@ -14,6 +16,7 @@
 #include "engine/ops/dropout.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/flatten.h"
+#include "engine/ops/grad_clip.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/metrics.h"
@@ -655,6 +658,65 @@ OpEntry mse_loss_entry() {
   return e;
 }
 
+// (input, target) whose differences d have |d| in [0.05, 0.8 beta) or (1.2 beta, 2.5), random
+// signs: both sides of beta (every |d| >= 0.1 when beta == 0), each far from smooth_l1_loss's
+// kinks (d == +-beta, and d == 0 for the L1 loss) compared with the finite-difference step.
+V smooth_l1_pair(const Shape& shape, Generator& gen, double beta) {
+  const Tensor target = uniform(shape, gen, -2, 2);
+  const std::vector<double> u = rand(shape, gen, f64).to_vector<double>();
+  const std::vector<double> side = rand(shape, gen, f64).to_vector<double>();
+  const std::vector<double> sign = rand(shape, gen, f64).to_vector<double>();
+  Tensor input = target.clone();
+  double* x = input.data<double>();
+  for (size_t i = 0; i < u.size(); ++i) {
+    double d = beta == 0.0 ? 0.1 + 2.4 * u[i]
+               : side[i] < 0.5 ? 0.05 + (0.8 * beta - 0.05) * u[i]
+                               : 1.2 * beta + (2.5 - 1.2 * beta) * u[i];
+    x[i] += sign[i] < 0.5 ? -d : d;
+  }
+  return {input, target};
+}
+
+OpEntry smooth_l1_loss_entry() {
+  OpEntry e;
+  e.name = "smooth_l1_loss";
+  e.forward = [](const V& x) { return smooth_l1_loss(x[0], x[1]); };
+  e.half_tolerance_scale = 4;  // a mean over every element
+  e.samples = [] {
+    Generator gen(22);
+    auto with_beta = [](double beta) {
+      return [beta](const V& x) { return smooth_l1_loss(x[0], x[1], beta); };
+    };
+    return std::vector<OpSample>{
+        sample("[5] beta 1", smooth_l1_pair({5}, gen, 1.0)),
+        sample("[33, 10] beta 1", smooth_l1_pair({33, 10}, gen, 1.0)),
+        sample("[33, 10] beta 0.5", smooth_l1_pair({33, 10}, gen, 0.5), with_beta(0.5)),
+        sample("[2, 3, 4, 5] beta 0 (L1)", smooth_l1_pair({2, 3, 4, 5}, gen, 0.0), with_beta(0.0)),
+        sample("0-d beta 2", smooth_l1_pair({}, gen, 2.0), with_beta(2.0)),
+        model_shape("[1000, 7] (more values than partial sums)",
+                    smooth_l1_pair({1000, 7}, gen, 1.0)),
+        empty_batch("[0, 4]", smooth_l1_pair({0, 4}, gen, 1.0)),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad =
+        common_bad_inputs("smooth_l1_loss", {zeros({2, 3}), zeros({2, 3})});
+    bad.push_back({"shape mismatch", {zeros({2, 3}), zeros({3, 2})},
+                   "smooth_l1_loss: input shape [2, 3] does not match target shape [3, 2]"});
+    bad.push_back({"no broadcasting", {zeros({2, 3}), zeros({3})}, "does not match target shape"});
+    bad.push_back({"negative beta",
+                   {zeros({2, 3}), zeros({2, 3})},
+                   "smooth_l1_loss: beta must be >= 0, got -1",
+                   [](const V& x) { return smooth_l1_loss(x[0], x[1], -1.0); }});
+    bad.push_back({"NaN beta",
+                   {zeros({2, 3}), zeros({2, 3})},
+                   "smooth_l1_loss: beta must be >= 0, got nan",
+                   [](const V& x) { return smooth_l1_loss(x[0], x[1], NAN); }});
+    return bad;
+  };
+  return e;
+}
+
 // The bad targets of nll_loss and cross_entropy (inputs: [N, C] scores and i64 targets).
 std::vector<OpBadInput> class_target_bad_inputs(const std::string& op) {
   const Tensor x = zeros({2, 3}), t = from_vector<int64_t>({0, 2}, {2});
@@ -816,6 +878,7 @@ OpEntry matmul_out_entry() {
   e.name = "matmul_out";
   e.forward = matmul_out_fn(false, false);
   e.differentiable = false;
+  e.cpu_dtypes = {f32, f64};  // writes into a given tensor: no f32 route for the half types
   e.half_tolerance_scale = 4;
   e.samples = [] {
     Generator gen(24);
@@ -857,6 +920,7 @@ OpEntry orthonormalize_columns_entry() {
     return p;
   };
   e.differentiable = false;
+  e.cpu_dtypes = {f32, f64};
   e.cuda_dtypes = {f32, f64};
   e.samples = [] {
     Generator gen(25);
@@ -957,6 +1021,140 @@ OpEntry flatten_entry() {
 // ---- metrics.h: never differentiable; topk_correct and accuracy answer on the host ----
 
 Tensor scalar(double v) { return from_vector<double>({v}, {}); }
+
+// ---- grad_clip.h: total_norm, scale_by_clip_coef_, clamp_ (gradient clipping) ----
+
+OpFn norm_of_order(double p) {
+  return [p](const V& x) { return total_norm(x, p); };
+}
+
+OpEntry total_norm_entry() {
+  OpEntry e;
+  e.name = "total_norm";
+  e.cpu_dtypes = {f32, f64};  // gradients in place: no f32 route for the half types
+  e.forward = norm_of_order(2.0);
+  e.differentiable = false;
+  e.half_tolerance_scale = 4;  // rounds the f64 norm to the half type once, as the others
+  e.samples = [] {
+    Generator gen(29);
+    // The gradients of a Linear(33, 17) and a bias of 4097: several tensors, awkward sizes.
+    const V grads{uniform({17, 33}, gen), uniform({17}, gen), uniform({4097}, gen, -3, 3)};
+    const V with_empty{uniform({5, 3}, gen), uniform({0, 4}, gen), uniform({7}, gen)};
+    return std::vector<OpSample>{
+        sample("[33, 10]", {uniform({33, 10}, gen)}),
+        sample("three tensors", grads),
+        sample("three tensors p=1", grads, norm_of_order(1.0)),
+        sample("three tensors p=3", grads, norm_of_order(3.0)),
+        // Small: a 0.5-norm of many elements exceeds f16's range (inf, as PyTorch's would be).
+        sample("two small tensors p=0.5", {uniform({5}, gen), uniform({3}, gen)},
+               norm_of_order(0.5)),
+        sample("three tensors p=inf", grads, norm_of_order(INFINITY)),
+        sample("an empty tensor among them", with_empty),
+        sample("an empty tensor among them p=inf", with_empty, norm_of_order(INFINITY)),
+        sample("0-d", {uniform({}, gen)}),
+        model_shape("[100000] (more values than partial sums)", {uniform({100000}, gen)}),
+        empty_batch("[0, 4]", {uniform({0, 4}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("total_norm", {zeros({2, 3}), zeros({3})});
+    bad.push_back({"dtype mismatch", {zeros({3}), zeros({3}, f64)}, "total_norm: dtype mismatch"});
+    bad.push_back({"no tensors", {}, "total_norm: needs at least one tensor"});
+    for (double p : {0.0, -1.0, double(NAN)}) {
+      bad.push_back({"norm_type " + std::to_string(p),
+                     {zeros({3})},
+                     "total_norm: norm_type must be > 0 (or inf)",
+                     norm_of_order(p)});
+    }
+    return bad;
+  };
+  return e;
+}
+
+// An in-place op as a function: applied to a copy of x[0] (so the harness's inputs stay as they
+// were), or to x[0] itself when it is undefined, for the op's own error.
+OpFn on_a_copy(std::function<void(Tensor&, const V&)> op) {
+  return [op](const V& x) {
+    NoGradGuard no_grad;  // gradcheck hands in leaves that require grad
+    Tensor y = x[0].defined() ? x[0].clone() : x[0];
+    op(y, x);
+    return y;
+  };
+}
+
+OpFn clip_by(double max_norm) {
+  return on_a_copy([max_norm](Tensor& y, const V& x) { scale_by_clip_coef_(y, x[1], max_norm); });
+}
+
+OpEntry scale_by_clip_coef_entry() {
+  OpEntry e;
+  e.name = "scale_by_clip_coef_";
+  e.cpu_dtypes = {f32, f64};  // gradients in place: no f32 route for the half types
+  e.forward = clip_by(1.0);
+  e.differentiable = false;
+  e.samples = [] {
+    Generator gen(30);
+    const Tensor g = uniform({33, 10}, gen, -2, 2);
+    return std::vector<OpSample>{
+        sample("[33, 10] norm 4 max 1 (scaled by 1/4)", {g, constant({4.0})}),
+        sample("[33, 10] norm 0.5 max 1 (coefficient clamped to 1)", {g, constant({0.5})}),
+        sample("[4097] norm 3 max 0 (zeroed)", {uniform({4097}, gen), constant({3.0})}, clip_by(0)),
+        sample("0-d norm 2 max 1.5", {uniform({}, gen), constant({2.0})}, clip_by(1.5)),
+        sample("total_norm then scale (clip_grad_norm_)", {g, uniform({17}, gen)},
+               [](const V& x) {
+                 NoGradGuard no_grad;
+                 Tensor y = x[0].clone();
+                 const Tensor norm = total_norm({x[0], x[1]});
+                 return scale_by_clip_coef_(y, norm, 0.5);
+               }),
+        empty_batch("[0, 4]", {uniform({0, 4}, gen), constant({2.0})}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad =
+        common_bad_inputs("scale_by_clip_coef_", {zeros({2, 3}), full({1}, 1.0)});
+    bad.push_back({"norm of two elements",
+                   {zeros({2, 3}), zeros({2})},
+                   "scale_by_clip_coef_: total_norm must have one element, got [2]"});
+    bad.push_back({"negative max_norm",
+                   {zeros({2, 3}), full({1}, 1.0)},
+                   "scale_by_clip_coef_: max_norm must be >= 0, got -1",
+                   clip_by(-1)});
+    bad.push_back({"dtype mismatch", {zeros({3}), zeros({1}, f64)}, "dtype mismatch"});
+    return bad;
+  };
+  return e;
+}
+
+OpFn clamp_to(double lo, double hi) {
+  return on_a_copy([lo, hi](Tensor& y, const V&) { clamp_(y, lo, hi); });
+}
+
+OpEntry clamp_entry() {
+  OpEntry e;
+  e.name = "clamp_";
+  e.cpu_dtypes = {f32, f64};  // gradients in place: no f32 route for the half types
+  e.forward = clamp_to(-0.5, 0.5);
+  e.differentiable = false;
+  e.samples = [] {
+    Generator gen(31);
+    return std::vector<OpSample>{
+        sample("[33, 10] [-0.5, 0.5]", {uniform({33, 10}, gen)}),
+        sample("[4097] [-2, 0.25]", {uniform({4097}, gen, -3, 3)}, clamp_to(-2, 0.25)),
+        sample("[7] [0, 0]", {uniform({7}, gen)}, clamp_to(0, 0)),
+        sample("[5] [-inf, 0.1]", {uniform({5}, gen)}, clamp_to(-INFINITY, 0.1)),
+        empty_batch("[0, 4]", {uniform({0, 4}, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    std::vector<OpBadInput> bad = common_bad_inputs("clamp_", {zeros({2, 3})});
+    bad.push_back({"min > max", {zeros({3})}, "clamp_: needs min <= max (neither NaN), got min 1 "
+                   "and max -1", clamp_to(1, -1)});
+    bad.push_back({"NaN bound", {zeros({3})}, "clamp_: needs min <= max", clamp_to(NAN, 1)});
+    return bad;
+  };
+  return e;
+}
 
 OpEntry argmax_entry() {
   OpEntry e;
@@ -1084,9 +1282,13 @@ std::vector<OpEntry> build_table() {
   t.push_back(sync_batch_norm_entry());
   t.push_back(dropout_entry());
   t.push_back(flatten_entry());
+  t.push_back(total_norm_entry());
+  t.push_back(scale_by_clip_coef_entry());
+  t.push_back(clamp_entry());
   t.push_back(softmax_entry("softmax", softmax, 18));
   t.push_back(softmax_entry("log_softmax", log_softmax, 19));
   t.push_back(mse_loss_entry());
+  t.push_back(smooth_l1_loss_entry());
   t.push_back(nll_loss_entry());
   t.push_back(cross_entropy_entry());
   t.push_back(argmax_entry());

@@ -39,7 +39,9 @@ struct OpEntry {
   std::string name;  // the engine function's name
   OpFn forward;
   bool differentiable = true;
-  std::vector<DType> cpu_dtypes = {DType::f32, DType::f64};
+  // f16 and bf16 on the CPU compute in f32 through conversions (engine/ops/autocast_policy.h)
+  // and are checked against f32 as the CUDA half types are.
+  std::vector<DType> cpu_dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
   std::vector<DType> cuda_dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
   std::function<std::vector<OpSample>()> samples;
   std::function<std::vector<OpBadInput>()> bad_inputs;

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "device/device_test_util.h"
+#include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
 #include "support/errors.h"
 #include "support/gradcheck.h"
@@ -101,6 +103,110 @@ V bad_inputs_on(const OpBadInput& b, Device device) {
 
 std::string name_of(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
+// Every sample of e in `dtype` on `device` against the CPU: the output, every gradient and every
+// input after the call (running statistics) within tolerance_for(dtype) (device_test_util.h). The
+// half types run against the CPU in f32 on the same rounded inputs and upstream gradient, with the
+// entry's half_tolerance_scale.
+void expect_matches_cpu(const OpEntry& e, DType dtype, Device device) {
+  const bool half = is_half(dtype);
+  Tolerance tol = tolerance_for(dtype);
+  if (half) tol = {tol.atol * e.half_tolerance_scale, tol.rtol * e.half_tolerance_scale};
+  for (const OpSample& original : e.samples()) {
+    SCOPED_TRACE(original.name + " in " + dtype_name(dtype) + " on " + device.str());
+    // The half types: both runs start from the inputs rounded to the half type.
+    OpSample s = original;
+    if (half)
+      for (Tensor& t : s.inputs)
+        if (t.defined() && is_floating(t.dtype())) t = t.to(dtype).to(DType::f64);
+    Tensor upstream;
+    const OpRun dev_probe = run(e, s, dtype, device, upstream);
+    if (half && upstream.defined()) upstream = upstream.to(dtype).to(DType::f64);
+    const OpRun dev = run(e, s, dtype, device, upstream);
+    const OpRun cpu = run(e, s, half ? DType::f32 : dtype, Device::cpu(), upstream);
+    if (!e.host_result) {
+      EXPECT_TRUE(dev.out.device() == device) << "the output is on " << dev.out.device().str();
+    }
+    EXPECT_EQ(dev.out.dtype(),
+              is_floating(cpu.out.dtype()) && !e.host_result ? dtype : cpu.out.dtype());
+    expect_close(dev.out, cpu.out, tol.atol, tol.rtol, "forward");
+    for (size_t i = 0; i < cpu.grads.size(); ++i) {
+      ASSERT_EQ(dev.grads[i].defined(), cpu.grads[i].defined()) << "gradient of input " << i;
+      if (!cpu.grads[i].defined()) continue;
+      EXPECT_TRUE(dev.grads[i].device() == device) << "gradient of input " << i;
+      EXPECT_EQ(dev.grads[i].dtype(), dtype) << "gradient of input " << i;
+      expect_close(dev.grads[i], cpu.grads[i], tol.atol, tol.rtol,
+                   "gradient of input " + std::to_string(i));
+    }
+    for (size_t i = 0; i < cpu.inputs.size(); ++i) {
+      if (cpu.inputs[i].defined() && !cpu.inputs[i].requires_grad())
+        expect_close(dev.inputs[i], cpu.inputs[i], tol.atol, tol.rtol,
+                     "input " + std::to_string(i) + " after the call");
+    }
+  }
+}
+
+// PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp, CUDA), by the names of ringgrad's
+// ops: cross_entropy is PyTorch's cross_entropy_loss. An op on neither list follows its inputs:
+// floating inputs of one dtype give that dtype, mixed ones the wider (type promotion).
+const std::set<std::string> kPytorchLowerPrecision = {"conv2d", "linear", "matmul"};
+const std::set<std::string> kPytorchF32 = {
+    "softmax",        "log_softmax", "nll_loss", "cross_entropy", "mse_loss",
+    "smooth_l1_loss", "sum",         "exp",      "log",           "pow"};
+
+// The entry's first sample under AutocastGuard(device, low): the dtype its output has for f32 and
+// for `low` inputs, and f32 for a mixed f32/low pair; gradients reach every input in its own dtype.
+void expect_autocast_dtypes(const OpEntry& e, Device device, DType low) {
+  const OpSample s = e.samples().front();
+  const auto forward = [&](DType in_dtype, bool mixed) {
+    V in = prepare(s, in_dtype, device, e.differentiable);
+    if (mixed) {  // the first floating input f32, the others `low`
+      for (Tensor& t : in)
+        if (is_floating(t.dtype())) {
+          const bool grad = t.requires_grad();
+          t = t.detach().to(DType::f32);
+          t.set_requires_grad(grad);
+          break;
+        }
+    }
+    Tensor out;
+    {
+      const AutocastGuard autocast(device, low);
+      out = forward_of(e, s)(in);
+    }
+    if (out.requires_grad()) sum(out.to(DType::f64)).backward();
+    for (const Tensor& t : in) {
+      if (t.requires_grad() && t.grad().defined()) {
+        EXPECT_EQ(t.grad().dtype(), t.dtype())
+            << "gradient of a " << dtype_name(t.dtype()) << " input";
+        (void)t.grad().to(Device::cpu());  // waits for the device (nothing left queued at exit)
+      }
+    }
+    (void)out.to(Device::cpu());
+    return out;
+  };
+  int floating_inputs = 0;
+  for (const Tensor& t : s.inputs) floating_inputs += t.defined() && is_floating(t.dtype());
+  const Tensor from_f32 = forward(DType::f32, false);
+  if (!is_floating(from_f32.dtype()) || e.host_result) return;  // indices, counts
+  const Tensor from_low = forward(low, false);
+  const std::string what =
+      e.name + " under autocast(" + device.str() + ", " + dtype_name(low) + ")";
+  if (kPytorchLowerPrecision.count(e.name)) {
+    EXPECT_EQ(from_f32.dtype(), low) << what << " from f32 inputs";
+    EXPECT_EQ(from_low.dtype(), low) << what << " from " << dtype_name(low) << " inputs";
+  } else if (kPytorchF32.count(e.name)) {
+    EXPECT_EQ(from_f32.dtype(), DType::f32) << what << " from f32 inputs";
+    EXPECT_EQ(from_low.dtype(), DType::f32) << what << " from " << dtype_name(low) << " inputs";
+  } else {
+    EXPECT_EQ(from_f32.dtype(), DType::f32) << what << " from f32 inputs";
+    EXPECT_EQ(from_low.dtype(), low) << what << " from " << dtype_name(low) << " inputs";
+    if (floating_inputs == 2) {
+      EXPECT_EQ(forward(low, true).dtype(), DType::f32)
+          << what << " from f32 and " << dtype_name(low);
+    }
+  }
+}
+
 #ifndef RG_OP_TABLE_DEVICE
 
 // ---- CPU: label gradcheck ----
@@ -178,6 +284,26 @@ TEST_P(OpTable, EmptyBatchWorksOrIsAClearError) {
   EXPECT_GT(declared, 0) << e.name << " has no empty-batch sample or bad input";
 }
 
+// f16 and bf16 on the CPU (f32 compute through conversions) against f32 on the same rounded inputs.
+TEST_P(OpTable, HalfTypesMatchF32) {
+  const OpEntry& e = op_entry(GetParam());
+  int tested = 0;
+  for (DType dtype : e.cpu_dtypes) {
+    if (!is_half(dtype)) continue;
+    expect_matches_cpu(e, dtype, Device::cpu());
+    ++tested;
+  }
+  if (tested == 0) GTEST_SKIP() << e.name << " has no f16/bf16 on the CPU";
+}
+
+// Under autocast each op runs in the dtype PyTorch's lists give it (expect_autocast_dtypes).
+TEST_P(OpTable, AutocastFollowsPytorchsLists) {
+  const OpEntry& e = op_entry(GetParam());
+  if (std::count(e.cpu_dtypes.begin(), e.cpu_dtypes.end(), DType::bf16) == 0)
+    GTEST_SKIP() << e.name << " writes into given tensors: not an autocast op, as in PyTorch";
+  for (DType low : {DType::bf16, DType::f16}) expect_autocast_dtypes(e, Device::cpu(), low);
+}
+
 TEST_P(OpTable, BadInputsAreClearErrors) {
   const OpEntry& e = op_entry(GetParam());
   for (const OpBadInput& b : e.bad_inputs()) {
@@ -207,52 +333,17 @@ class OpTableDevice : public ::testing::TestWithParam<DeviceParam> {
   }
 };
 
-// Every sample on CUDA against the CPU: the output, every gradient and every input after the call
-// (running statistics) within tolerance_for(dtype) (device_test_util.h). The half types run
-// against the CPU in f32 on the same rounded inputs and upstream gradient, with the entry's
-// half_tolerance_scale. A dtype the entry does not support on CUDA is a clear error.
+// Every sample on CUDA against the CPU (expect_matches_cpu). A dtype the entry does not support on
+// CUDA is a clear error.
 TEST_P(OpTableDevice, MatchesTheCpu) {
   const OpEntry& e = entry();
-  const bool half = dtype() == DType::f16 || dtype() == DType::bf16;
   if (!supported()) {
     const OpSample s = e.samples().front();
     EXPECT_FALSE(error_of([&] { forward_of(e, s)(prepare(s, dtype(), kCuda, false)); }).empty())
         << e.name << " in " << dtype_name(dtype()) << " on CUDA: expected an rg::Error";
     return;
   }
-  Tolerance tol = tolerance_for(dtype());
-  if (half) tol = {tol.atol * e.half_tolerance_scale, tol.rtol * e.half_tolerance_scale};
-  for (const OpSample& original : e.samples()) {
-    SCOPED_TRACE(original.name);
-    // The half types: both devices start from the inputs rounded to the half type.
-    OpSample s = original;
-    if (half)
-      for (Tensor& t : s.inputs)
-        if (t.defined() && is_floating(t.dtype())) t = t.to(dtype()).to(DType::f64);
-    Tensor upstream;
-    const OpRun dev_probe = run(e, s, dtype(), kCuda, upstream);
-    if (half && upstream.defined()) upstream = upstream.to(dtype()).to(DType::f64);
-    const OpRun dev = run(e, s, dtype(), kCuda, upstream);
-    const OpRun cpu = run(e, s, half ? DType::f32 : dtype(), Device::cpu(), upstream);
-    if (!e.host_result) {
-      EXPECT_TRUE(dev.out.device().is_cuda()) << "the output is on " << dev.out.device().str();
-    }
-    EXPECT_EQ(dev.out.dtype(),
-              is_floating(cpu.out.dtype()) && !e.host_result ? dtype() : cpu.out.dtype());
-    expect_close(dev.out, cpu.out, tol.atol, tol.rtol, "forward");
-    for (size_t i = 0; i < cpu.grads.size(); ++i) {
-      ASSERT_EQ(dev.grads[i].defined(), cpu.grads[i].defined()) << "gradient of input " << i;
-      if (!cpu.grads[i].defined()) continue;
-      EXPECT_TRUE(dev.grads[i].device().is_cuda()) << "gradient of input " << i;
-      expect_close(dev.grads[i], cpu.grads[i], tol.atol, tol.rtol,
-                   "gradient of input " + std::to_string(i));
-    }
-    for (size_t i = 0; i < cpu.inputs.size(); ++i) {
-      if (cpu.inputs[i].defined() && !cpu.inputs[i].requires_grad())
-        expect_close(dev.inputs[i], cpu.inputs[i], tol.atol, tol.rtol,
-                     "input " + std::to_string(i) + " after the call");
-    }
-  }
+  expect_matches_cpu(e, dtype(), kCuda);
 }
 
 // Every sample twice on the device: the same bits.
@@ -294,6 +385,24 @@ TEST_P(OpTableDeviceErrors, BadInputsAreTheCpusErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTableDeviceErrors, ::testing::ValuesIn(op_names()), name_of);
+
+class OpTableDeviceAutocast : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { RG_REQUIRE_DEVICE(); }
+};
+
+// Under autocast on CUDA each op runs in the dtype PyTorch's lists give it.
+TEST_P(OpTableDeviceAutocast, FollowsPytorchsLists) {
+  const OpEntry& e = op_entry(GetParam());
+  if (std::count(e.cpu_dtypes.begin(), e.cpu_dtypes.end(), DType::bf16) == 0)
+    GTEST_SKIP() << e.name << " writes into given tensors: not an autocast op, as in PyTorch";
+  for (DType low : {DType::bf16, DType::f16}) {
+    if (std::count(e.cuda_dtypes.begin(), e.cuda_dtypes.end(), low) == 0) continue;
+    expect_autocast_dtypes(e, kCuda, low);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTableDeviceAutocast, ::testing::ValuesIn(op_names()), name_of);
 
 #endif  // RG_OP_TABLE_DEVICE
 

@@ -1,0 +1,31 @@
+# ringgrad-train's usage errors for the flags of --loss, gradient clipping and early stopping: each
+# bad value or combination must exit with 2 and say what is wrong on stderr, before any training.
+# Run by ctest (app.train_usage_errors) with -DTRAIN=<ringgrad-train>. A case is
+# "ARG,ARG,...|expected fragment of stderr".
+set(cases
+  "--clip-grad-norm,-1|--clip-grad-norm must be >= 0"
+  "--clip-grad-norm,nan|--clip-grad-norm must be >= 0 (0: off)"
+  "--clip-grad-value,-0.5|--clip-grad-value must be >= 0"
+  "--clip-grad-value,nan|--clip-grad-value must be >= 0"
+  "--clip-grad-norm,1,--clip-grad-value,1|cannot be combined"
+  "--loss,hinge|--loss: hinge not in"
+  "--loss,mse,--label-smoothing,0.1|--label-smoothing applies to --loss cross-entropy only"
+  "--loss,smooth-l1,--label-smoothing,0.1|--label-smoothing applies to --loss cross-entropy only"
+  "--early-stop-patience,-1|--early-stop-patience must be >= 0"
+  "--early-stop-patience,x|--early-stop-patience"
+  "--early-stop-patience,2,--eval-every,0|--eval-every must be 1"
+  "--early-stop-metric,top5|--early-stop-metric: top5 not in")
+foreach(case IN LISTS cases)
+  string(REPLACE "|" ";" parts "${case}")
+  list(POP_BACK parts fragment)
+  string(REPLACE "," ";" args "${parts}")
+  execute_process(COMMAND ${TRAIN} --dataset synthetic --model mlp ${args}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  string(FIND "${err}" "${fragment}" at)
+  string(REPLACE ";" " " shown "${args}")
+  if(NOT rc EQUAL 2 OR at EQUAL -1)
+    message(FATAL_ERROR "ringgrad-train ${shown}: exit ${rc}, expected 2 with '${fragment}'; "
+      "stderr: ${err}")
+  endif()
+  message(STATUS "ringgrad-train ${shown}: exit 2, '${fragment}'")
+endforeach()
