@@ -121,6 +121,22 @@ TEST_F(SyncBatchNormModule, TrainingWithReplicasCommunicatesAndEvalDoesNot) {
   EXPECT_EQ(two->calls, 2);
 }
 
+// Under autocast a BatchNorm2d sees half activations with its f32 parameters and statistics: the
+// synchronized layer computes in f32 and answers in the activations' dtype, as batch_norm does.
+TEST_F(SyncBatchNormModule, HalfActivationsWithF32ParametersRunInF32) {
+  auto two = std::make_shared<FakeCollectives>(2);  // both replicas hold this batch
+  SyncBatchNorm layer(4, 1e-5, 0.1, two);
+  BatchNorm2d plain(4);
+  Generator gen(7);
+  for (DType half : {DType::bf16, DType::f16}) {
+    const Tensor x = randn({3, 4, 2, 2}, gen).to(half);
+    const Tensor y = layer.forward(x), expected = plain.forward(x);
+    EXPECT_EQ(y.dtype(), half);
+    EXPECT_EQ(y.to(DType::f32).to_vector<float>(), expected.to(DType::f32).to_vector<float>());
+  }
+  EXPECT_EQ(two->calls, 2);  // one all_gather per forward, in f32
+}
+
 TEST_F(SyncBatchNormModule, TakesTwoDimensionalInputsAsPyTorchs) {
   SyncBatchNorm layer(4);
   Generator gen(5);
