@@ -281,6 +281,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       {"clip_grad", fmt::format("norm={} value={}", c.clip_grad_norm, c.clip_grad_value)},
       {"comm_hook", c.comm_hook},
       {"amp", c.amp},
+      {"sync_bn", c.sync_bn ? "1" : "0"},
       {"steps_per_epoch", std::to_string(steps_per_epoch)}};
   int first_epoch = 1;
   int64_t step = 0;
@@ -295,8 +296,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     const auto check_run = [&](const nn::Metadata& saved) {
       const std::string where = "--resume " + c.resume_path;
       // Keys added after the first checkpoints: one that is missing was the default.
-      const std::map<std::string, std::string> added_later = {{"loss", "cross-entropy"},
-                                                              {"clip_grad", "norm=0 value=0"}};
+      const std::map<std::string, std::string> added_later = {
+          {"loss", "cross-entropy"}, {"clip_grad", "norm=0 value=0"}, {"sync_bn", "0"}};
       for (const auto& [key, value] : run_shape) {
         const auto it = saved.find("run." + key);
         const auto later = added_later.find(key);

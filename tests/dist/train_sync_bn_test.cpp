@@ -14,6 +14,7 @@
 #include "layers/checkpoint.h"
 #include "layers/models/registry.h"
 #include "support/cifar_files.h"
+#include "support/errors.h"
 #include "support/scratch_dir.h"
 
 namespace rg::app {
@@ -92,6 +93,22 @@ TEST_F(TrainSyncBn, OneProcessIsPlainBatchNorm) {
   EXPECT_EQ(r.total_steps, 1);
   EXPECT_NE(out.str().find("--sync-bn with one process: plain batch norm"), std::string::npos)
       << out.str();
+}
+
+// --sync-bn is part of the run's shape: a checkpoint of a --sync-bn run does not resume without it.
+TEST_F(TrainSyncBn, ResumingWithoutSyncBnIsRefused) {
+  if (world() != 1) GTEST_SKIP() << "runs as a single process";
+  std::ostringstream out;
+  TrainConfig c = config("resnet18");
+  c.epochs = 2;
+  c.max_steps = 5;  // the first epoch (20 samples in batches of 4), checkpointed
+  c.checkpoint_path = (dir_ / "model.safetensors").string();
+  train(c, out);
+  c.resume_path = c.checkpoint_path;
+  c.max_steps = -1;
+  c.sync_bn = false;
+  testing::expect_error([&] { train(c, out); },
+                        "the checkpoint's sync_bn is '1', this run's is '0'");
 }
 
 // Writes the small CIFAR-10 set into $RG_SYNC_BN_CIFAR_DIR for the ringgrad-train binary's test
