@@ -134,6 +134,8 @@ int main(int argc, char** argv) {
   app.add_flag("--eval-on-rank0", c.eval_on_rank0,
                "DDP: rank 0 evaluates the whole test set while the others wait (default: each "
                "rank its shard, sums all-reduced)");
+  app.add_flag("--sync-bn", c.sync_bn,
+               "SyncBatchNorm: batch norm statistics over every rank's batch");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -13,8 +13,10 @@
 #include "comm/prefix_store.h"
 #include "comm/process_group_gloo.h"
 #include "comm/process_group_nccl.h"
+#include "comm/sync_batch_norm.h"
 #include "comm/tcp_store.h"
 #include "kernels/error.h"
+#include "layers/sync_batch_norm.h"
 
 namespace rg::dist {
 namespace {
@@ -170,6 +172,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch,
   }
   s.group = make_process_group(options.backend, store, env.rank, env.world_size, group);
   s.store = store;
+  // SyncBatchNorm layers without a group of their own use this one, as PyTorch's group.WORLD.
+  nn::set_default_batch_norm_collectives(
+      std::make_shared<ProcessGroupBatchNormCollectives>(s.group));
   return s.group;
 }
 
@@ -211,6 +216,7 @@ void destroy_process_group() {
       // The host is gone already: nothing left to tell.
     }
   }
+  nn::set_default_batch_norm_collectives(nullptr);
   s.group.reset();
   s.store.reset();
   s.server.reset();

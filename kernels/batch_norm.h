@@ -42,6 +42,18 @@ struct BatchNorm {
   static void backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                        const double* mean, const double* invstd, const T* weight, bool batch_stats,
                        T* gx, T* gweight, T* gbias, Ctx ctx);
+  // The backward in two halves, for a batch norm whose statistics span several arrays (processes,
+  // SyncBatchNorm): this array's per-channel sums[ch] = sum(gy) and sums[c + ch] = sum(gy * xhat)
+  // (f64, 2 * c values), which the caller may add up across arrays, ...
+  template <class T>
+  static void backward_reduce(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                              const double* mean, const double* invstd, double* sums, Ctx ctx);
+  // ... then gx from sums over `count` values per channel: backward's training-mode formula with
+  // m = count and the given sums in place of this array's.
+  template <class T>
+  static void backward_elemt(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                             const double* mean, const double* invstd, const T* weight,
+                             const double* sums, int64_t count, T* gx, Ctx ctx);
 };
 
 namespace detail {

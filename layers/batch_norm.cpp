@@ -1,10 +1,13 @@
-// BatchNorm2d module: running statistics are buffers, updated by the op in training mode.
+// BatchNorm2d module: running statistics are buffers, updated by the op in training mode;
+// synchronized, the op is sync_batch_norm (as torch.nn.SyncBatchNorm.forward decides).
 #include "layers/batch_norm.h"
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/factory.h"
+#include "engine/ops/sync_batch_norm.h"
 #include "kernels/error.h"
+#include "layers/sync_batch_norm.h"
 
 namespace rg::nn {
 
@@ -19,13 +22,29 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
 }
 
 Tensor BatchNorm2d::forward_impl(const Tensor& x) {
-  RG_CHECK(x.dim() == 4 && x.size(1) == features_, "BatchNorm2d(", features_,
-           "): expected input [N, ", features_, ", H, W], got ", shape_str(x.shape()));
+  // SyncBatchNorm, as PyTorch's, also takes [N, C] inputs.
+  RG_CHECK((x.dim() == 4 || (sync_ && x.dim() == 2)) && x.size(1) == features_, type_name(), "(",
+           features_, "): expected input [N, ", features_, ", H, W]", sync_ ? " or [N, C]" : "",
+           ", got ", shape_str(x.shape()));
   if (is_training()) {
     NoGradGuard no_grad;
     Tensor(num_batches_tracked).fill_(num_batches_tracked.item() + 1);
   }
+  if (sync_ && is_training()) {
+    // PyTorch's rule: synchronize only in training, with more than one replica; otherwise (no
+    // process group, world size 1, eval mode) this is plain batch norm.
+    const auto collectives = collectives_ ? collectives_ : default_batch_norm_collectives();
+    if (collectives && collectives->size() > 1) {
+      return sync_batch_norm(x, running_mean, running_var, weight, bias, momentum_, eps_,
+                             collectives);
+    }
+  }
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_);
+}
+
+void BatchNorm2d::synchronize(std::shared_ptr<BatchNormCollectives> collectives) {
+  sync_ = true;
+  collectives_ = std::move(collectives);
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -1,17 +1,29 @@
 // BatchNorm2d with torchvision's parameter and buffer names (weight, bias, running_mean,
-// running_var, num_batches_tracked) and PyTorch's momentum/eps defaults.
+// running_var, num_batches_tracked) and PyTorch's momentum/eps defaults; synchronized across
+// processes, it is SyncBatchNorm (layers/sync_batch_norm.h).
 #pragma once
 
+#include <memory>
+
+#include "engine/ops/sync_batch_norm.h"
 #include "layers/module.h"
 
 namespace rg::nn {
 
-class BatchNorm2d final : public Module {
+class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   Tensor forward_impl(const Tensor& x) override;
-  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string type_name() const override { return sync_ ? "SyncBatchNorm" : "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+  // Makes this layer a SyncBatchNorm in place (convert_sync_batchnorm): in training, statistics
+  // over every replica's batch through `collectives`, or, when null, the default ones
+  // (default_batch_norm_collectives(), set by dist::init_process_group). In place because a
+  // C++ parent calls its children through typed members (ResNet's bn1_), which a replacement
+  // object would not reach; parameters, buffers and names stay as they are.
+  void synchronize(std::shared_ptr<BatchNormCollectives> collectives = nullptr);
+  bool synchronized() const { return sync_; }
 
  protected:
   std::string extra_repr() const override;
@@ -19,6 +31,8 @@ class BatchNorm2d final : public Module {
  private:
   int64_t features_;
   double eps_, momentum_;
+  bool sync_ = false;
+  std::shared_ptr<BatchNormCollectives> collectives_;
 };
 
 }  // namespace rg::nn

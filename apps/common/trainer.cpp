@@ -22,6 +22,7 @@
 
 #include "comm/ddp.h"
 #include "comm/init.h"
+#include "comm/sync_batch_norm.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
 #include "engine/autocast.h"
@@ -354,6 +355,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       {"clip_grad", fmt::format("norm={} value={}", c.clip_grad_norm, c.clip_grad_value)},
       {"comm_hook", c.comm_hook},
       {"amp", c.amp},
+      {"sync_bn", c.sync_bn ? "1" : "0"},
       {"steps_per_epoch", std::to_string(steps_per_epoch)}};
   int first_epoch = 1;
   int64_t step = 0;
@@ -377,8 +379,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     const auto check_run = [&](const nn::Metadata& saved) {
       const std::string where = (from_snapshot ? "--snapshot " : "--resume ") + resume_from;
       // Keys added after the first checkpoints: one that is missing was the default.
-      const std::map<std::string, std::string> added_later = {{"loss", "cross-entropy"},
-                                                              {"clip_grad", "norm=0 value=0"}};
+      const std::map<std::string, std::string> added_later = {
+          {"loss", "cross-entropy"}, {"clip_grad", "norm=0 value=0"}, {"sync_bn", "0"}};
       for (const auto& [key, value] : run_shape) {
         const auto it = saved.find("run." + key);
         const auto later = added_later.find(key);
@@ -437,6 +439,23 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     } else {
       out << fmt::format("ringgrad-train: resumed from {} after epoch {} (step {})\n", resume_from,
                          first_epoch - 1, step);
+    }
+  }
+  if (c.sync_bn) {
+    // Before DDP wraps the model, as torch.nn.SyncBatchNorm.convert_sync_batchnorm; its
+    // collectives run on DDP's group, in issue order with the buckets' all-reduces.
+    if (!pg) {
+      out << "ringgrad-train: --sync-bn with one process: plain batch norm\n";
+    } else if (const int64_t n = dist::convert_sync_batchnorm(*model, pg); n == 0) {
+      out << fmt::format(
+          "ringgrad-train: warning: --sync-bn: model {} has no batch norm, nothing "
+          "to synchronize\n",
+          c.model);
+    } else {
+      out << fmt::format(
+          "ringgrad-train: --sync-bn: {} batch norm layers synchronized over {} "
+          "ranks\n",
+          n, world);
     }
   }
   std::unique_ptr<dist::DistributedDataParallel> ddp;

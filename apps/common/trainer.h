@@ -54,6 +54,9 @@ struct TrainConfig {
   int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  // Every BatchNorm2d becomes a SyncBatchNorm over the DDP group (statistics of the global
+  // batch); with one process it stays plain batch norm, a model without one is left alone.
+  bool sync_bn = false;
 
   // Checkpoints (layers/checkpoint.h): rank 0 saves model, optimizer and dropout RNG state at
   // the end of every complete epoch; resuming continues with the next epoch and reproduces the

@@ -28,11 +28,12 @@ using autograd::SavedTensor;
 
 namespace {
 
-void check_channel_tensor(const Tensor& t, const char* name, const Tensor& x, int64_t c) {
+void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x,
+                          int64_t c) {
   if (!t.defined()) return;
-  check_inputs("batch_norm", {x, t});
-  RG_CHECK(t.dim() == 1 && t.size(0) == c, "batch_norm: ", name, " has shape ",
-           shape_str(t.shape()), " but input ", shape_str(x.shape()), " has ", c, " channels");
+  check_inputs(op, {x, t});
+  RG_CHECK(t.dim() == 1 && t.size(0) == c, op, ": ", name, " has shape ", shape_str(t.shape()),
+           " but input ", shape_str(x.shape()), " has ", c, " channels");
 }
 
 // The backward's outputs dx, dweight, dbias: uninitialized where wanted, undefined otherwise.
@@ -174,42 +175,64 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
-  const char* op = "batch_norm";
+namespace detail {
+
+std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& weight, const Tensor& bias, double eps) {
   check_inputs(op, {x});
-  // f16/bf16 activations with f32 parameters and statistics (a BatchNorm2d under autocast, as in
-  // PyTorch), and f16/bf16 on the CPU: computed in f32, the result in x's dtype. Statistics that
-  // are themselves half are updated in place through f32 copies.
-  const auto is_f32 = [](const Tensor& t) { return t.defined() && t.dtype() == DType::f32; };
-  const bool mixed =
-      is_half(x.dtype()) && (is_f32(running_mean) || is_f32(weight) || is_f32(bias));
-  if (mixed || cpu_half_inputs({x, running_mean, running_var, weight, bias})) {
-    const Tensor rm = half_to_f32(running_mean), rv = half_to_f32(running_var);
-    Tensor out = batch_norm(half_to_f32(x), rm, rv, half_to_f32(weight), half_to_f32(bias),
-                            training, momentum, eps)
-                     .to(x.dtype());
-    if (training && rm.defined() && !rm.is_same(running_mean)) {
-      const NoGradGuard no_grad;
-      Tensor(running_mean).copy_(rm);
-      Tensor(running_var).copy_(rv);
-    }
-    return out;
-  }
   RG_CHECK(x.dim() == 2 || x.dim() == 4, op,
            ": expected a 2-d [N, C] or 4-d [N, C, H, W] input, got shape ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
-  check_channel_tensor(running_mean, "running_mean", x, c);
-  check_channel_tensor(running_var, "running_var", x, c);
-  check_channel_tensor(weight, "weight", x, c);
-  check_channel_tensor(bias, "bias", x, c);
+  check_channel_tensor(op, running_mean, "running_mean", x, c);
+  check_channel_tensor(op, running_var, "running_var", x, c);
+  check_channel_tensor(op, weight, "weight", x, c);
+  check_channel_tensor(op, bias, "bias", x, c);
   RG_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
   RG_CHECK(running_mean.defined() == running_var.defined(), op,
            ": running_mean and running_var must both be defined or both undefined");
   RG_CHECK(
       !(running_mean.defined() && (running_mean.requires_grad() || running_var.requires_grad())),
       op, ": running_mean/running_var are statistics updated in place and must not require grad");
+  return {n, c, hw};
+}
+
+std::optional<Tensor> batch_norm_through_f32(const Tensor& x, const Tensor& running_mean,
+                                             const Tensor& running_var, const Tensor& weight,
+                                             const Tensor& bias, bool training,
+                                             const BatchNormFn& f32_op) {
+  // f16/bf16 activations with f32 parameters and statistics (a BatchNorm2d under autocast, as in
+  // PyTorch), and f16/bf16 on the CPU: computed in f32, the result in x's dtype. Statistics that
+  // are themselves half are updated in place through f32 copies.
+  const auto is_f32 = [](const Tensor& t) { return t.defined() && t.dtype() == DType::f32; };
+  const bool mixed =
+      is_half(x.dtype()) && (is_f32(running_mean) || is_f32(weight) || is_f32(bias));
+  if (!mixed && !cpu_half_inputs({x, running_mean, running_var, weight, bias})) return std::nullopt;
+  const Tensor rm = half_to_f32(running_mean), rv = half_to_f32(running_var);
+  Tensor out = f32_op(half_to_f32(x), rm, rv, half_to_f32(weight), half_to_f32(bias)).to(x.dtype());
+  if (training && rm.defined() && !rm.is_same(running_mean)) {
+    const NoGradGuard no_grad;
+    Tensor(running_mean).copy_(rm);
+    Tensor(running_var).copy_(rv);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  const char* op = "batch_norm";
+  check_inputs(op, {x});
+  if (auto out = detail::batch_norm_through_f32(
+          x, running_mean, running_var, weight, bias, training,
+          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+              const Tensor& b) { return batch_norm(x32, rm, rv, w, b, training, momentum, eps); })) {
+    return *out;
+  }
+  const auto [n, c, hw] =
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
   const int64_t count = n * hw;
   if (training) {
     RG_CHECK(count > 1, op, ": expected more than 1 value per channel when training, got input ",

@@ -2,6 +2,10 @@
 // PyTorch's semantics (F.batch_norm).
 #pragma once
 
+#include <array>
+#include <functional>
+#include <optional>
+
 #include "engine/tensor.h"
 
 namespace rg {
@@ -14,5 +18,23 @@ namespace rg {
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
+
+namespace detail {
+// batch_norm's argument checks, shared with sync_batch_norm (op names the op in the errors):
+// returns the [n, c, hw] view of x.
+std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& weight, const Tensor& bias, double eps);
+// f16/bf16 activations with f32 parameters or statistics (autocast), and f16/bf16 on the CPU:
+// f32_op(x, running_mean, running_var, weight, bias) on f32 copies, its result in x's dtype, half
+// running statistics updated in place from their f32 copies (training). nullopt otherwise: the
+// kernels take the inputs as they are.
+using BatchNormFn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&)>;
+std::optional<Tensor> batch_norm_through_f32(const Tensor& x, const Tensor& running_mean,
+                                             const Tensor& running_var, const Tensor& weight,
+                                             const Tensor& bias, bool training,
+                                             const BatchNormFn& f32_op);
+}  // namespace detail
 
 }  // namespace rg

@@ -255,6 +255,12 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
            shape_str(b.shape()), " differ");
   RG_CHECK(!autograd::needs_grad({a}),
            "add_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
+  if (cpu_half_inputs({a, b})) {  // CPU f16/bf16: in f32, rounded back into a
+    Tensor a32 = a.to(DType::f32);
+    add_(a32, b.to(DType::f32), alpha);
+    a.copy_(a32);
+    return a;
+  }
   dispatch_on(a.device(), a.dtype(), "add_", [&]<class T, class B>() {
     kernels::Binary<B>::axpy(alpha, b.data<T>(), a.data<T>(), a.numel(), kernel_ctx(a));
   });
@@ -266,6 +272,12 @@ Tensor& mul_(Tensor& a, double s) {
   check_inputs("mul_", {a});
   RG_CHECK(!autograd::needs_grad({a}),
            "mul_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
+  if (cpu_half_inputs({a})) {  // CPU f16/bf16: in f32, rounded back into a
+    Tensor a32 = a.to(DType::f32);
+    mul_(a32, s);
+    a.copy_(a32);
+    return a;
+  }
   dispatch_on(a.device(), a.dtype(), "mul_", [&]<class T, class B>() {
     kernels::Binary<B>::binary_scalar(BinaryOp::mul, a.data<T>(), s, a.data<T>(), a.numel(), false,
                                       kernel_ctx(a));

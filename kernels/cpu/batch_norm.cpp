@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "kernels/cpu/parallel.h"
 
@@ -115,6 +116,46 @@ void BatchNorm<Cpu>::update_running(T* running_mean, T* running_var, const doubl
   }
 }
 
+namespace {
+
+// Channel ch's sum(gy) and sum(gy * (x - mean)), in one pass.
+template <class T>
+std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                                        int64_t ch, double m) {
+  Lanes gy_lanes, gy_xmu_lanes;
+  for (int64_t s = 0; s < n; ++s) {
+    const T* g = gy + (s * c + ch) * hw;
+    const T* p = x + (s * c + ch) * hw;
+    accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes](int64_t i, int lane) {
+      const double gv = double(g[i]);
+      gy_lanes.v[lane] += gv;
+      return gv * (double(p[i]) - m);
+    });
+  }
+  return {gy_lanes.total(), gy_xmu_lanes.total()};
+}
+
+// Channel ch's gx = a * gy + b * (x - mean) + d, with the coefficients of weight w, invstd is,
+// and (batch statistics) sum(gy), sum(gy * xhat) over count values formed in f64 and rounded once
+// to T: the training-mode terms fold into b and d.
+template <class T>
+void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, int64_t ch, double m,
+                    double is, double w, bool batch_stats, double sum_gy, double sum_gy_xhat,
+                    double count, T* gx) {
+  const double a = w * is;
+  const double b = batch_stats ? -w * is * is * sum_gy_xhat / count : 0.0;
+  const double d = batch_stats ? -w * is * sum_gy / count : 0.0;
+  const T ta = T(a), tb = T(b), td = T(d), tm = T(m);
+  for (int64_t s = 0; s < n; ++s) {
+    const T* g = gy + (s * c + ch) * hw;
+    const T* p = x + (s * c + ch) * hw;
+    T* q = gx + (s * c + ch) * hw;
+    for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
+  }
+}
+
+}  // namespace
+
 template <>
 template <class T>
 void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
@@ -128,36 +169,50 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
         for (int64_t ch = lo; ch < hi; ++ch) {
           const double m = mean[ch], is = invstd[ch];
           // sum(gy) and sum(gy * xhat) with xhat = (x - mean) * invstd.
-          Lanes gy_lanes, gy_xmu_lanes;
-          for (int64_t s = 0; s < n; ++s) {
-            const T* g = gy + (s * c + ch) * hw;
-            const T* p = x + (s * c + ch) * hw;
-            // One pass for both sums: sum(gy) in gy_lanes, sum(gy * (x - mean)) in gy_xmu_lanes.
-            accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes](int64_t i, int lane) {
-              const double gv = double(g[i]);
-              gy_lanes.v[lane] += gv;
-              return gv * (double(p[i]) - m);
-            });
-          }
-          const double sum_gy = gy_lanes.total();
-          const double sum_gy_xhat = gy_xmu_lanes.total() * is;
+          const auto [sum_gy, sum_gy_xmu] = gradient_sums(gy, x, n, c, hw, ch, m);
+          const double sum_gy_xhat = sum_gy_xmu * is;
           if (gweight) gweight[ch] = T(sum_gy_xhat);
           if (gbias) gbias[ch] = T(sum_gy);
           if (!gx) continue;
-          const double w = weight ? double(weight[ch]) : 1.0;
-          // gx = a * gy + b * (x - mean) + d: the training-mode terms fold into b and d.
-          double a = w * is, b = 0, d = 0;
-          if (batch_stats) {
-            b = -w * is * is * sum_gy_xhat / count;
-            d = -w * is * sum_gy / count;
-          }
-          const T ta = T(a), tb = T(b), td = T(d), tm = T(m);
-          for (int64_t s = 0; s < n; ++s) {
-            const T* g = gy + (s * c + ch) * hw;
-            const T* p = x + (s * c + ch) * hw;
-            T* q = gx + (s * c + ch) * hw;
-            for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
-          }
+          input_gradient(gy, x, n, c, hw, ch, m, is, weight ? double(weight[ch]) : 1.0, batch_stats,
+                         sum_gy, sum_gy_xhat, count, gx);
+        }
+      },
+      ctx.threads);
+}
+
+template <>
+template <class T>
+void BatchNorm<Cpu>::backward_reduce(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                                     const double* mean, const double* invstd, double* sums,
+                                     Ctx ctx) {
+  detail::check_batch_norm_sizes("batch_norm_backward_reduce", n, c, hw);
+  cpu::parallel_for(
+      0, c, channel_grain(n, hw),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t ch = lo; ch < hi; ++ch) {
+          const auto [sum_gy, sum_gy_xmu] = gradient_sums(gy, x, n, c, hw, ch, mean[ch]);
+          sums[ch] = sum_gy;
+          sums[c + ch] = sum_gy_xmu * invstd[ch];
+        }
+      },
+      ctx.threads);
+}
+
+template <>
+template <class T>
+void BatchNorm<Cpu>::backward_elemt(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                                    const double* mean, const double* invstd, const T* weight,
+                                    const double* sums, int64_t count, T* gx, Ctx ctx) {
+  detail::check_batch_norm_sizes("batch_norm_backward_elemt", n, c, hw);
+  RG_CHECK(count > 0, "batch_norm_backward_elemt: count must be positive, got ", count);
+  cpu::parallel_for(
+      0, c, channel_grain(n, hw),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t ch = lo; ch < hi; ++ch) {
+          input_gradient(gy, x, n, c, hw, ch, mean[ch], invstd[ch],
+                         weight ? double(weight[ch]) : 1.0, true, sums[ch], sums[c + ch],
+                         double(count), gx);
         }
       },
       ctx.threads);
@@ -167,7 +222,8 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
 template <class T>
 auto cpu_batch_norm_kernels() {
   using K = BatchNorm<Cpu>;
-  return std::tuple{&K::stats<T>, &K::apply<T>, &K::update_running<T>, &K::backward<T>};
+  return std::tuple{&K::stats<T>,    &K::apply<T>,           &K::update_running<T>,
+                    &K::backward<T>, &K::backward_reduce<T>, &K::backward_elemt<T>};
 }
 RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_batch_norm_kernels)
 

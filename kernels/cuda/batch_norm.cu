@@ -94,25 +94,51 @@ __global__ void update_running_kernel(D* running_mean, D* running_var, const dou
   }
 }
 
+// Channel ch's sum(gy) and sum(gy * (x - mean)), block-reduced (every thread gets the totals).
+template <class D>
+__device__ void gradient_sums(const D* gy, const D* x, int64_t m, int64_t ch, int64_t c, int64_t hw,
+                              double mu, double* scratch, double& sum_gy, double& sum_gy_xmu) {
+  sum_gy = 0;
+  sum_gy_xmu = 0;
+  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    const int64_t at = channel_index(j, ch, c, hw);
+    const double g = static_cast<double>(load(gy[at]));
+    sum_gy += g;
+    sum_gy_xmu += g * (static_cast<double>(load(x[at])) - mu);
+  }
+  sum_gy = block_sum(sum_gy, scratch);
+  sum_gy_xmu = block_sum(sum_gy_xmu, scratch);
+}
+
+// Channel ch's gx = a * gy + b * (x - mean) + d: the training-mode terms (sum(gy) and
+// sum(gy * xhat) over m_d values) fold into b and d, formed in f64 and rounded once to the
+// compute type.
+template <class D>
+__device__ void input_gradient(const D* gy, const D* x, int64_t m, int64_t ch, int64_t c,
+                               int64_t hw, double mu, double is, double w, bool batch_stats,
+                               double sum_gy, double sum_gy_xhat, double m_d, D* gx) {
+  using A = compute_t<D>;
+  const A a = static_cast<A>(w * is);
+  const A b = static_cast<A>(batch_stats ? -w * is * is * sum_gy_xhat / m_d : 0.0);
+  const A d = static_cast<A>(batch_stats ? -w * is * sum_gy / m_d : 0.0);
+  const A mu_a = static_cast<A>(mu);
+  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    const int64_t at = channel_index(j, ch, c, hw);
+    gx[at] = store<D>(a * load(gy[at]) + b * (load(x[at]) - mu_a) + d);
+  }
+}
+
 template <class D>
 __global__ void backward_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
                                 const double* mean, const double* invstd, const D* weight,
                                 bool batch_stats, D* gx, D* gweight, D* gbias) {
-  using A = compute_t<D>;
   __shared__ double scratch[32];
   const int64_t m = n * hw;
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     const double mu = mean[ch], is = invstd[ch];
     // sum(gy) and sum(gy * (x - mean)); xhat = (x - mean) * invstd.
-    double sum_gy = 0, sum_gy_xmu = 0;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const int64_t at = channel_index(j, ch, c, hw);
-      const double g = static_cast<double>(load(gy[at]));
-      sum_gy += g;
-      sum_gy_xmu += g * (static_cast<double>(load(x[at])) - mu);
-    }
-    sum_gy = block_sum(sum_gy, scratch);
-    sum_gy_xmu = block_sum(sum_gy_xmu, scratch);
+    double sum_gy, sum_gy_xmu;
+    gradient_sums(gy, x, m, ch, c, hw, mu, scratch, sum_gy, sum_gy_xmu);
     const double sum_gy_xhat = sum_gy_xmu * is;
     if (threadIdx.x == 0) {
       if (gweight) gweight[ch] = store<D>(sum_gy_xhat);
@@ -120,18 +146,36 @@ __global__ void backward_kernel(const D* gy, const D* x, int64_t n, int64_t c, i
     }
     if (gx) {
       const double w = weight ? static_cast<double>(load(weight[ch])) : 1.0;
-      // gx = a * gy + b * (x - mean) + d: the training-mode terms fold into b and d, formed in
-      // f64 and rounded once to the compute type.
-      const double m_d = static_cast<double>(m);
-      const A a = static_cast<A>(w * is);
-      const A b = static_cast<A>(batch_stats ? -w * is * is * sum_gy_xhat / m_d : 0.0);
-      const A d = static_cast<A>(batch_stats ? -w * is * sum_gy / m_d : 0.0);
-      const A mu_a = static_cast<A>(mu);
-      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-        const int64_t at = channel_index(j, ch, c, hw);
-        gx[at] = store<D>(a * load(gy[at]) + b * (load(x[at]) - mu_a) + d);
-      }
+      input_gradient(gy, x, m, ch, c, hw, mu, is, w, batch_stats, sum_gy, sum_gy_xhat,
+                     static_cast<double>(m), gx);
     }
+  }
+}
+
+template <class D>
+__global__ void backward_reduce_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
+                                       const double* mean, const double* invstd, double* sums) {
+  __shared__ double scratch[32];
+  const int64_t m = n * hw;
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    double sum_gy, sum_gy_xmu;
+    gradient_sums(gy, x, m, ch, c, hw, mean[ch], scratch, sum_gy, sum_gy_xmu);
+    if (threadIdx.x == 0) {
+      sums[ch] = sum_gy;
+      sums[c + ch] = sum_gy_xmu * invstd[ch];
+    }
+  }
+}
+
+template <class D>
+__global__ void backward_elemt_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
+                                      const double* mean, const double* invstd, const D* weight,
+                                      const double* sums, double count, D* gx) {
+  const int64_t m = n * hw;
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    const double w = weight ? static_cast<double>(load(weight[ch])) : 1.0;
+    input_gradient(gy, x, m, ch, c, hw, mean[ch], invstd[ch], w, true, sums[ch], sums[c + ch],
+                   count, gx);
   }
 }
 
@@ -194,11 +238,38 @@ void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, in
             batch_stats, dev(gx), dev(gweight), dev(gbias));
 }
 
+template <>
+template <class T>
+void BatchNorm<Cuda>::backward_reduce(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                                      const double* mean, const double* invstd, double* sums,
+                                      Ctx ctx) {
+  using D = device_t<T>;
+  detail::check_batch_norm_sizes("batch_norm_backward_reduce", n, c, hw);
+  if (c == 0) return;
+  RG_LAUNCH(backward_reduce_kernel<D>, channel_grid(c), channel_threads(n * hw), 0,
+            as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, mean, invstd, sums);
+}
+
+template <>
+template <class T>
+void BatchNorm<Cuda>::backward_elemt(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
+                                     const double* mean, const double* invstd, const T* weight,
+                                     const double* sums, int64_t count, T* gx, Ctx ctx) {
+  using D = device_t<T>;
+  detail::check_batch_norm_sizes("batch_norm_backward_elemt", n, c, hw);
+  RG_CHECK(count > 0, "batch_norm_backward_elemt: count must be positive, got ", count);
+  if (c == 0 || n * hw == 0) return;
+  RG_LAUNCH(backward_elemt_kernel<D>, channel_grid(c), channel_threads(n * hw), 0,
+            as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, mean, invstd, dev(weight), sums,
+            static_cast<double>(count), dev(gx));
+}
+
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
 auto cuda_batch_norm_kernels() {
   using K = BatchNorm<Cuda>;
-  return std::tuple{&K::stats<T>, &K::apply<T>, &K::update_running<T>, &K::backward<T>};
+  return std::tuple{&K::stats<T>,    &K::apply<T>,           &K::update_running<T>,
+                    &K::backward<T>, &K::backward_reduce<T>, &K::backward_elemt<T>};
 }
 RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_batch_norm_kernels)
 

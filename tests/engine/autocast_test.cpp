@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/conv2d.h"
@@ -152,6 +153,30 @@ TEST(Autocast, BinaryOpsPromoteMixedInputs) {
   }
   testing::expect_error([&] { add(a, b); },
                         "add: dtype mismatch, input 0 is f32 but input 1 is bf16");
+}
+
+// A half tensor used twice (a residual connection) gets its gradient accumulated in place, in
+// its own dtype, on the CPU too (add_ takes the f32 route); add_ and mul_ directly as well.
+TEST(Autocast, HalfGradientsAccumulateOnTheCpu) {
+  Generator gen(8);
+  Tensor w = random_tensor({3, 3, 3, 3}, gen, DType::f32);
+  w.set_requires_grad(true);
+  const Tensor x = random_tensor({2, 3, 5, 5}, gen, DType::f32);
+  Tensor loss;
+  {
+    const AutocastGuard autocast(DeviceType::cpu, DType::bf16);
+    const Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    loss = sum(add(relu(y), y));  // y feeds two ops: its gradient is a sum
+  }
+  loss.backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  Tensor a = full({5}, 1.5, DType::bf16);
+  const Tensor b = full({5}, 0.25, DType::bf16);
+  add_(a, b, 2.0);
+  mul_(a, 2.0);
+  EXPECT_EQ(a.dtype(), DType::bf16);
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(5, 4.0f));
 }
 
 // f32 -> f16 -> f32 through Tensor::to (the F16C loops where the CPU has them, eight at a time,

@@ -23,6 +23,7 @@
 #include "engine/ops/orthonormalize.h"
 #include "engine/ops/pool.h"
 #include "engine/ops/reduce.h"
+#include "engine/ops/sync_batch_norm.h"
 #include "engine/ops/unary.h"
 #include "kernels/error.h"
 
@@ -504,6 +505,95 @@ OpEntry batch_norm_entry() {
     bad.push_back({"training on one value per channel",
                    {zeros({1, 3}), ones({3}), zeros({3})},
                    "expected more than 1 value per channel when training"});
+    return bad;
+  };
+  return e;
+}
+
+// ---- sync_batch_norm.h ----
+
+// `replicas` copies of one process: every replica's batch is this one, so the global statistics
+// are the local ones over replicas times the count (the running variance's n / (n - 1) sees the
+// global count), and the input gradient is batch_norm's. Exercises the gather, the combination
+// and the all-reduce of the gradient sums without processes; tests/dist/sync_batch_norm_test.cpp
+// runs real ranks with different batches.
+class MirroredCollectives final : public BatchNormCollectives {
+ public:
+  explicit MirroredCollectives(int replicas) : replicas_(replicas) {}
+  int size() const override { return replicas_; }
+  Tensor all_gather(const Tensor& local) override {
+    Tensor out = Tensor::empty({replicas_ * local.numel()}, local.dtype(), local.device());
+    for (int r = 0; r < replicas_; ++r)
+      out.narrow(0, r * local.numel(), local.numel()).copy_(local);
+    return out;
+  }
+  void all_reduce_sum(const Tensor& t) override { Tensor(t).copy_(t * double(replicas_)); }
+
+ private:
+  int replicas_;
+};
+
+OpFn sync_bn(int replicas, bool affine, bool stats, double eps = 1e-5) {
+  // inputs as bn()'s: x, then weight and bias when affine, then running mean and var when stats.
+  return [=](const V& v) {
+    const Tensor w = affine ? v[1] : Tensor(), b = affine ? v[2] : Tensor();
+    const size_t s = affine ? 3 : 1;
+    return sync_batch_norm(v[0], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w, b, 0.1,
+                           eps, std::make_shared<MirroredCollectives>(replicas));
+  };
+}
+
+OpEntry sync_batch_norm_entry() {
+  OpEntry e;
+  e.name = "sync_batch_norm";
+  e.forward = sync_bn(2, true, false);
+  e.half_tolerance_scale = 4;  // as batch_norm
+  e.samples = [] {
+    Generator gen(23);
+    auto affine = [&](const Shape& x, int64_t c) {
+      return V{uniform(x, gen, -2, 3), uniform({c}, gen, 0.5, 1.5), uniform({c}, gen)};
+    };
+    std::vector<OpSample> s = {
+        sample("[3, 4, 3, 2] 2 replicas", affine({3, 4, 3, 2}, 4)),
+        sample("[3, 4, 3, 2] 1 replica", affine({3, 4, 3, 2}, 4), sync_bn(1, true, false)),
+        sample("[5, 3] 3 replicas", affine({5, 3}, 3), sync_bn(3, true, false)),
+        sample("[3, 4, 3, 2] 2 replicas without affine", {uniform({3, 4, 3, 2}, gen)},
+               sync_bn(2, false, false)),
+        sample("[1, 3] 2 replicas: one value each, two in all", affine({1, 3}, 3),
+               sync_bn(2, true, false, 1e-3)),
+        model_shape("ResNet-18 [4, 16, 8, 8] 2 replicas", affine({4, 16, 8, 8}, 16)),
+    };
+    // Running statistics: constants of the call, updated in place with the global count's
+    // unbiased variance; the device comparison checks their new values too.
+    V in = affine({4, 3, 5, 5}, 3);
+    in.push_back(constant({0.1, -0.2, 0.3}));
+    in.push_back(constant({1.0, 0.5, 2.0}));
+    OpSample stats =
+        sample("[4, 3, 5, 5] 3 replicas with running statistics", in, sync_bn(3, true, true));
+    stats.grad_inputs = 3;
+    s.push_back(stats);
+    return s;
+  };
+  e.bad_inputs = [] {
+    const V good{zeros({2, 3}), ones({3}), zeros({3})};
+    std::vector<OpBadInput> bad = common_bad_inputs("sync_batch_norm", good);
+    bad.push_back({"3-d input",
+                   {zeros({2, 3, 4}), ones({3}), zeros({3})},
+                   "sync_batch_norm: expected a 2-d [N, C] or 4-d [N, C, H, W] input"});
+    bad.push_back({"bias of the wrong size",
+                   {zeros({2, 3}), ones({3}), zeros({2})},
+                   "sync_batch_norm: bias has shape"});
+    bad.push_back({"one value per channel in all",
+                   {zeros({1, 3}), ones({3}), zeros({3})},
+                   "expected more than 1 value per channel when training, got 1 over all replicas",
+                   sync_bn(1, true, false)});
+    bad.push_back({"empty batches everywhere",
+                   {zeros({0, 3}), ones({3}), zeros({3})},
+                   "expected more than 1 value per channel when training, got 0"});
+    bad.push_back(
+        {"no collectives", good, "sync_batch_norm: collectives must not be null", [](const V& v) {
+           return sync_batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], 0.1, 1e-5, nullptr);
+         }});
     return bad;
   };
   return e;
@@ -1189,6 +1279,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(avg_pool2d_entry());
   t.push_back(adaptive_avg_pool2d_entry());
   t.push_back(batch_norm_entry());
+  t.push_back(sync_batch_norm_entry());
   t.push_back(dropout_entry());
   t.push_back(flatten_entry());
   t.push_back(total_norm_entry());
