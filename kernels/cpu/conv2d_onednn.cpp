@@ -37,9 +37,12 @@ std::atomic<bool>& enabled_flag() {
   return on;
 }
 
+// The engine and the primitive caches below are never destroyed: threads that outlive main (an
+// emulated CUDA stream still running a convolution at exit, a user's detached thread) must not
+// meet them half torn down by the static destructors.
 dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
 }
 
 // The geometries oneDNN gets: non-empty, f32. (Everything else: im2col + GEMM.)
@@ -190,8 +193,8 @@ V& cached(std::map<Key, std::unique_ptr<V>>& cache, std::mutex& mu, const Key& k
 }
 
 Forward& forward_for(const Conv2dGeometry& g, bool bias, bool winograd) {
-  static std::mutex mu;
-  static std::map<Key, std::unique_ptr<Forward>> cache;
+  static auto& mu = *new std::mutex;
+  static auto& cache = *new std::map<Key, std::unique_ptr<Forward>>;
   return cached<Forward>(cache, mu, key_of(g, bias, 0, winograd), [&] {
     const Dims d = dims_of(g);
     auto pd = forward_pd(g, bias, winograd);
@@ -206,8 +209,8 @@ Forward& forward_for(const Conv2dGeometry& g, bool bias, bool winograd) {
 }
 
 Backward& backward_for(const Conv2dGeometry& g, bool want_gx, bool want_gw, bool winograd) {
-  static std::mutex mu;
-  static std::map<Key, std::unique_ptr<Backward>> cache;
+  static auto& mu = *new std::mutex;
+  static auto& cache = *new std::map<Key, std::unique_ptr<Backward>>;
   const int pass = 1 + (want_gx ? 1 : 0) + (want_gw ? 2 : 0);
   return cached<Backward>(cache, mu, key_of(g, false, pass, winograd), [&] {
     const Dims d = dims_of(g);
