@@ -372,6 +372,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   int64_t resume_epoch_steps = 0, resume_samples = 0;
   double resume_loss_sum = 0;
   std::vector<int64_t> resume_bucket_order;
+  bool snapshot_finished = false;
   if (!resume_from.empty()) {
     RG_CHECK(c.comm_hook != "powersgd", from_snapshot ? "--snapshot" : "--resume",
              " with --comm-hook powersgd is not supported: "
@@ -425,13 +426,25 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                  ": the checkpoint's early_stop.best_metric is missing");
         best_metric = std::strtod(value->second.c_str(), nullptr);
       }
-      RG_CHECK(first_epoch <= c.epochs, where, ": the run is complete (", first_epoch - 1, " of ",
-               c.epochs, " epochs)");
-      RG_CHECK(c.max_steps < 0 || c.max_steps > step, where, ": --max-steps ", c.max_steps,
-               " is not beyond the checkpoint's step ", step);
+      // A snapshot of a finished run: a restarted command has nothing left to do (the recipe's
+      // loop would not run); --resume of one is a mistake worth saying.
+      const bool finished = first_epoch > c.epochs || (c.max_steps >= 0 && c.max_steps <= step);
+      RG_CHECK(from_snapshot || first_epoch <= c.epochs, where, ": the run is complete (",
+               first_epoch - 1, " of ", c.epochs, " epochs)");
+      RG_CHECK(from_snapshot || c.max_steps < 0 || c.max_steps > step, where, ": --max-steps ",
+               c.max_steps, " is not beyond the checkpoint's step ", step);
+      snapshot_finished = from_snapshot && finished;
     };
     // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
     nn::load_checkpoint(resume_from, *model, opt.get(), saved_scaler, check_run);
+    if (snapshot_finished) {
+      out << fmt::format(
+          "ringgrad-train: the snapshot {} is of a finished run (step {}); nothing left to do\n",
+          resume_from, step);
+      TrainResult done;
+      done.total_steps = step;
+      return done;
+    }
     if (resume_epoch_steps > 0) {
       out << fmt::format(
           "ringgrad-train: resumed from {} in epoch {} after {} of its steps (step {})\n",

@@ -103,6 +103,22 @@ TEST_F(CheckpointResume, AnUnknownAmpModeIsAClearError) {
       std::string::npos);
 }
 
+// --resume and an existing --snapshot both say where to continue: refused, naming both.
+TEST_F(CheckpointResume, ResumeAndAnExistingSnapshotAreRefused) {
+  std::ostringstream log;
+  TrainConfig first = config("sgd", 2);
+  first.max_steps = 6;
+  first.checkpoint_path = path("first.safetensors");
+  first.snapshot_path = path("snap.safetensors");
+  train(first, log);
+  TrainConfig both = config("sgd", 2);
+  both.resume_path = first.checkpoint_path;
+  both.snapshot_path = first.snapshot_path;
+  EXPECT_NE(
+      testing::error_of([&] { train(both, log); }).find("both say where to continue; give one"),
+      std::string::npos);
+}
+
 TEST_F(CheckpointResume, ADifferentRunOrNothingLeftToDoIsRefused) {
   std::ostringstream log;
   TrainConfig first = config("sgd", 2);

@@ -155,11 +155,19 @@ TEST_F(SnapshotRestart, TwoNodesRestartTogetherAndEndBitIdentical) {
   EXPECT_TRUE(bytes_of(dir_ / "clean.safetensors") == bytes_of(dir_ / "faulted.safetensors"));
 }
 
-// Another world size is refused with the reason (re-splitting the epoch is not built yet), and
-// --resume with an existing snapshot is ambiguous.
-TEST_F(SnapshotRestart, AnotherWorldSizeOrTwoStartingPointsAreRefused) {
+// A finished run's snapshot: the identical command has nothing left to do. Another world size is
+// refused with the reason (re-splitting the epoch is not built yet).
+TEST_F(SnapshotRestart, AFinishedRunHasNothingLeftAndAnotherWorldSizeIsRefused) {
   const testing::ProcessResult first = run(2, "s.safetensors", "");
   ASSERT_EQ(first.exit_code, 0) << first.out;
+  // The same command again (a restart after the last snapshot was written): nothing to do, exit 0,
+  // the snapshot untouched.
+  const std::string before = bytes_of(dir_ / "s.safetensors");
+  const testing::ProcessResult again = run(2, "s.safetensors", "", 0);
+  EXPECT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_NE(again.out.find("is of a finished run (step 18); nothing left to do"), std::string::npos)
+      << again.out;
+  EXPECT_TRUE(bytes_of(dir_ / "s.safetensors") == before);
   const testing::ProcessResult other = run(4, "s.safetensors", "", 0);
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.out.find("the checkpoint's world_size is '2', this run's is '4'"),
