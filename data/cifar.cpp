@@ -118,7 +118,7 @@ CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind, N
 Batch CifarDataset::get_batch(std::span<const int64_t> indices, int64_t epoch) const {
   const auto b = int64_t(indices.size());
   constexpr int64_t plane = kSide * kSide;
-  Batch batch{Tensor::empty({b, kChannels, kSide, kSide}), Tensor::empty({b}, DType::i64)};
+  Batch batch{Tensor::empty({b, kChannels, kSide, kSide}), Tensor::empty({b}, DType::i64), {}};
   float* x = batch.inputs.data<float>();
   int64_t* y = batch.targets.data<int64_t>();
   std::vector<float> pixels(static_cast<size_t>(kPixels));

@@ -43,7 +43,26 @@ void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   sampler_->set_epoch(epoch);
   epoch_ = epoch;
   order_ = sampler_->indices();
+  bounds_.clear();
   epoch_batches_ = num_batches();
+  start_workers(first_batch);
+}
+
+void DataLoader::start_epoch(int64_t epoch, RankBatches batches, int64_t first_batch) {
+  stop_workers();
+  RG_CHECK(!batches.bounds.empty() && batches.bounds.front() == 0 &&
+               batches.bounds.back() == int64_t(batches.indices.size()) &&
+               std::is_sorted(batches.bounds.begin(), batches.bounds.end()),
+           "DataLoader: the given batches' bounds do not partition their indices");
+  sampler_->set_epoch(epoch);
+  epoch_ = epoch;
+  order_ = std::move(batches.indices);
+  bounds_ = std::move(batches.bounds);
+  epoch_batches_ = int64_t(bounds_.size()) - 1;
+  start_workers(first_batch);
+}
+
+void DataLoader::start_workers(int64_t first_batch) {
   RG_CHECK(first_batch >= 0 && first_batch <= epoch_batches_, "DataLoader: first batch ",
            first_batch, " is outside the epoch's ", epoch_batches_, " batches");
   next_to_return_ = first_batch;
@@ -54,10 +73,14 @@ void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
 }
 
 Batch DataLoader::make_batch(int64_t b) const {
-  const int64_t begin = b * options_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size, int64_t(order_.size()));
-  return dataset_->get_batch(std::span<const int64_t>(order_.data() + begin, size_t(end - begin)),
-                             epoch_);
+  const int64_t begin = bounds_.empty() ? b * options_.batch_size : bounds_[size_t(b)];
+  const int64_t end = bounds_.empty()
+                          ? std::min<int64_t>(begin + options_.batch_size, int64_t(order_.size()))
+                          : bounds_[size_t(b) + 1];
+  const std::span<const int64_t> indices(order_.data() + begin, size_t(end - begin));
+  Batch batch = dataset_->get_batch(indices, epoch_);
+  batch.indices.assign(indices.begin(), indices.end());
+  return batch;
 }
 
 void DataLoader::worker_loop() {

@@ -37,9 +37,13 @@ class DataLoader {
   // on (a run resumed mid-epoch skips what it has trained on: batches depend only on the
   // sampler's order and the epoch, so batch k is the same as in the uninterrupted run).
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // An epoch of given batches instead of the sampler's (what is left of an epoch re-split over
+  // another number of ranks, data/sampler.h's resplit_remaining), from batch `first_batch` on.
+  void start_epoch(int64_t epoch, RankBatches batches, int64_t first_batch = 0);
   // The next batch of the current epoch, or nullopt at its end. Rethrows a worker's error.
   std::optional<Batch> next();
-  int64_t num_batches() const;  // in one epoch with the current sampler
+  int64_t num_batches() const;                              // in one epoch with the current sampler
+  int64_t epoch_batches() const { return epoch_batches_; }  // in the epoch started last
   // Seconds the last next() call waited for a batch that was not ready yet.
   double last_wait_seconds() const { return last_wait_seconds_; }
   const Dataset& dataset() const { return *dataset_; }
@@ -50,6 +54,7 @@ class DataLoader {
     std::exception_ptr error;
   };
   Batch make_batch(int64_t b) const;
+  void start_workers(int64_t first_batch);
   void worker_loop();
   void stop_workers();
 
@@ -57,7 +62,8 @@ class DataLoader {
   std::shared_ptr<Sampler> sampler_;
   DataLoaderOptions options_;
 
-  std::vector<int64_t> order_;  // this epoch's indices
+  std::vector<int64_t> order_;   // this epoch's indices
+  std::vector<int64_t> bounds_;  // given batches: batch b is order_[bounds_[b], bounds_[b + 1])
   int64_t epoch_ = 0;
   int64_t epoch_batches_ = 0;
   int64_t next_to_return_ = 0;

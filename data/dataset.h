@@ -4,14 +4,16 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "engine/tensor.h"
 
 namespace rg::data {
 
 struct Batch {
-  Tensor inputs;   // [B, ...] f32
-  Tensor targets;  // [B] i64 class labels
+  Tensor inputs;                 // [B, ...] f32
+  Tensor targets;                // [B] i64 class labels
+  std::vector<int64_t> indices;  // the samples' dataset indices (set by DataLoader)
 };
 
 class Dataset {

@@ -50,7 +50,7 @@ MnistDataset::MnistDataset(const std::string& dir, bool train, Normalize normali
 Batch MnistDataset::get_batch(std::span<const int64_t> indices, int64_t /*epoch*/) const {
   const int64_t b = int64_t(indices.size());
   const int64_t plane = rows_ * cols_;
-  Batch batch{Tensor::empty({b, 1, rows_, cols_}), Tensor::empty({b}, DType::i64)};
+  Batch batch{Tensor::empty({b, 1, rows_, cols_}), Tensor::empty({b}, DType::i64), {}};
   float* x = batch.inputs.data<float>();
   int64_t* y = batch.targets.data<int64_t>();
   for (int64_t i = 0; i < b; ++i) {

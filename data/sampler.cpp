@@ -1,6 +1,7 @@
 // Sequential and random samplers.
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -22,6 +23,33 @@ std::vector<int64_t> random_permutation(int64_t n, uint64_t seed) {
   return p;
 }
 
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
+  return random_permutation(n, seed + uint64_t(epoch));
+}
+
+RankBatches resplit_remaining(std::span<const int64_t> remaining, int ranks, int rank,
+                              int64_t batch_size) {
+  const int64_t n = int64_t(remaining.size()), w = ranks;
+  RG_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "resplit_remaining: rank ", rank, " of ", ranks,
+           " is invalid");
+  RG_CHECK(batch_size >= 1, "resplit_remaining: batch size must be positive, got ", batch_size);
+  RG_CHECK(n >= w, "the epoch has ", n, " samples left, fewer than the ", w,
+           " ranks: every rank needs one (resume with at most ", n,
+           " ranks, or from another snapshot)");
+  // ceil(n / (w b)) steps keep batches within b; floor(n / w) keeps every chunk >= w samples.
+  const int64_t steps =
+      std::max<int64_t>(1, std::min((n + w * batch_size - 1) / (w * batch_size), n / w));
+  RankBatches out;
+  out.indices.reserve(size_t(n / w + 1));
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t begin = k * n / steps, end = (k + 1) * n / steps;
+    for (int64_t i = begin + rank; i < end; i += w) out.indices.push_back(remaining[size_t(i)]);
+    out.bounds.push_back(int64_t(out.indices.size()));
+    out.consumed.push_back(end);
+  }
+  return out;
+}
+
 SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
   RG_CHECK(n >= 0, "SequentialSampler: size must be non-negative, got ", n);
 }
@@ -36,10 +64,7 @@ RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
   RG_CHECK(n >= 0, "RandomSampler: size must be non-negative, got ", n);
 }
 
-std::vector<int64_t> RandomSampler::indices() const {
-  // Mix the epoch into the seed so epochs are independent permutations.
-  return random_permutation(n_, seed_ * 0x9E3779B97F4A7C15ull + uint64_t(epoch_));
-}
+std::vector<int64_t> RandomSampler::indices() const { return epoch_order(n_, seed_, epoch_); }
 
 DistributedSampler::DistributedSampler(int64_t n, int num_replicas, int rank, bool shuffle,
                                        uint64_t seed, bool drop_last)
@@ -63,7 +88,7 @@ DistributedSampler::DistributedSampler(int64_t n, int num_replicas, int rank, bo
 std::vector<int64_t> DistributedSampler::indices() const {
   std::vector<int64_t> order;
   if (shuffle_) {
-    order = random_permutation(n_, seed_ + uint64_t(epoch_));
+    order = epoch_order(n_, seed_, epoch_);
   } else {
     order.resize(size_t(n_));
     for (int64_t i = 0; i < n_; ++i) order[size_t(i)] = i;

@@ -1,8 +1,10 @@
-// Samplers decide the order of sample indices per epoch. RandomSampler shuffles with Philox
-// seeded by (seed, epoch), so the order is reproducible and changes with set_epoch.
+// Samplers decide the order of sample indices per epoch. RandomSampler and DistributedSampler
+// shuffle with the same Philox permutation seeded by seed + epoch (epoch_order), so the order is
+// reproducible, changes with set_epoch and does not depend on the number of ranks.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace rg::data {
@@ -75,7 +77,30 @@ class StridedSampler final : public Sampler {
   int num_replicas_, rank_;
 };
 
-// A permutation of [0, n) from Philox(seed), by Fisher-Yates. Shared with DistributedSampler.
+// A permutation of [0, n) from Philox(seed), by Fisher-Yates.
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed);
+
+// The shuffled order of an epoch: random_permutation(n, seed + epoch), as PyTorch's
+// DistributedSampler seeds its generator. RandomSampler's order, and DistributedSampler's before
+// padding at any number of ranks: after s full steps of batch b on r ranks the epoch's first
+// s * b * r positions have been trained on, whatever r was.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch);
+
+// One rank's batches given explicitly: batch k is indices[bounds[k], bounds[k + 1]).
+// consumed[k] counts the samples of every rank's batches 0..k together.
+struct RankBatches {
+  std::vector<int64_t> indices, bounds = {0}, consumed;
+  int64_t size() const { return int64_t(bounds.size()) - 1; }
+};
+
+// What is left of an epoch (`remaining`, in the epoch's order) re-split over `ranks` ranks, for a
+// run resumed at another world size: every sample exactly once, and every rank runs the same
+// number of steps. Step k takes a contiguous chunk of `remaining`, the chunks as equal as integers
+// allow, and rank r takes the chunk's positions r, r + ranks, ... (DistributedSampler's own layout
+// with full batches). There are min(ceil(n / (ranks * batch)), floor(n / ranks)) steps, so every
+// rank's batch is non-empty and at most `batch_size` samples (batch size 1: at most 2). Ranks'
+// batches in one step differ by at most one sample. Needs at least `ranks` samples.
+RankBatches resplit_remaining(std::span<const int64_t> remaining, int ranks, int rank,
+                              int64_t batch_size);
 
 }  // namespace rg::data

@@ -21,7 +21,7 @@ Batch SyntheticDataset::get_batch(std::span<const int64_t> indices, int64_t /*ep
   const uint64_t groups = uint64_t(per + 1) / 2 + 1;  // normal() uses 1 counter per 2 values
   Shape shape = sample_shape_;
   shape.insert(shape.begin(), b);
-  Batch batch{Tensor::empty(shape), Tensor::empty({b}, DType::i64)};
+  Batch batch{Tensor::empty(shape), Tensor::empty({b}, DType::i64), {}};
   float* x = batch.inputs.data<float>();
   int64_t* y = batch.targets.data<int64_t>();
   for (int64_t i = 0; i < b; ++i) {

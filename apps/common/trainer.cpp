@@ -283,6 +283,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     if (spec.empty() || restart != 0) return;
     if (spec == fmt::format("{}:{}:{}", where, n, rank)) ::raise(SIGKILL);
   };
+  // For the resume tests, not for users: RG_TEST_SAMPLE_LOG=<dir> appends one line per batch,
+  // "<epoch> <step> <index>...", to <dir>/rank<r>.txt (flushed, so a killed rank's log is whole).
+  std::unique_ptr<std::ofstream> sample_log;
+  if (const char* dir = std::getenv("RG_TEST_SAMPLE_LOG"); dir && *dir) {
+    sample_log =
+        std::make_unique<std::ofstream>(fmt::format("{}/rank{}.txt", dir, rank), std::ios::app);
+    RG_CHECK(sample_log->good(), "RG_TEST_SAMPLE_LOG: cannot write into ", dir);
+  }
   // The run's algorithm switches, restored on every way out (tests run several trainings).
   struct AlgorithmSwitches {
     bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
@@ -334,8 +342,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                           {.batch_size = c.batch_size, .drop_last = false, .workers = c.workers});
   const int64_t steps_per_epoch = loader.num_batches();
 
-  // What must match for a checkpoint to continue this run exactly, causes before consequences
-  // (steps_per_epoch follows from the others). Paths, workers, tracing and --max-steps may differ.
+  // What must match for a checkpoint to continue this run, causes before consequences
+  // (steps_per_epoch follows from the others). Paths, workers, tracing and --max-steps may differ;
+  // so may the world size (and with it steps_per_epoch): see the resume below.
   const std::vector<std::pair<std::string, std::string>> run_shape = {
       {"model", c.model},
       {"dataset", c.dataset},
@@ -371,6 +380,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // Mid-epoch position of a snapshot: steps done in first_epoch, their loss sum and samples.
   int64_t resume_epoch_steps = 0, resume_samples = 0;
   double resume_loss_sum = 0;
+  // The world size the checkpoint was written at; how many leading samples of first_epoch's order
+  // (data::epoch_order) all ranks had trained on; and, when that epoch runs re-split batches (a
+  // resume at another world size), the position its re-split started from (-1: the sampler's).
+  int saved_world = world;
+  int64_t resume_consumed = 0, resplit_from = -1;
   std::vector<int64_t> resume_bucket_order;
   bool snapshot_finished = false;
   if (!resume_from.empty()) {
@@ -382,7 +396,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       // Keys added after the first checkpoints: one that is missing was the default.
       const std::map<std::string, std::string> added_later = {
           {"loss", "cross-entropy"}, {"clip_grad", "norm=0 value=0"}, {"sync_bn", "0"}};
+      const auto saved_world_entry = saved.find("run.world_size");
+      if (saved_world_entry != saved.end())
+        saved_world = int(std::strtol(saved_world_entry->second.c_str(), nullptr, 10));
+      RG_CHECK(saved_world >= 1, where, ": the checkpoint's world size '",
+               saved_world_entry->second, "' is not a count");
       for (const auto& [key, value] : run_shape) {
+        // Another world size resumes too (the rest of the epoch is re-split below), and changes
+        // the steps per epoch.
+        if (saved_world != world && (key == "world_size" || key == "steps_per_epoch")) continue;
         const auto it = saved.find("run." + key);
         const auto later = added_later.find(key);
         const bool was_default =
@@ -406,9 +428,19 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         resume_epoch_steps = number("snapshot.epoch_steps");
         resume_samples = number("snapshot.samples");
         resume_loss_sum = std::strtod(saved.at("snapshot.loss_sum").c_str(), nullptr);
-        RG_CHECK(resume_epoch_steps > 0 && resume_epoch_steps < steps_per_epoch, where,
-                 ": the snapshot's position ", resume_epoch_steps, " is not inside an epoch of ",
-                 steps_per_epoch, " steps");
+        // Snapshots before re-splitting existed held full steps of the sampler's layout only.
+        resume_consumed = saved.count("snapshot.epoch_consumed")
+                              ? number("snapshot.epoch_consumed")
+                              : resume_epoch_steps * c.batch_size * saved_world;
+        if (saved.count("snapshot.resplit_from")) resplit_from = number("snapshot.resplit_from");
+        RG_CHECK(resume_epoch_steps > 0 && resume_consumed > 0 &&
+                     resume_consumed < train_set->size() && resplit_from < resume_consumed,
+                 where, ": the snapshot's position (", resume_epoch_steps, " steps, ",
+                 resume_consumed, " samples) is not inside an epoch of ", train_set->size(),
+                 " samples");
+        RG_CHECK(saved_world != world || resplit_from >= 0 || resume_epoch_steps < steps_per_epoch,
+                 where, ": the snapshot's position ", resume_epoch_steps,
+                 " is not inside an epoch of ", steps_per_epoch, " steps");
       }
       if (const auto order = saved.find("snapshot.bucket_order");
           order != saved.end() && !order->second.empty()) {
@@ -454,6 +486,36 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                          first_epoch - 1, step);
     }
   }
+  // The rest of a mid-epoch snapshot's epoch at another world size: the samples of the epoch's
+  // order past what every rank had trained on, re-split over this run's ranks (each exactly once,
+  // every rank the same number of steps). A snapshot taken inside such an epoch at this world size
+  // rebuilds the same re-split and continues it, so restarts there are exact too.
+  std::optional<data::RankBatches> resplit;
+  if (resume_epoch_steps > 0 && (saved_world != world || resplit_from >= 0)) {
+    if (saved_world != world) resplit_from = resume_consumed;
+    const std::vector<int64_t> order =
+        data::epoch_order(train_set->size(), c.seed, first_epoch - 1);
+    resplit = data::resplit_remaining(std::span(order).subspan(size_t(resplit_from)), world, rank,
+                                      c.batch_size);
+    if (saved_world != world) {
+      resume_epoch_steps = 0;
+      out << fmt::format(
+          "ringgrad-train: the snapshot is from {} ranks, this run has {}: the {} samples left of "
+          "epoch {} are re-split into {} steps of {} to {} samples per rank\n",
+          saved_world, world, train_set->size() - resume_consumed, first_epoch, resplit->size(),
+          (train_set->size() - resume_consumed) / (resplit->size() * world),
+          (train_set->size() - resume_consumed + resplit->size() * world - 1) /
+              (resplit->size() * world));
+    }
+    RG_CHECK(resume_epoch_steps < resplit->size(), "--snapshot ", resume_from,
+             ": the snapshot's position ", resume_epoch_steps,
+             " is not inside the re-split epoch's ", resplit->size(), " steps");
+  } else if (!resume_from.empty() && saved_world != world) {
+    out << fmt::format(
+        "ringgrad-train: the checkpoint is from {} ranks, this run has {}: {} steps per epoch from "
+        "epoch {} on\n",
+        saved_world, world, steps_per_epoch, first_epoch);
+  }
   if (c.sync_bn) {
     // Before DDP wraps the model, as torch.nn.SyncBatchNorm.convert_sync_batchnorm; its
     // collectives run on DDP's group, in issue order with the buckets' all-reduces.
@@ -489,9 +551,30 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       ddp->reducer().restore_rebuilt_order(resume_bucket_order);
   }
 
-  const int64_t planned_steps = c.max_steps >= 0
-                                    ? std::min<int64_t>(c.max_steps, steps_per_epoch * c.epochs)
-                                    : steps_per_epoch * c.epochs;
+  // Steps in an epoch (the first may be re-split) and in the run: what is left from `step` on.
+  const auto epoch_total = [&](int epoch) {
+    return epoch == first_epoch && resplit ? resplit->size() : steps_per_epoch;
+  };
+  const int64_t steps_left = epoch_total(first_epoch) - resume_epoch_steps +
+                             steps_per_epoch * int64_t(c.epochs - first_epoch);
+  const int64_t planned_steps =
+      c.max_steps >= 0 ? std::min<int64_t>(c.max_steps, step + steps_left) : step + steps_left;
+  // How many leading samples of an epoch's order all ranks have trained on after `steps` steps.
+  const auto consumed_after = [&](int epoch, int64_t steps) -> int64_t {
+    if (epoch == first_epoch && resplit)
+      return resplit_from + (steps > 0 ? resplit->consumed[size_t(steps - 1)] : 0);
+    return std::min(steps * c.batch_size * world, train_set->size());
+  };
+  // The LR schedule counts steps of this world size: epoch e's steps start at (e - 1) times
+  // steps_per_epoch (the global step itself when the world size never changed). In a re-split
+  // epoch a step's place is its share of the epoch's samples, so the schedule stays on course
+  // (and inside its horizon) whatever the world size was before.
+  const auto schedule_step = [&](int epoch, int64_t epoch_steps) {
+    const int64_t base = int64_t(epoch - 1) * steps_per_epoch;
+    if (epoch == first_epoch && resplit)
+      return base + consumed_after(epoch, epoch_steps) * steps_per_epoch / train_set->size();
+    return base + epoch_steps;
+  };
   std::vector<int64_t> milestones;
   for (int64_t m : c.lr_milestones) milestones.push_back(m * steps_per_epoch);
   auto schedule =
@@ -583,12 +666,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   const auto save_snapshot = [&](int epoch, int64_t epoch_steps, double loss_sum, int64_t samples,
                                  const nn::Metadata& extra) {
     nn::Metadata meta = extra;
-    const bool mid_epoch = epoch_steps < steps_per_epoch;
+    const bool mid_epoch = epoch_steps < epoch_total(epoch);
     if (mid_epoch) {
       // The epoch's loss so far over all ranks; a resumed run hands it to rank 0.
       std::vector<double> totals = {loss_sum, double(samples)};
       sum_over_ranks(pg.get(), totals);
       meta["snapshot.epoch_steps"] = std::to_string(epoch_steps);
+      meta["snapshot.epoch_consumed"] = std::to_string(consumed_after(epoch, epoch_steps));
+      if (epoch == first_epoch && resplit)
+        meta["snapshot.resplit_from"] = std::to_string(resplit_from);
       meta["snapshot.samples"] = fmt::format("{}", int64_t(totals[1]));
       meta["snapshot.loss_sum"] = fmt::format("{}", totals[0]);  // shortest exact form
     }
@@ -605,7 +691,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
     // A snapshot taken mid-epoch continues that epoch where it stopped.
     const bool resumed_here = epoch == first_epoch && resume_epoch_steps > 0;
-    loader.start_epoch(epoch - 1, resumed_here ? resume_epoch_steps : 0);
+    if (epoch == first_epoch && resplit)
+      loader.start_epoch(epoch - 1, *resplit, resume_epoch_steps);
+    else
+      loader.start_epoch(epoch - 1, resumed_here ? resume_epoch_steps : 0);
     const auto epoch_start = Clock::now();
     // The epoch's loss so far (all ranks' sum) goes to rank 0 and the epoch total stays right; it
     // is added in another order than without the interruption (last digits of the logged loss).
@@ -614,7 +703,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     int64_t epoch_steps = resumed_here ? resume_epoch_steps : 0;
     // What this process ran of the epoch (rates and ETA leave out what a snapshot restored).
     const int64_t samples_before = samples, steps_before = epoch_steps;
-    const int64_t epoch_planned = std::min(steps_per_epoch, planned_steps - step + epoch_steps);
+    const int64_t epoch_planned = std::min(epoch_total(epoch), planned_steps - step + epoch_steps);
     const int64_t plain_every = std::max<int64_t>(1, epoch_planned / 10);
     // The progress output's loss: the mean over every rank's samples of the steps since the last
     // plain line, all-reduced at each plain line's step (the same steps on every rank, whatever
@@ -629,12 +718,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         batch = loader.next();
       }
       if (!batch) break;
+      if (sample_log)
+        *sample_log << fmt::format("{} {} {}", epoch, step + 1, fmt::join(batch->indices, " "))
+                    << std::endl;
       // Gradient accumulation: micro-batches until the k-th (or the epoch's last) step the
       // optimizer; the earlier ones skip DDP's all-reduce through no_sync().
       const int64_t micro = epoch_steps % c.grad_accum_steps;
       const bool sync = micro + 1 == c.grad_accum_steps || epoch_steps + 1 == epoch_planned;
       if (micro == 0) {
-        opt->set_lr(schedule->lr_at(step));
+        opt->set_lr(schedule->lr_at(schedule_step(epoch, epoch_steps)));
         opt->zero_grad();
       }
       Tensor loss;
@@ -678,7 +770,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       test_fault("step", step);
       // Mid-epoch snapshots on optimizer-step boundaries (the epoch's end has its own below).
       if (!c.snapshot_path.empty() && c.snapshot_every > 0 && sync &&
-          step % c.snapshot_every == 0 && epoch_steps < steps_per_epoch && step < planned_steps)
+          step % c.snapshot_every == 0 && epoch_steps < epoch_total(epoch) && step < planned_steps)
         save_snapshot(epoch, epoch_steps, loss_sum, samples, early_stop_metadata());
       const bool report = epoch_steps % plain_every == 0 || epoch_steps == epoch_planned;
       if (report) {
@@ -776,7 +868,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       }
     }
     const nn::Metadata early_stop_state = early_stop_metadata();
-    const bool complete = epoch_steps == steps_per_epoch;
+    const bool complete = epoch_steps == epoch_total(epoch);
     if (!c.checkpoint_path.empty())
       save_epoch_checkpoint(epoch, complete, c.checkpoint_path, early_stop_state);
     if (!c.checkpoint_path.empty() && improved)

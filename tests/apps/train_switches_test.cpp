@@ -155,7 +155,7 @@ TEST_F(TrainSwitches, EarlyStoppingWithoutImprovementStopsAfterPatiencePlusOneEp
 TEST_F(TrainSwitches, TheBestCheckpointHoldsTheBestEpochsWeights) {
   std::ostringstream log;
   TrainConfig c = config(8, 0.5);  // a high rate: the test loss goes down, then up
-  c.early_stop_patience = 2;
+  c.early_stop_patience = 1;
   c.checkpoint_path = path("run.safetensors");
   const TrainResult r = train(c, log);
   // The best epoch by the rule: the first strict minimum of the test loss so far.

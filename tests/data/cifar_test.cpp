@@ -112,7 +112,8 @@ TEST_F(CifarFiles, WhicheverTrainingFilesExistAreReadAndTheMissingOnesNamed) {
   fs::remove(dir_ / "data_batch_5.bin");  // 5 records
   const CifarDataset train(dir_.string(), true, CifarKind::cifar10);
   EXPECT_EQ(train.size(), 3 + 4 + 1);
-  EXPECT_EQ(train.missing_files(), (std::vector<std::string>{"data_batch_2.bin", "data_batch_5.bin"}));
+  EXPECT_EQ(train.missing_files(),
+            (std::vector<std::string>{"data_batch_2.bin", "data_batch_5.bin"}));
   // Sample 3 is data_batch_3's first record (global sample 4 as written).
   const Batch b = train.get_batch(std::vector<int64_t>{3}, 0);
   EXPECT_EQ(b.targets.item(), 4);

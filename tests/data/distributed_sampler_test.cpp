@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "data/sampler.h"
@@ -70,6 +71,78 @@ TEST(StridedSamplerTest, ShardsCoverEveryIndexExactlyOnce) {
   }
   EXPECT_EQ(all, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(StridedSampler(2, 4, 3).size(), 0);
+}
+
+// The epoch's order is one permutation whatever the number of ranks: RandomSampler's, and the
+// ranks' full steps interleaved give its prefix (what a resume at another world size relies on).
+TEST(DistributedSamplerTest, FullStepsOfAnyWorldSizeArePrefixesOfTheEpochOrder) {
+  const int64_t n = 103, batch = 4;
+  for (int64_t epoch : {0, 3}) {
+    const V order = epoch_order(n, 5, epoch);
+    RandomSampler single(n, 5);
+    single.set_epoch(epoch);
+    EXPECT_EQ(single.indices(), order);
+    for (int r : {1, 2, 3, 5}) {
+      std::vector<V> mine;
+      for (int rank = 0; rank < r; ++rank) mine.push_back(of(n, r, rank, false, true, epoch));
+      V done;
+      for (int64_t step = 0; (step + 1) * batch <= int64_t(mine[0].size()); ++step) {
+        for (int64_t i = step * batch; i < (step + 1) * batch; ++i)
+          for (int rank = 0; rank < r; ++rank) done.push_back(mine[size_t(rank)][size_t(i)]);
+        if (int64_t(done.size()) > n) break;  // the padding's repeats
+        ASSERT_TRUE(std::equal(done.begin(), done.end(), order.begin()))
+            << r << " ranks, step " << step;
+      }
+    }
+  }
+}
+
+// Re-splitting what is left of an epoch: every sample exactly once, the same number of steps on
+// every rank, non-empty batches within the batch size, ranks within one sample of each other.
+TEST(ResplitRemainingTest, EverySampleOnceAndEqualStepsOnEveryRank) {
+  for (int64_t n : {1, 2, 3, 7, 16, 64, 100, 128, 1000}) {
+    V remaining(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) remaining[size_t(i)] = 1000 + 3 * i;
+    for (int ranks : {1, 2, 3, 4, 7}) {
+      if (n < ranks) {
+        rg::testing::expect_error([&] { resplit_remaining(remaining, ranks, 0, 4); },
+                                  "fewer than the");
+        continue;
+      }
+      for (int64_t batch : {1, 2, 5, 16}) {
+        std::multiset<int64_t> all;
+        std::vector<RankBatches> split;
+        for (int rank = 0; rank < ranks; ++rank)
+          split.push_back(resplit_remaining(remaining, ranks, rank, batch));
+        const int64_t steps = split[0].size();
+        for (int rank = 0; rank < ranks; ++rank) {
+          const RankBatches& b = split[size_t(rank)];
+          ASSERT_EQ(b.size(), steps) << "rank " << rank;
+          EXPECT_EQ(b.consumed, split[0].consumed);
+          EXPECT_EQ(b.consumed.back(), n);
+          all.insert(b.indices.begin(), b.indices.end());
+          for (int64_t k = 0; k < steps; ++k) {
+            const int64_t size = b.bounds[size_t(k + 1)] - b.bounds[size_t(k)];
+            EXPECT_GE(size, 1);
+            EXPECT_LE(size, batch == 1 ? 2 : batch) << n << " " << ranks << " " << batch;
+            const int64_t other = split[0].bounds[size_t(k + 1)] - split[0].bounds[size_t(k)];
+            EXPECT_LE(std::abs(size - other), 1);
+          }
+        }
+        EXPECT_EQ(all, std::multiset<int64_t>(remaining.begin(), remaining.end()));
+        // As few steps as the batch size allows (one more can only come from ranks' shares).
+        EXPECT_EQ(steps, std::max<int64_t>(
+                             1, std::min((n + ranks * batch - 1) / (ranks * batch), n / ranks)));
+      }
+    }
+  }
+  // Step k's chunk is contiguous in the epoch's order, strided over the ranks as
+  // DistributedSampler's own full steps.
+  const V remaining = {10, 11, 12, 13, 14, 15, 16};
+  const RankBatches r1 = resplit_remaining(remaining, 2, 1, 2);
+  EXPECT_EQ(r1.indices, (V{11, 14, 16}));  // chunks {10, 11, 12}, {13, 14, 15, 16}
+  EXPECT_EQ(r1.bounds, (V{0, 1, 3}));
+  EXPECT_EQ(r1.consumed, (V{3, 7}));
 }
 
 TEST(DistributedSamplerTest, BadArgumentsAreErrors) {

@@ -10,6 +10,7 @@
 #include "data/sampler.h"
 #include "data/synthetic.h"
 #include "kernels/error.h"
+#include "support/errors.h"
 
 namespace rg::data {
 namespace {
@@ -25,7 +26,8 @@ class IndexDataset final : public Dataset {
   Batch get_batch(std::span<const int64_t> idx, int64_t epoch) const override {
     ++calls;
     Batch b{Tensor::empty({int64_t(idx.size()), 1}),
-            Tensor::empty({int64_t(idx.size())}, DType::i64)};
+            Tensor::empty({int64_t(idx.size())}, DType::i64),
+            {}};
     for (size_t i = 0; i < idx.size(); ++i) {
       RG_CHECK(idx[i] != fail_at_, "IndexDataset: sample ", idx[i], " is broken");
       b.inputs.data<float>()[i] = float(idx[i]);
@@ -101,6 +103,36 @@ TEST(DataLoader, EpochsReshuffleAndRestart) {
   loader.start_epoch(2);
   ASSERT_TRUE(loader.next().has_value());
   EXPECT_EQ(drain(loader, 1), e1);
+}
+
+// Given batches of unequal sizes (a re-split epoch), from a first batch on, with any workers;
+// every batch names its samples.
+TEST(DataLoader, GivenBatchesOfUnequalSizes) {
+  auto ds = std::make_shared<IndexDataset>(20);
+  for (int workers : {0, 2}) {
+    DataLoader loader(ds, std::make_shared<SequentialSampler>(20),
+                      {.batch_size = 4, .workers = workers});
+    RankBatches given;
+    given.indices = {7, 3, 19, 4, 5, 0};
+    given.bounds = {0, 2, 5, 6};
+    loader.start_epoch(1, given, 1);
+    EXPECT_EQ(loader.epoch_batches(), 3);
+    auto b1 = loader.next(), b2 = loader.next();
+    ASSERT_TRUE(b1 && b2);
+    EXPECT_EQ(b1->indices, (std::vector<int64_t>{19, 4, 5}));
+    EXPECT_EQ(b2->indices, (std::vector<int64_t>{0}));
+    EXPECT_EQ(b1->inputs.data<float>()[0], 19.0f);
+    EXPECT_FALSE(loader.next().has_value());
+    // The sampler's epochs are back with the next plain start_epoch.
+    loader.start_epoch(0);
+    EXPECT_EQ(loader.epoch_batches(), 5);
+    EXPECT_EQ(loader.next()->indices, (std::vector<int64_t>{0, 1, 2, 3}));
+  }
+  DataLoader loader(ds, std::make_shared<SequentialSampler>(20), {.batch_size = 4});
+  RankBatches bad;
+  bad.indices = {1, 2};
+  bad.bounds = {0, 3};
+  rg::testing::expect_error([&] { loader.start_epoch(0, bad); }, "do not partition");
 }
 
 TEST(DataLoader, PrefetchIsBounded) {
