@@ -169,8 +169,9 @@ TEST_F(SnapshotRestart, TwoNodesRestartTogetherAndEndBitIdentical) {
 }
 
 // PowerSGD (from the third step) carries per-rank error feedback and Q factors between steps; the
-// snapshot keeps every rank's (gathered to rank 0, the writer), so rank 1 killed after step 10
-// resumes from step 8's snapshot and ends identical, the final snapshots' errors included.
+// snapshot keeps every rank's (gathered to rank 0, the writer), so the last rank killed after
+// step 10 resumes from step 8's snapshot and ends identical, the final snapshots' errors
+// included, at 2 and 4 ranks.
 TEST_F(SnapshotRestart, PowerSgdErrorFeedbackAndFactorsSurviveAKill) {
   extra_args_ = {"--comm-hook", "powersgd", "--powersgd-start-iter", "2"};
   expect_in_snapshot_ = {{"powersgd.rank0.bucket0.error", true},
@@ -179,6 +180,8 @@ TEST_F(SnapshotRestart, PowerSgdErrorFeedbackAndFactorsSurviveAKill) {
                          {"powersgd.rank1.bucket0.q", false},  // the Q's agree across ranks
                          {"\"ddp.synced_iterations\":\"18\"", true}};
   expect_identical_after(2, "step:10:1");
+  expect_in_snapshot_.push_back({"powersgd.rank3.bucket0.error", true});
+  expect_identical_after(4, "step:10:3");
 }
 
 // Rank 0 killed half-way through writing the snapshot of step 8 (part of the file in its
