@@ -96,7 +96,7 @@ PowerSgd::State powersgd_state_for_rank(const NamedTensors& tensors,
   const int64_t saved_world = count_entry(metadata, kWorld);
   const bool same_world = saved_world == world;
   // powersgd.bucket<k>.q or powersgd.rank<r>.bucket<k>.{q,error}
-  static const std::regex name_re(R"(powersgd\.(?:rank(\d+)\.)?bucket(\d+)\.(q|error))");
+  static const std::regex name_re(R"(powersgd\.(?:rank(\d{1,9})\.)?bucket(\d{1,9})\.(q|error))");
   PowerSgd::State state;
   std::map<size_t, Tensor> own_q;
   for (const auto& [name, t] : tensors) {
@@ -120,14 +120,13 @@ PowerSgd::State powersgd_state_for_rank(const NamedTensors& tensors,
     else
       state[k].error = t;
   }
-  for (auto& [k, b] : state) {
-    if (const auto it = own_q.find(k); it != own_q.end()) b.q = it->second;
+  for (const auto& [k, q] : own_q) state[k].q = q;  // this rank's, where it differed from rank 0's
+  for (const auto& [k, b] : state) {
+    RG_CHECK(b.q.defined(), "the snapshot has no PowerSGD Q factors for bucket ", k, " (",
+             bucket_name(k, "q"), ")");
     RG_CHECK(!same_world || b.error.defined(), "the snapshot has no PowerSGD error of rank ", rank,
              " for bucket ", k, " (", rank_bucket_name(rank, k, "error"), ")");
   }
-  for (const auto& [k, q] : own_q)
-    RG_CHECK(state.count(k) && state[k].q.defined(),
-             "the snapshot has no PowerSGD Q factors for bucket ", k);
   if (!same_world && !state.empty())
     log << "ringgrad-train: PowerSGD: the snapshot was taken with " << saved_world
         << " ranks, this run has " << world

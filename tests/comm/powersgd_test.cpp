@@ -214,6 +214,14 @@ TEST(PowerSgdTest, EachRankReadsItsOwnPartOfASnapshotOrOnlyTheQsAtAnotherWorldSi
       "no PowerSGD error of rank 1 for bucket 0");
   testing::expect_error([&] { powersgd_state_for_rank(s.tensors, {}, o, 0, 2, log); },
                         "the snapshot holds no PowerSGD state");
+  SavedSnapshot no_q = s;
+  no_q.tensors.erase(no_q.tensors.begin() + 1);
+  testing::expect_error([&] { powersgd_state_for_rank(no_q.tensors, no_q.metadata, o, 0, 2, log); },
+                        "no PowerSGD Q factors for bucket 0 (powersgd.bucket0.q)");
+  SavedSnapshot huge = s;
+  huge.tensors.emplace_back("powersgd.bucket123456789012.q", full({5}, 0.0));
+  testing::expect_error([&] { powersgd_state_for_rank(huge.tensors, huge.metadata, o, 0, 2, log); },
+                        "unexpected PowerSGD entry 'powersgd.bucket123456789012.q'");
   SavedSnapshot odd = s;
   odd.tensors.emplace_back("powersgd.rank2.bucket0.error", full({34}, 0.0));
   testing::expect_error([&] { powersgd_state_for_rank(odd.tensors, odd.metadata, o, 0, 2, log); },
