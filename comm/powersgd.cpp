@@ -58,6 +58,20 @@ Tensor PowerSgd::begin(size_t id, const Tensor& flat, const std::vector<Shape>& 
     RG_CHECK(offset == flat.numel(), "PowerSGD: shapes do not cover the bucket");
     b.error = zeros({flat.numel()}, DType::f32, device);
     b.q = initial_q(opt_.seed, id, b.q_total, device);
+    if (const auto it = restored_.find(id); it != restored_.end()) {
+      const BucketState& r = it->second;
+      const int64_t q_numel = std::max<int64_t>(b.q_total, 1);
+      RG_CHECK(r.q.defined() && r.q.numel() == q_numel,
+               "PowerSGD: the restored Q factors of bucket ", id, " have ",
+               r.q.defined() ? r.q.numel() : 0, " elements, its layout needs ", q_numel,
+               " (state of another model, bucket layout or --powersgd-rank?)");
+      RG_CHECK(!r.error.defined() || r.error.numel() == flat.numel(),
+               "PowerSGD: the restored error of bucket ", id, " has ", r.error.numel(),
+               " elements, the bucket ", flat.numel());
+      if (opt_.warm_start) b.q = r.q.to(device).to(DType::f32).clone();
+      if (r.error.defined()) b.error = r.error.to(device).to(DType::f32).clone();
+      restored_.erase(it);
+    }
   } else if (!opt_.warm_start) {
     b.q = initial_q(opt_.seed, id, b.q_total, device);
   }
@@ -132,6 +146,23 @@ void PowerSgd::finish(size_t id, const Tensor& flat, const Tensor& reduced_q) {
     qo += e.m * e.r;
   }
   b.reduced_p = Tensor();
+}
+
+PowerSgd::State PowerSgd::state() const {
+  NoGradGuard no_grad;
+  State out;
+  for (const auto& [id, b] : buckets_) out[id] = {b.error.clone(), b.q.clone()};
+  // Entries restored but not taken yet (no iteration since load_state) are still the state.
+  for (const auto& [id, r] : restored_)
+    if (!out.count(id)) out[id] = {r.error.defined() ? r.error.clone() : Tensor(), r.q.clone()};
+  return out;
+}
+
+void PowerSgd::load_state(State state) {
+  for (const auto& [id, r] : state)
+    RG_CHECK(r.q.defined(), "PowerSGD: the state of bucket ", id, " has no Q factors");
+  buckets_.clear();
+  restored_ = std::move(state);
 }
 
 }  // namespace rg::dist

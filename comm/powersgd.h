@@ -39,8 +39,28 @@ class PowerSgd {
   Tensor middle(size_t id, const Tensor& flat, const Tensor& reduced_p);
   // Phase 3, given the all-reduced Q's: writes the approximation into `flat` and keeps the error.
   void finish(size_t id, const Tensor& flat, const Tensor& reduced_q);
-  // Bucket layout changed: forget errors and Q's.
-  void reset() { buckets_.clear(); }
+  // Bucket layout changed: forget errors and Q's (restored ones too: they belong to the old
+  // layout).
+  void reset() {
+    buckets_.clear();
+    restored_.clear();
+  }
+
+  // What PowerSGD carries from one iteration to the next, per bucket it has compressed: this
+  // rank's error feedback (different on every rank) and the Q factors back to back (all-reduced,
+  // so the same on every rank). The p's are scratch within an iteration.
+  struct BucketState {
+    Tensor error, q;
+  };
+  using State = std::map<size_t, BucketState>;
+  // Copies of the current state, on the buckets' device.
+  State state() const;
+  // Continues from `state` (as state() gave, on any device) instead of zero errors and random
+  // Q's: each bucket takes its entry the next time begin() sees it, after checking that the
+  // sizes fit its layout (a clear error otherwise). An undefined error starts at zero: a snapshot
+  // of another world size keeps its Q's (warm start) but cannot map its ranks' errors to ours.
+  // Load after the buckets have their final layout: reset() forgets what is not taken yet.
+  void load_state(State state);
 
  private:
   struct Entry {
@@ -54,6 +74,7 @@ class PowerSgd {
   PowerSgdOptions opt_;
   int world_;
   std::map<size_t, Bucket> buckets_;
+  State restored_;  // load_state's entries, until begin() lays their bucket out
 };
 
 }  // namespace rg::dist

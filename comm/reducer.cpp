@@ -447,6 +447,44 @@ void Reducer::restore_rebuilt_order(const std::vector<int64_t>& order) {
   s.rebuilds = std::max(s.rebuilds, 1);
 }
 const IterationTimeline& Reducer::last_timeline() const { return state_->timeline; }
+const DdpOptions& Reducer::options() const { return state_->opt; }
 int64_t Reducer::synced_iterations() const { return state_->synced; }
+
+void Reducer::restore_synced_iterations(int64_t n) {
+  State& s = *state_;
+  RG_CHECK(n >= 0, "DDP: a negative count of synchronized iterations (", n, ")");
+  RG_CHECK(!s.armed, "DDP: restore_synced_iterations between a forward and its backward");
+  RG_CHECK(n == 0 || s.rebuilds > 0 || s.opt.find_unused_parameters,
+           "DDP: restore the bucket order (restore_rebuilt_order) before the iteration count");
+  s.synced = n;
+}
+
+PowerSgd::State Reducer::powersgd_state() const {
+  const State& s = *state_;
+  if (!s.powersgd) return {};
+  PowerSgd::State out = s.powersgd->state();
+  for (auto& [k, b] : out)
+    if (!b.error.defined())
+      b.error = zeros({s.buckets.at(k).flat.numel()}, DType::f32, b.q.device());
+  return out;
+}
+
+void Reducer::restore_powersgd_state(PowerSgd::State state) {
+  State& s = *state_;
+  if (state.empty() && !s.powersgd) return;
+  RG_CHECK(s.powersgd, "DDP: PowerSGD state given to a DDP without the powersgd comm hook");
+  RG_CHECK(!s.armed, "DDP: restore_powersgd_state between a forward and its backward");
+  RG_CHECK(state.empty() || s.rebuilds > 0 || s.opt.find_unused_parameters,
+           "DDP: PowerSGD state belongs to the rebuilt buckets; restore_rebuilt_order first");
+  for (const auto& [k, b] : state) {
+    RG_CHECK(k < s.buckets.size() && s.buckets[k].dtype == DType::f32,
+             "DDP: PowerSGD state for bucket ", k, ", which is not an f32 bucket of this model (",
+             s.buckets.size(), " buckets)");
+    RG_CHECK(!b.error.defined() || b.error.numel() == s.buckets[k].flat.numel(),
+             "DDP: PowerSGD's error for bucket ", k, " has ", b.error.numel(),
+             " elements, the bucket ", s.buckets[k].flat.numel());
+  }
+  s.powersgd->load_state(std::move(state));
+}
 
 }  // namespace rg::dist

@@ -86,7 +86,19 @@ class Reducer {
   // gave) as the rebuild would have, and marks the rebuild done. Every rank must call it alike.
   void restore_rebuilt_order(const std::vector<int64_t>& order);
   const IterationTimeline& last_timeline() const;
+  const DdpOptions& options() const;
+  // Synchronized backwards so far. PowerSGD starts when it reaches start_iter, so a resumed run
+  // restores the count (after restore_rebuilt_order: with a count >= 1 the rebuild is not
+  // redone from this process's first iteration).
   int64_t synced_iterations() const;
+  void restore_synced_iterations(int64_t n);
+  // PowerSGD's state (comm/powersgd.h), empty without the powersgd hook or before it started;
+  // every error is defined (zeros where a restored one was not). Restoring checks each entry
+  // against the current buckets (an f32 bucket of that index and size) and is done after the
+  // buckets have their final layout (restore_rebuilt_order, or a Reducer that never rebuilds);
+  // it is an error without the powersgd hook when `state` is not empty.
+  PowerSgd::State powersgd_state() const;
+  void restore_powersgd_state(PowerSgd::State state);
 
  private:
   struct State;

@@ -13,8 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "kernels/error.h"
 
@@ -88,7 +90,41 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   }
 }
 
+std::mutex partial_write_mutex;
+std::function<void()> partial_write_hook;
+
+std::function<void()> take_partial_write_hook() {
+  std::lock_guard<std::mutex> lock(partial_write_mutex);
+  return std::exchange(partial_write_hook, {});
+}
+
+// `<file>.tmp.` followed by mkstemp's six characters.
+bool is_save_temporary_of(const std::string& name, const std::string& file) {
+  const std::string prefix = file + ".tmp.";
+  return name.size() == prefix.size() + 6 && name.compare(0, prefix.size(), prefix) == 0;
+}
+
 }  // namespace
+
+void set_partial_write_hook(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(partial_write_mutex);
+  partial_write_hook = std::move(hook);
+}
+
+int remove_save_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string file = target.filename().string();
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (is_save_temporary_of(entry.path().filename().string(), file) &&
+        fs::remove(entry.path(), ec))
+      ++removed;
+  }
+  return removed;
+}
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
@@ -133,10 +169,17 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   RG_CHECK(fd >= 0, path, ": cannot create ", tmp_name, ": ", std::strerror(errno));
   ::fchmod(fd, 0644);  // mkstemp creates 0600; a checkpoint is an ordinary file
   const fs::path tmp(tmp_name);
+  std::function<void()> partial_write = take_partial_write_hook();
   try {
     write_all(fd, &header_size, 8, path);
     write_all(fd, json.data(), json.size(), path);
-    for (const Tensor& h : host) write_all(fd, h.raw_data(), h.nbytes(), path);
+    uint64_t written = 0;
+    for (const Tensor& h : host) {
+      if (partial_write && written * 2 >= offset) std::exchange(partial_write, {})();
+      write_all(fd, h.raw_data(), h.nbytes(), path);
+      written += h.nbytes();
+    }
+    if (partial_write) partial_write();
     RG_CHECK(::fsync(fd) == 0, path, ": fsync failed: ", std::strerror(errno));
   } catch (...) {
     ::close(fd);

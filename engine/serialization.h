@@ -6,6 +6,7 @@
 // files written the way it writes them load here.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -26,6 +27,18 @@ struct SafetensorsFile {
 // metadata. Names must be unique, non-empty and not "__metadata__".
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// Removes the temporary files that saves of `path` killed before their rename left next to it
+// (`<path>.tmp.*`), and returns how many. Only for a caller that knows no other process is saving
+// to `path` now (ringgrad-train's snapshot writer, rank 0); the temporary files are harmless
+// otherwise, as loads never read them.
+int remove_save_temporaries(const std::string& path);
+
+// For the restart tests only (ringgrad-train's RG_TEST_FAULT=snapshot-write), not for users: the
+// next save_safetensors in this process calls `hook` once, after the header and about half of
+// the data bytes went to the temporary file and before the rest, the fsync and the rename; the
+// hook is then cleared. The tests' hook kills the process there.
+void set_partial_write_hook(std::function<void()> hook);
 
 // Reads a safetensors file into CPU tensors. Every inconsistency (truncation, a header that is not
 // the format's JSON, an unknown dtype, offsets that overlap, leave holes or disagree with the

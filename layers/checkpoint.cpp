@@ -52,7 +52,8 @@ std::string exact(double v) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, Module& model, const optim::Optimizer* optimizer,
-                     const amp::GradScaler* scaler, const Metadata& metadata) {
+                     const amp::GradScaler* scaler, const Metadata& metadata,
+                     const NamedTensors& extra) {
   NamedTensors tensors;
   for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
   Metadata meta;
@@ -79,12 +80,19 @@ void save_checkpoint(const std::string& path, Module& model, const optim::Optimi
     meta["scaler.scale"] = exact(s.scale);
     meta["scaler.growth_tracker"] = std::to_string(s.growth_tracker);
   }
+  for (const auto& [name, t] : extra) {
+    RG_CHECK(!starts_with(name, "model.") && !starts_with(name, "optimizer.") &&
+                 !starts_with(name, "rng."),
+             "save_checkpoint: tensor name '", name, "' is reserved");
+    tensors.emplace_back(name, t);
+  }
   save_safetensors(path, tensors, meta);
 }
 
 Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimizer* optimizer,
                          amp::GradScaler* scaler,
-                         const std::function<void(const Metadata&)>& check_metadata) {
+                         const std::function<void(const Metadata&)>& check_metadata,
+                         NamedTensors* extra) {
   SafetensorsFile f = load_safetensors(path);
   RG_CHECK(f.metadata.count(kFormatKey) != 0, path,
            ": not a ringgrad checkpoint (no rg.checkpoint metadata; a plain safetensors file of "
@@ -100,6 +108,8 @@ Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimize
       optimizer_state.emplace_back(name.substr(10), t);
     } else if (starts_with(name, "rng.")) {
       rng[name.substr(4)] = t;
+    } else if (extra != nullptr) {
+      extra->emplace_back(name, t);
     } else {
       RG_FAIL(path, ": unexpected tensor '", name, "' in a checkpoint");
     }

@@ -22,6 +22,7 @@
 
 #include "comm/ddp.h"
 #include "comm/init.h"
+#include "comm/reducer_snapshot.h"
 #include "comm/sync_batch_norm.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
@@ -33,6 +34,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
+#include "engine/serialization.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
 #include "layers/amp/grad_scaler.h"
@@ -274,14 +276,17 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // Fault injection for the restart tests, not for users: RG_TEST_FAULT=<where>:<n>:<rank> kills
   // this process (SIGKILL, as kill -9) when rank <rank> reaches <where> (step: after optimizer
   // step n; eval: the evaluation after epoch n; snapshot: just before the snapshot of step n is
-  // written), on the first attempt only (RG_RESTART_COUNT 0).
-  const auto test_fault = [rank, restart = env.restart_count](const char* where, int64_t n) {
+  // written; snapshot-write: half-way through writing it, before the rename, through
+  // engine/serialization.h's partial-write hook), on the first attempt only (RG_RESTART_COUNT 0).
+  const auto fault_at = [rank, restart = env.restart_count](const char* where, int64_t n) {
     static const std::string spec = [] {
       const char* v = std::getenv("RG_TEST_FAULT");
       return std::string(v ? v : "");
     }();
-    if (spec.empty() || restart != 0) return;
-    if (spec == fmt::format("{}:{}:{}", where, n, rank)) ::raise(SIGKILL);
+    return !spec.empty() && restart == 0 && spec == fmt::format("{}:{}:{}", where, n, rank);
+  };
+  const auto test_fault = [&fault_at](const char* where, int64_t n) {
+    if (fault_at(where, n)) ::raise(SIGKILL);
   };
   // For the resume tests, not for users: RG_TEST_SAMPLE_LOG=<dir> appends one line per batch,
   // "<epoch> <step> <index>...", to <dir>/rank<r>.txt (flushed, so a killed rank's log is whole).
@@ -386,11 +391,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   int saved_world = world;
   int64_t resume_consumed = 0, resplit_from = -1;
   std::vector<int64_t> resume_bucket_order;
+  // What the file holds beyond the model and optimizer (DDP's state, comm/reducer_snapshot.h).
+  nn::Metadata resume_metadata;
+  NamedTensors resume_tensors;
   bool snapshot_finished = false;
   if (!resume_from.empty()) {
-    RG_CHECK(c.comm_hook != "powersgd", from_snapshot ? "--snapshot" : "--resume",
-             " with --comm-hook powersgd is not supported: "
-             "PowerSGD's error feedback and factors are not checkpointed");
+    RG_CHECK(c.comm_hook != "powersgd" || from_snapshot,
+             "--resume with --comm-hook powersgd is not supported: epoch checkpoints do not carry "
+             "PowerSGD's error feedback and factors (--snapshot files do)");
     const auto check_run = [&](const nn::Metadata& saved) {
       const std::string where = (from_snapshot ? "--snapshot " : "--resume ") + resume_from;
       // Keys added after the first checkpoints: one that is missing was the default.
@@ -468,7 +476,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       snapshot_finished = from_snapshot && finished;
     };
     // Restored before DDP is built, so its broadcast from rank 0 sends the restored weights.
-    nn::load_checkpoint(resume_from, *model, opt.get(), saved_scaler, check_run);
+    resume_metadata = nn::load_checkpoint(resume_from, *model, opt.get(), saved_scaler, check_run,
+                                          &resume_tensors);
     if (snapshot_finished) {
       out << fmt::format(
           "ringgrad-train: the snapshot {} is of a finished run (step {}); nothing left to do\n",
@@ -549,6 +558,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     // The buckets the interrupted run had rebuilt, so every all-reduce sums as it did there.
     if (!resume_bucket_order.empty() && !c.find_unused_parameters)
       ddp->reducer().restore_rebuilt_order(resume_bucket_order);
+    // Then what DDP carries between iterations (PowerSGD's errors and factors, the iteration
+    // count), into those buckets.
+    if (!resume_from.empty())
+      dist::restore_reducer(ddp->reducer(), resume_tensors, resume_metadata, rank, world, out);
   }
 
   // Steps in an epoch (the first may be re-split) and in the run: what is left from `step` on.
@@ -619,8 +632,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // Rank 0 writes; every rank learns whether that worked, so a failed save stops the whole job
   // instead of leaving the other ranks waiting in the next collective.
   const auto save_epoch_checkpoint = [&](int epoch, bool complete, const std::string& path,
-                                         const nn::Metadata& extra,
-                                         const char* what = "checkpoint") {
+                                         const nn::Metadata& extra, const char* what = "checkpoint",
+                                         const NamedTensors& extra_tensors = {}) {
     if (!complete) {
       out << fmt::format(
           "epoch {} | no checkpoint: the epoch was cut short by --max-steps "
@@ -636,7 +649,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       meta["step"] = std::to_string(step);
       meta.insert(extra.begin(), extra.end());
       try {
-        nn::save_checkpoint(path, *model, opt.get(), saved_scaler, meta);
+        nn::save_checkpoint(path, *model, opt.get(), saved_scaler, meta, extra_tensors);
       } catch (const Error& e) {
         error = e.what();
       }
@@ -678,11 +691,24 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       meta["snapshot.samples"] = fmt::format("{}", int64_t(totals[1]));
       meta["snapshot.loss_sum"] = fmt::format("{}", totals[0]);  // shortest exact form
     }
-    if (ddp)
+    dist::ReducerSnapshot reducer_state;
+    if (ddp) {
       meta["snapshot.bucket_order"] =
           fmt::format("{}", fmt::join(ddp->reducer().rebuilt_order(), ","));
+      reducer_state = dist::snapshot_reducer(ddp->reducer(), *pg);  // collective
+      meta.insert(reducer_state.metadata.begin(), reducer_state.metadata.end());
+    }
     test_fault("snapshot", step);
-    save_epoch_checkpoint(mid_epoch ? epoch - 1 : epoch, true, c.snapshot_path, meta, "snapshot");
+    if (fault_at("snapshot-write", step)) set_partial_write_hook([] { ::raise(SIGKILL); });
+    // A write killed before its rename left its temporary file; this job is the path's only
+    // writer, so whatever is there is such a leftover.
+    if (rank == 0)
+      if (const int n = remove_save_temporaries(c.snapshot_path); n > 0)
+        out << fmt::format(
+            "ringgrad-train: removed {} temporary file(s) of an unfinished write of {}\n", n,
+            c.snapshot_path);
+    save_epoch_checkpoint(mid_epoch ? epoch - 1 : epoch, true, c.snapshot_path, meta, "snapshot",
+                          reducer_state.tensors);
   };
   const std::vector<Tensor> params = model->parameters();
   const bool early_stop_top1 = c.early_stop_metric == "top1";

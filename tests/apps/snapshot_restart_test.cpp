@@ -83,6 +83,7 @@ class SnapshotRestart : public testing::ScratchDirTest {
                    (dir_ / snapshot).string(),
                    "--snapshot-every",
                    "4"};
+      spec.argv.insert(spec.argv.end(), extra_args_.begin(), extra_args_.end());
       if (!fault.empty()) spec.env.push_back("RG_TEST_FAULT=" + fault);
       if (nodes > 1) spec.env.push_back("RG_STORE_TOKEN=two-nodes");
       spec.env.push_back("RG_NUM_THREADS=1");
@@ -96,14 +97,19 @@ class SnapshotRestart : public testing::ScratchDirTest {
   }
 
   // The uninterrupted run and the one with `fault`: both succeed, the faulted one restarted,
-  // and their final snapshots are the same bytes.
-  void expect_identical_after(int ranks, const std::string& fault, bool resumes = true) {
+  // and their final snapshots are the same bytes. Returns the faulted run.
+  testing::ProcessResult expect_identical_after(int ranks, const std::string& fault,
+                                                bool resumes = true) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks, fault " + fault);
     const testing::ProcessResult clean = run(ranks, "clean.safetensors", "");
-    ASSERT_EQ(clean.exit_code, 0) << clean.out;
+    EXPECT_EQ(clean.exit_code, 0) << clean.out;
     const testing::ProcessResult faulted = run(ranks, "faulted.safetensors", fault);
-    ASSERT_EQ(faulted.exit_code, 0) << faulted.out;
-    EXPECT_NE(faulted.out.find("was killed by SIGKILL"), std::string::npos) << faulted.out;
+    EXPECT_EQ(faulted.exit_code, 0) << faulted.out;
+    // ringgrad-run reports the first failure it sees: the kill, or a peer that a collective with
+    // the killed rank failed first (it exits with code 1).
+    EXPECT_TRUE(faulted.out.find("was killed by SIGKILL") != std::string::npos ||
+                faulted.out.find("exited with code 1; stopping") != std::string::npos)
+        << faulted.out;
     EXPECT_NE(faulted.out.find("restarting the workers (restart 1 of 1)"), std::string::npos);
     // Killed before the first snapshot (taken after step 4) the restarted job starts over.
     EXPECT_EQ(faulted.out.find("ringgrad-train: resumed from") != std::string::npos, resumes)
@@ -112,9 +118,16 @@ class SnapshotRestart : public testing::ScratchDirTest {
     const std::string b = bytes_of(dir_ / "faulted.safetensors");
     EXPECT_FALSE(a.empty());
     EXPECT_TRUE(a == b) << "the final snapshots differ\n" << faulted.out;
+    for (const auto& [name, wanted] : expect_in_snapshot_)
+      EXPECT_EQ(a.find(name) != std::string::npos, wanted) << name;
     fs::remove(dir_ / "clean.safetensors");
     fs::remove(dir_ / "faulted.safetensors");
+    return faulted;
   }
+
+  std::vector<std::string> extra_args_;  // more ringgrad-train flags
+  // Tensor or metadata names the final snapshot must (true) or must not (false) hold.
+  std::vector<std::pair<std::string, bool>> expect_in_snapshot_;
 };
 
 // Kill -9 of a random rank after a random optimizer step (printed, to reproduce a failure).
@@ -153,6 +166,40 @@ TEST_F(SnapshotRestart, TwoNodesRestartTogetherAndEndBitIdentical) {
   EXPECT_NE(faulted[0].out.find("ringgrad-train: resumed from"), std::string::npos)
       << faulted[0].out;
   EXPECT_TRUE(bytes_of(dir_ / "clean.safetensors") == bytes_of(dir_ / "faulted.safetensors"));
+}
+
+// PowerSGD (from the third step) carries per-rank error feedback and Q factors between steps; the
+// snapshot keeps every rank's (gathered to rank 0, the writer), so the last rank killed after
+// step 10 resumes from step 8's snapshot and ends identical, the final snapshots' errors
+// included, at 2 and 4 ranks.
+TEST_F(SnapshotRestart, PowerSgdErrorFeedbackAndFactorsSurviveAKill) {
+  extra_args_ = {"--comm-hook", "powersgd", "--powersgd-start-iter", "2"};
+  expect_in_snapshot_ = {{"powersgd.rank0.bucket0.error", true},
+                         {"powersgd.rank1.bucket0.error", true},
+                         {"powersgd.bucket0.q", true},
+                         {"powersgd.rank1.bucket0.q", false},  // the Q's agree across ranks
+                         {"\"ddp.synced_iterations\":\"18\"", true}};
+  expect_identical_after(2, "step:10:1");
+  expect_in_snapshot_.push_back({"powersgd.rank3.bucket0.error", true});
+  expect_identical_after(4, "step:10:3");
+}
+
+// Rank 0 killed half-way through writing the snapshot of step 8 (part of the file in its
+// temporary file, not renamed): the job resumes from the previous one (epoch 1's end, step 6)
+// and ends identical. The
+// killed write's temporary file is removed by the restarted job's first snapshot, so none is
+// left at the end.
+TEST_F(SnapshotRestart, KillHalfWayThroughASnapshotWrite) {
+  const testing::ProcessResult faulted = expect_identical_after(2, "snapshot-write:8:0");
+  EXPECT_NE(faulted.out.find("ringgrad-train: resumed from " +
+                             (dir_ / "faulted.safetensors").string() + " after epoch 1 (step 6)"),
+            std::string::npos)
+      << faulted.out;
+  EXPECT_NE(faulted.out.find("removed 1 temporary file(s) of an unfinished write of"),
+            std::string::npos)
+      << faulted.out;
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
 // A finished run's snapshot: the identical command has nothing left to do. Another world size is

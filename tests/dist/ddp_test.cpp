@@ -244,6 +244,68 @@ TEST(Ddp, PowerSgdRankOneKeepsRanksIdenticalAndStillLearns) {
   }
 }
 
+// A snapshot's view of DDP: the rebuilt order, the iteration count and PowerSGD's state (this
+// rank's errors, the Q's) restored into a fresh DDP over a copy of the model give the next
+// iteration's gradients bit for bit; without the PowerSGD state they differ. Restoring in the
+// wrong order or into buckets that do not exist is a clear error.
+TEST(Ddp, PowerSgdStateRestoredIntoAFreshDdpContinuesBitIdentically) {
+  auto& pg = *default_group();
+  DdpOptions o;
+  o.comm_hook = CommHook::powersgd;
+  o.powersgd.rank = 1;
+  o.powersgd.start_iter = 2;
+  o.bucket_cap_mb = 0.05;  // several buckets
+  o.first_bucket_mb = 0.01;
+  data::SyntheticDataset data(kB * pg.size() * 5, kShape, 10, 8);
+  const auto step_batch = [&](int it) {
+    return batch(data, kB * (pg.size() * it + pg.rank()), kB);
+  };
+  auto model = model_named("mlp");
+  DistributedDataParallel ddp(model, default_group(), o);
+  optim::Sgd opt(model->parameters(), {.lr = 0.05});
+  for (int it = 0; it < 4; ++it) {
+    const data::Batch b = step_batch(it);
+    opt.zero_grad();
+    cross_entropy(ddp(b.inputs), b.targets).backward();
+    opt.step();
+  }
+  const PowerSgd::State state = ddp.reducer().powersgd_state();
+  ASSERT_FALSE(state.empty());
+  const auto gradients_after = [&](nn::Module& m, DistributedDataParallel& d) {
+    const data::Batch b = step_batch(4);
+    m.zero_grad();
+    cross_entropy(d(b.inputs), b.targets).backward();
+    std::vector<std::vector<float>> out;
+    for (const Tensor& p : m.parameters()) out.push_back(p.grad().to_vector<float>());
+    return out;
+  };
+  const auto fresh_copy = [&](bool with_powersgd_state) {
+    auto m = model_named("mlp");
+    m->load_state_dict(model->state_dict(), true);
+    auto d = std::make_unique<DistributedDataParallel>(m, default_group(), o);
+    d->reducer().restore_rebuilt_order(ddp.reducer().rebuilt_order());
+    d->reducer().restore_synced_iterations(ddp.reducer().synced_iterations());
+    if (with_powersgd_state) d->reducer().restore_powersgd_state(state);
+    return std::make_pair(m, std::move(d));
+  };
+  auto [restored, restored_ddp] = fresh_copy(true);
+  auto [without, without_ddp] = fresh_copy(false);
+  const auto want = gradients_after(*model, ddp);
+  EXPECT_TRUE(gradients_after(*restored, *restored_ddp) == want);
+  EXPECT_FALSE(gradients_after(*without, *without_ddp) == want);
+
+  auto other = model_named("mlp");
+  DistributedDataParallel unrestored(other, default_group(), o);
+  testing::expect_error([&] { unrestored.reducer().restore_powersgd_state(state); },
+                        "restore_rebuilt_order first");
+  testing::expect_error([&] { unrestored.reducer().restore_synced_iterations(4); },
+                        "restore the bucket order (restore_rebuilt_order) before");
+  unrestored.reducer().restore_rebuilt_order(ddp.reducer().rebuilt_order());
+  PowerSgd::State beyond = {{99, state.begin()->second}};
+  testing::expect_error([&] { unrestored.reducer().restore_powersgd_state(beyond); },
+                        "PowerSGD state for bucket 99, which is not an f32 bucket");
+}
+
 TEST(Ddp, BucketsLaunchInOrderAndAreRebuiltOnceTheSameOnEveryRank) {
   auto& pg = *default_group();
   auto model = model_named("toynet");

@@ -134,6 +134,49 @@ TEST_F(Safetensors, SavingReplacesTheFileAtomicallyAndLeavesNoTemporaryFile) {
   EXPECT_FALSE(fs::exists(dir_ / "no"));
 }
 
+// The restart tests' partial-write hook runs once, with the header and part of the data in the
+// temporary file and the old file untouched; a save that stops there (the hook throws here; the
+// tests kill the process) leaves the old file. remove_save_temporaries removes what killed saves
+// of that path left, and nothing else.
+TEST_F(Safetensors, APartialWriteLeavesTheOldFileAndLeftoversOfThatPathAreRemoved) {
+  save_safetensors(file(), {{"v", full({4}, 1.0)}});
+  const std::vector<uint8_t> old = read_bytes(file());
+  int calls = 0;
+  set_partial_write_hook([&] {
+    ++calls;
+    std::vector<fs::path> tmp;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename() != "t.safetensors") tmp.push_back(e.path());
+    ASSERT_EQ(tmp.size(), 1u);
+    EXPECT_EQ(tmp[0].filename().string().rfind("t.safetensors.tmp.", 0), 0u) << tmp[0];
+    const auto size = fs::file_size(tmp[0]);
+    EXPECT_GT(size, 8u + 64u) << "the header and some data";
+    EXPECT_LT(size, 8u + 64u + 2 * 4096u) << "not all of the data";
+    EXPECT_EQ(read_bytes(file()), old);
+    throw Error("stopped half-way");
+  });
+  EXPECT_EQ(error_of([&] {
+              save_safetensors(file(), {{"a", full({1024}, 2.0)}, {"b", full({1024}, 3.0)}});
+            }),
+            "stopped half-way");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(read_bytes(file()), old);
+  save_safetensors(file(), {{"v", full({2}, 3.0)}});  // the hook was used up
+  EXPECT_EQ(calls, 1);
+
+  for (const char* name :
+       {"t.safetensors.tmp.a1B2c3", "t.safetensors.tmp.zzzzzz", "t.safetensors.tmp.x",
+        "u.safetensors.tmp.a1B2c3", "t.safetensors.tmpXa1B2c3"})
+    write_bytes(file(name), {1, 2, 3});
+  EXPECT_EQ(remove_save_temporaries(file()), 2);
+  EXPECT_FALSE(fs::exists(file("t.safetensors.tmp.a1B2c3")));
+  EXPECT_FALSE(fs::exists(file("t.safetensors.tmp.zzzzzz")));
+  for (const char* kept : {"t.safetensors", "t.safetensors.tmp.x", "u.safetensors.tmp.a1B2c3",
+                           "t.safetensors.tmpXa1B2c3"})
+    EXPECT_TRUE(fs::exists(file(kept))) << kept;
+  EXPECT_EQ(remove_save_temporaries(file()), 0);
+}
+
 TEST_F(Safetensors, BadNamesAreRefused) {
   const Tensor t = full({1}, 1.0);
   EXPECT_NE(error_of([&] {

@@ -110,6 +110,37 @@ TEST_F(Checkpoint, OptimizerStateNamesFollowPyTorchAndBadStateIsRefused) {
             std::string::npos);
 }
 
+// A caller's own tensors (a snapshot's DDP state) travel in the same file: load_checkpoint hands
+// them back when asked and refuses them otherwise; the parts' prefixes stay reserved.
+TEST_F(Checkpoint, ExtraTensorsRoundTripAndTheirNamesMustNotTakeThePartsPrefixes) {
+  Generator g(1);
+  MLP model(6, {16}, 3, g);
+  const std::string path = (dir_ / "c.safetensors").string();
+  const NamedTensors extra = {{"powersgd.bucket0.q", from_vector<float>({1.5f, -2.f}, {2})},
+                              {"powersgd.rank1.bucket0.error", full({3}, 0.25)}};
+  save_checkpoint(path, model, nullptr, nullptr, {{"epoch", "1"}}, extra);
+  Generator other(7);
+  MLP restored(6, {16}, 3, other);
+  NamedTensors got;
+  EXPECT_EQ(load_checkpoint(path, restored, nullptr, nullptr, {}, &got).at("epoch"), "1");
+  ASSERT_EQ(got.size(), extra.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, extra[i].first);
+    EXPECT_EQ(got[i].second.to_vector<float>(), extra[i].second.to_vector<float>());
+  }
+  EXPECT_EQ(restored.parameters()[0].to_vector<float>(), model.parameters()[0].to_vector<float>());
+  EXPECT_NE(error_of([&] {
+              load_checkpoint(path, restored, nullptr, nullptr);
+            }).find("unexpected tensor 'powersgd.bucket0.q' in a checkpoint"),
+            std::string::npos);
+  for (const char* name : {"model.x", "optimizer.0.x", "rng.x"})
+    EXPECT_NE(error_of([&] {
+                save_checkpoint(path, model, nullptr, nullptr, {}, {{name, full({1}, 1.0)}});
+              }).find(std::string("tensor name '") + name + "' is reserved"),
+              std::string::npos)
+        << name;
+}
+
 TEST_F(Checkpoint, ForeignFilesAndMismatchedModelsAreClearErrors) {
   Generator g(1);
   MLP model(6, {16}, 3, g);
