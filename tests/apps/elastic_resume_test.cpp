@@ -67,7 +67,8 @@ class ElasticResume : public testing::ScratchDirTest {
   // plain process when ranks is 1), snapshots to `snapshot` every `every` steps; `env` adds
   // variables (the sample log, a fault).
   testing::ProcessResult run(int ranks, const std::string& snapshot, int every,
-                             std::vector<std::string> env, int max_restarts = 0) {
+                             std::vector<std::string> env, int max_restarts = 0,
+                             const std::vector<std::string>& extra = {}) {
     testing::ProcessSpec spec;
     if (ranks > 1)
       spec.argv = {RG_RUN_BINARY, "--nproc-per-node", std::to_string(ranks),       "--master-port",
@@ -98,6 +99,7 @@ class ElasticResume : public testing::ScratchDirTest {
                                  std::string("--snapshot-every"),
                                  std::to_string(every)})
       spec.argv.push_back(a);
+    spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
     spec.env = std::move(env);
     spec.env.push_back("RG_NUM_THREADS=1");
     return testing::run_processes({spec}, dir_, 240)[0];
@@ -112,9 +114,10 @@ class ElasticResume : public testing::ScratchDirTest {
   // The first run: 2 ranks (6 steps per epoch), a snapshot every 4 steps, rank 1 killed after
   // step 9 without restarts. Its last snapshot is step 8: epoch 2 after 2 of its steps, so 64 of
   // the epoch's samples were trained on and 128 are left. Copied to each of `copies`.
-  std::vector<LoggedBatch> interrupted_two_rank_run(const std::vector<std::string>& copies) {
+  std::vector<LoggedBatch> interrupted_two_rank_run(const std::vector<std::string>& copies,
+                                                    const std::vector<std::string>& extra = {}) {
     const testing::ProcessResult first =
-        run(2, "first.safetensors", 4, {log_dir("log_first"), "RG_TEST_FAULT=step:9:1"});
+        run(2, "first.safetensors", 4, {log_dir("log_first"), "RG_TEST_FAULT=step:9:1"}, 0, extra);
     EXPECT_NE(first.exit_code, 0) << first.out;
     EXPECT_NE(first.out.find("epoch 2 step 2/6"), std::string::npos) << first.out;
     EXPECT_TRUE(fs::exists(dir_ / "first.safetensors")) << first.out;
@@ -199,6 +202,18 @@ TEST_F(ElasticResume, TwoRanksToOneProcess) {
   const std::vector<LoggedBatch> after = read_sample_log(dir_ / "log_one", 1);
   expect_epoch_seen_once(before, after, 1);
   EXPECT_NE(one.out.find("\"steps\":28"), std::string::npos) << one.out;  // 8 + 8 + 12
+}
+
+// With PowerSGD (started at iteration 2, so the snapshot holds its state): the ranks' error
+// feedback cannot be mapped onto 3 ranks, so it restarts from zero with the Q's kept, said in one
+// line, and the re-split epoch still sees every sample once.
+TEST_F(ElasticResume, PowerSgdContinuesAtThreeRanksWithZeroErrorFeedback) {
+  const std::vector<std::string> psgd = {"--comm-hook", "powersgd", "--powersgd-start-iter", "2"};
+  const std::vector<LoggedBatch> before = interrupted_two_rank_run({"p.safetensors"}, psgd);
+  const testing::ProcessResult three = run(3, "p.safetensors", 4, {log_dir("log_p")}, 0, psgd);
+  ASSERT_EQ(three.exit_code, 0) << three.out;
+  EXPECT_NE(three.out.find("the error feedback starts at zero"), std::string::npos) << three.out;
+  expect_epoch_seen_once(before, read_sample_log(dir_ / "log_p", 3), 3);
 }
 
 }  // namespace

@@ -202,9 +202,10 @@ TEST_F(SnapshotRestart, KillHalfWayThroughASnapshotWrite) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
-// A finished run's snapshot: the identical command has nothing left to do. Another world size is
-// refused with the reason (re-splitting the epoch is not built yet).
-TEST_F(SnapshotRestart, AFinishedRunHasNothingLeftAndAnotherWorldSizeIsRefused) {
+// A finished run's snapshot: the identical command has nothing left to do. The run shape is still
+// checked first: these 4 ranks run batch 8 (2 ranks ran 16), which is refused with the reason
+// (another world size alone resumes: ElasticResume).
+TEST_F(SnapshotRestart, AFinishedRunHasNothingLeftAndAnotherRunShapeIsRefused) {
   const testing::ProcessResult first = run(2, "s.safetensors", "");
   ASSERT_EQ(first.exit_code, 0) << first.out;
   // The same command again (a restart after the last snapshot was written): nothing to do, exit 0,
@@ -217,7 +218,7 @@ TEST_F(SnapshotRestart, AFinishedRunHasNothingLeftAndAnotherWorldSizeIsRefused) 
   EXPECT_TRUE(bytes_of(dir_ / "s.safetensors") == before);
   const testing::ProcessResult other = run(4, "s.safetensors", "", 0);
   EXPECT_NE(other.exit_code, 0);
-  EXPECT_NE(other.out.find("the checkpoint's world_size is '2', this run's is '4'"),
+  EXPECT_NE(other.out.find("the checkpoint's batch_size is '16', this run's is '8'"),
             std::string::npos)
       << other.out;
 }
