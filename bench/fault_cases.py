@@ -3,10 +3,14 @@
 
 Each case runs a small job (ToyNet on a 192-sample MNIST-format set that the script writes, 3
 epochs, a snapshot every 4 steps) twice: uninterrupted, and with one fault (RG_TEST_FAULT kill -9
-of a rank at a step, during evaluation or before a snapshot write; SIGSTOP of a rank; a worker
-failing on the second of two launchers acting as nodes). It prints, per case: the time from the
-fault to the launcher's report (detect), from the report to the restarted job's first step
-(resume), and whether the final snapshot equals the uninterrupted run's byte for byte.
+of a rank at a step, during evaluation, before or half-way through a snapshot write, with
+PowerSGD; SIGSTOP of a rank; a worker failing on the second of two launchers acting as nodes). It
+prints, per case: the time from the fault to the launcher's report (detect), from the report to
+the restarted job's first step (resume), and whether the final snapshot equals the uninterrupted
+run's byte for byte. The last case stops a 2-rank job for good and resumes its snapshot with 3
+ranks (another world size cannot be byte-identical): there "resume" is from the new command's
+start to its first step, and "identical" says whether every sample of the interrupted epoch was
+trained on exactly once (from RG_TEST_SAMPLE_LOG).
 
     python3 bench/fault_cases.py [--build build/ci]
 """
@@ -98,26 +102,56 @@ def main():
                 if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "RG_TEST_FAULT"))}
     base_env["RG_NUM_THREADS"] = "1"
 
-    def train_args(ranks, snapshot):
+    def train_args(ranks, snapshot, train_extra=(), batch=None):
         return [train, "--model", "toynet", "--dataset", "mnist", "--data-dir", data, "--epochs",
-                "3", "--batch-size", str(192 // ranks // 6), "--test-batch-size", "64",
+                "3", "--batch-size", str(batch or 192 // ranks // 6), "--test-batch-size", "64",
                 "--workers", "0", "--seed", "5", "--optimizer", "adamw", "--lr-schedule", "cosine",
-                "--snapshot", snapshot, "--snapshot-every", "4"]
+                "--snapshot", snapshot, "--snapshot-every", "4", *train_extra]
 
-    def launch(ranks, snapshot, nodes=1, extra=()):
+    def launch(ranks, snapshot, nodes=1, extra=(), train_extra=(), restarts=1, batch=None):
         if nodes == 1:
             return [[run, "--nproc-per-node", str(ranks), "--master-port", "0",
-                     "--max-restarts", "1", *extra, *train_args(ranks, snapshot)]]
+                     "--max-restarts", str(restarts), *extra,
+                     *train_args(ranks, snapshot, train_extra, batch)]]
         port = str(free_port())
         return [[run, "--nnodes", str(nodes), "--node-rank", str(n), "--nproc-per-node",
                  str(ranks // nodes), "--master-port", port, "--max-restarts", "1", *extra,
-                 *train_args(ranks, snapshot)] for n in range(nodes)]
+                 *train_args(ranks, snapshot, train_extra)] for n in range(nodes)]
 
-    def reference(ranks):
-        path = os.path.join(work, f"clean{ranks}.safetensors")
+    def reference(ranks, train_extra=()):
+        path = os.path.join(work, f"clean{ranks}{''.join(train_extra)}.safetensors")
         if not os.path.exists(path):
-            Job(launch(ranks, path), base_env).wait()
+            Job(launch(ranks, path, train_extra=train_extra), base_env).wait()
         return open(path, "rb").read()
+
+    def elastic_case():
+        """2 ranks killed after step 9 without a restart, then the snapshot resumed by 3."""
+        path = os.path.join(work, "elastic.safetensors")
+        logs = [os.path.join(work, "elastic_log_a"), os.path.join(work, "elastic_log_b")]
+        for d in logs:
+            os.makedirs(d, exist_ok=True)
+        env = dict(base_env, RG_TEST_FAULT="step:9:1", RG_TEST_SAMPLE_LOG=logs[0])
+        job = Job(launch(2, path, restarts=0, batch=16), env)
+        job.wait()
+        report = job.first(r"was killed by|exited with code")
+        with job.lock:
+            before = [t for t, _, x in job.lines if report and t < report]
+        detect = report - before[-1] if before and report else None
+        start = time.monotonic()
+        job = Job(launch(3, path, restarts=0, batch=16),
+                  dict(base_env, RG_TEST_SAMPLE_LOG=logs[1]))
+        codes = job.wait()
+        first_step = job.first(r"epoch \d+ step \d+/")
+        seen = {}
+        for d, last_step in ((logs[0], 8), (logs[1], None)):
+            for name in os.listdir(d):
+                for line in open(os.path.join(d, name)):
+                    epoch, step, *samples = map(int, line.split())
+                    if epoch == 2 and (last_step is None or step <= last_step):
+                        for i in samples:
+                            seen[i] = seen.get(i, 0) + 1
+        once = len(seen) == 192 and all(n == 1 for n in seen.values()) and codes == [0]
+        return detect, (first_step - start) if first_step else None, once
 
     cases = [
         ("kill -9 rank 1 after step 10", 2, 1, "step:10:1", None),
@@ -125,12 +159,16 @@ def main():
         ("kill -9 rank 0 after step 6", 4, 1, "step:6:0", None),
         ("kill -9 rank 1 in evaluation of epoch 2", 2, 1, "eval:2:1", None),
         ("kill -9 rank 0 before writing snapshot 8", 2, 1, "snapshot:8:0", None),
+        ("kill -9 rank 0 half-way writing snapshot 8", 2, 1, "snapshot-write:8:0", None),
+        ("kill -9 rank 1 after step 10, PowerSGD", 2, 1, "step:10:1", "powersgd"),
         ("SIGSTOP rank 1 (heartbeat 2 s)", 2, 1, None, "stop"),
         ("kill -9 rank 3 after step 9, 2 nodes x 2", 4, 2, "step:9:3", None),
     ]
     print(f"{'case':<44} {'ranks':>5} {'nodes':>5} {'detect s':>9} {'resume s':>9} identical")
+    powersgd = ("--comm-hook", "powersgd", "--powersgd-start-iter", "2")
     for name, ranks, nodes, fault, action in cases:
-        ref = reference(ranks)
+        train_extra = powersgd if action == "powersgd" else ()
+        ref = reference(ranks, train_extra)
         path = os.path.join(work, "faulted.safetensors")
         if os.path.exists(path):
             os.remove(path)
@@ -140,7 +178,7 @@ def main():
         extra = ("--heartbeat-timeout-s", "2") if action == "stop" else ()
         if nodes > 1:
             env["RG_STORE_TOKEN"] = "fault-cases"
-        job = Job(launch(ranks, path, nodes, extra), env)
+        job = Job(launch(ranks, path, nodes, extra, train_extra), env)
         fault_t = None
         if action == "stop":
             # The rank's pid: the newest ringgrad-train child with RANK=1 in its environment.
@@ -173,6 +211,11 @@ def main():
         resume = f"{resumed - restart:9.2f}" if resumed and restart else "        -"
         print(f"{name:<44} {ranks:>5} {nodes:>5} {detect} {resume} {'yes' if same else 'NO'}",
               flush=True)
+    detect, resume, once = elastic_case()
+    detect = f"{detect:9.2f}" if detect is not None else "        -"
+    resume = f"{resume:9.2f}" if resume is not None else "        -"
+    print(f"{'kill -9 rank 1 after step 9, resumed by 3':<44} {'2->3':>5} {1:>5} {detect} {resume} "
+          f"{'each sample once' if once else 'NO'}", flush=True)
 
 
 if __name__ == "__main__":
