@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "allow parameters that get no gradient in some iterations");
+  app.add_option("--debug-distributed", c.debug_distributed,
+                 "OFF | INFO | DETAIL: as RG_DISTRIBUTED_DEBUG (DETAIL checks every collective's "
+                 "fingerprint across ranks)")
+      ->check(CLI::IsMember({"OFF", "INFO", "DETAIL", "off", "info", "detail"}));
   app.add_option("--trace", c.trace_path,
                  "write a Chrome/Perfetto trace (one process per rank) of the first steps to FILE");
   app.add_option("--trace-steps", c.trace_steps, "how many steps --trace records")

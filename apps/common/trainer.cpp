@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "comm/ddp.h"
+#include "comm/debug_level.h"
 #include "comm/init.h"
 #include "comm/reducer_snapshot.h"
 #include "comm/sync_batch_norm.h"
@@ -261,6 +262,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   const dist::LaunchEnv env = dist::read_launch_env();
   std::shared_ptr<dist::ProcessGroup> pg;
   Device device = parse_device(c.device);
+  if (!c.debug_distributed.empty())
+    dist::set_debug_level(dist::parse_debug_level(c.debug_distributed));
   if (env.world_size > 1) {
     RG_CHECK(device.is_cuda() || c.backend != "nccl",
              "--backend nccl reduces CUDA tensors: add --device cuda (or use --backend gloo)");

@@ -53,6 +53,8 @@ struct TrainConfig {
   int64_t powersgd_start_iter = 10;
   int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
   bool find_unused_parameters = false;
+  // --debug-distributed OFF|INFO|DETAIL; empty: RG_DISTRIBUTED_DEBUG's (comm/debug_level.h).
+  std::string debug_distributed;
   bool gradient_as_bucket_view = false;
   // Every BatchNorm2d becomes a SyncBatchNorm over the DDP group (statistics of the global
   // batch); with one process it stays plain batch norm, a model without one is left alone.
