@@ -191,7 +191,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
     }
     // Ranks on several hosts have no shared-memory segment (and every rank knows it alike).
     if (algo == dist::Algorithm::shm) {
-      const auto* gloo = dynamic_cast<const dist::ProcessGroupGloo*>(pg.get());
+      const auto* gloo = dynamic_cast<const dist::ProcessGroupGloo*>(&pg->backend_group());
       if (gloo == nullptr || !gloo->has_shared_memory()) {
         if (root) fmt::print("\n# {}: skipped: the ranks are not all on one host\n", name);
         continue;

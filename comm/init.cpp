@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <mutex>
 
+#include "comm/debug_group.h"
 #include "comm/file_store.h"
+#include "comm/flight_recorder.h"
 #include "comm/hash_store.h"
 #include "comm/heartbeat.h"
 #include "comm/prefix_store.h"
@@ -92,11 +94,15 @@ std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend,
                                                  ProcessGroupOptions options) {
   // "auto" is gloo: the group does not know where the model lives, and NCCL needs CUDA tensors
   // (ringgrad-train picks nccl itself for --device cuda).
+  std::shared_ptr<ProcessGroup> group;
   if (backend == "gloo" || backend == "auto")
-    return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size, std::move(options));
-  if (backend == "nccl")
-    return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size, std::move(options));
-  RG_FAIL("unknown backend '", backend, "' (expected gloo, nccl or auto)");
+    group = std::make_shared<ProcessGroupGloo>(store, rank, size, std::move(options));
+  else if (backend == "nccl")
+    group = std::make_shared<ProcessGroupNCCL>(store, rank, size, std::move(options));
+  else
+    RG_FAIL("unknown backend '", backend, "' (expected gloo, nccl or auto)");
+  // Every group is recorded (the flight recorder) and, under DETAIL, checked across ranks.
+  return std::make_shared<DebugProcessGroup>(std::move(group), std::move(store));
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
@@ -171,6 +177,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch,
     }
   }
   s.group = make_process_group(options.backend, store, env.rank, env.world_size, group);
+  FlightRecorder::install_signal_dump(env.rank, env.world_size);  // SIGUSR1 dumps it
   s.store = store;
   // SyncBatchNorm layers without a group of their own use this one, as PyTorch's group.WORLD.
   nn::set_default_batch_norm_collectives(

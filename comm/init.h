@@ -41,7 +41,8 @@ const std::shared_ptr<Store>& default_store();
 // loses the store while it still needs it. A FileStore's file goes with the last rank's store.
 void destroy_process_group();
 
-// Creates a process group of `backend` over `store` (used by init_process_group and tests).
+// Creates a process group of `backend` over `store` (used by init_process_group and tests),
+// inside the recording and checking layer of comm/debug_group.h.
 std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank, int size,
                                                  ProcessGroupOptions options = {});

@@ -35,7 +35,7 @@ struct ProcessGroupOptions {
   // 1 MiB: at 64 MiB, 4 ranks on 2 cores ran 2.2-2.4 GB/s with 256 KiB, 2.7-3.7 with 1 MiB
   // (fewer waits); 2 ranks ran alike with either.
   size_t shm_chunk_bytes = size_t(1) << 20;
-  std::string name = "default";               // namespaces the group's store keys
+  std::string name = "default";  // namespaces the group's store keys
   // Gloo: the address peers use to reach this rank; empty = 127.0.0.1 for a single-node job,
   // else this host's name.
   std::string hostname;
@@ -62,7 +62,10 @@ class ProcessGroup {
   Algorithm algorithm() const { return options_.algorithm; }
   // Where this group's tensors must live: the CPU (gloo), or the group's CUDA device (NCCL).
   virtual Device tensor_device() const { return Device::cpu(); }
-  void set_algorithm(Algorithm a) { options_.algorithm = a; }
+  virtual void set_algorithm(Algorithm a) { options_.algorithm = a; }
+  // The backend's own group under any recording layer (comm/debug_group.h), for code that needs
+  // the concrete backend (ProcessGroupGloo's shared memory, ...).
+  virtual ProcessGroup& backend_group() { return *this; }
 
   // In place: every rank's `tensor` becomes the reduction over ranks.
   virtual WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;

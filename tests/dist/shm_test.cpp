@@ -35,7 +35,7 @@ const std::vector<DType> kDtypes = {DType::f32,  DType::f64, DType::f16, DType::
 const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 
 ProcessGroupGloo& default_gloo() {
-  auto* pg = dynamic_cast<ProcessGroupGloo*>(default_group().get());
+  auto* pg = dynamic_cast<ProcessGroupGloo*>(&default_group()->backend_group());
   EXPECT_NE(pg, nullptr) << "the shm tests run on gloo";
   return *pg;
 }
