@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "allow parameters that get no gradient in some iterations");
+  app.add_option("--timeout-s", c.timeout_s,
+                 "seconds a collective may take before it fails naming the ranks that never "
+                 "joined it (the flight recorder is dumped then)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--debug-distributed", c.debug_distributed,
                  "OFF | INFO | DETAIL: as RG_DISTRIBUTED_DEBUG (DETAIL checks every collective's "
                  "fingerprint across ranks)")

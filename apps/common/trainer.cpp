@@ -19,6 +19,7 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <string_view>
 
 #include "comm/ddp.h"
 #include "comm/debug_level.h"
@@ -273,6 +274,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     io.backend = device.is_cuda() ? "nccl" : c.backend == "auto" ? "gloo" : c.backend;
     io.group.algorithm = dist::parse_algorithm(c.allreduce);
     io.init_method = c.init_method;
+    io.group.timeout = dist::Millis(int64_t(c.timeout_s * 1000));
     pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
   }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
@@ -280,7 +282,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // this process (SIGKILL, as kill -9) when rank <rank> reaches <where> (step: after optimizer
   // step n; eval: the evaluation after epoch n; snapshot: just before the snapshot of step n is
   // written; snapshot-write: half-way through writing it, before the rename, through
-  // engine/serialization.h's partial-write hook), on the first attempt only (RG_RESTART_COUNT 0).
+  // engine/serialization.h's partial-write hook; stop: SIGSTOP instead, after step n), on the
+  // first attempt only (RG_RESTART_COUNT 0).
   const auto fault_at = [rank, restart = env.restart_count](const char* where, int64_t n) {
     static const std::string spec = [] {
       const char* v = std::getenv("RG_TEST_FAULT");
@@ -290,6 +293,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   };
   const auto test_fault = [&fault_at](const char* where, int64_t n) {
     if (fault_at(where, n)) ::raise(SIGKILL);
+    // stop:N:R stops rank R after step N (SIGSTOP, as a hung process), for the debug tests.
+    if (std::string_view(where) == "step" && fault_at("stop", n)) ::raise(SIGSTOP);
   };
   // For the resume tests, not for users: RG_TEST_SAMPLE_LOG=<dir> appends one line per batch,
   // "<epoch> <step> <index>...", to <dir>/rank<r>.txt (flushed, so a killed rank's log is whole).

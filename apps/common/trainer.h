@@ -55,6 +55,9 @@ struct TrainConfig {
   bool find_unused_parameters = false;
   // --debug-distributed OFF|INFO|DETAIL; empty: RG_DISTRIBUTED_DEBUG's (comm/debug_level.h).
   std::string debug_distributed;
+  // --timeout-s: how long a collective (and joining the group) may take before it is an error
+  // naming the ranks that did not join it (PyTorch's init_process_group timeout).
+  double timeout_s = 300;
   bool gradient_as_bucket_view = false;
   // Every BatchNorm2d becomes a SyncBatchNorm over the DDP group (statistics of the global
   // batch); with one process it stays plain batch norm, a model without one is left alone.
