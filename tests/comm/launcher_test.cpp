@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -544,6 +545,33 @@ TEST(LauncherTest, AHangRequestsDumpsAndTheWaitIsBounded) {
   EXPECT_FALSE(std::ifstream(dir + "/rank1.json").good());
   EXPECT_GE(r.seconds, 2.5);  // 0.5 s of silence, then the whole 2 s wait for rank 1
   EXPECT_LT(r.seconds, 10.0);
+  std::filesystem::remove_all(dir);
+}
+
+// The same with the real flight recorder (tests/comm/flight_worker.cpp): rank 1 fails, rank 0's
+// SIGUSR1 dump shows it inside its 13th all-reduce.
+TEST(LauncherTest, RealFlightRecorderDumpsOnRequest) {
+  char dir_template[] = "/tmp/rg_launcher_flight_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const RunResult r = run({"--nproc-per-node", "2", "--master-port", "0", RG_FLIGHT_WORKER},
+                          {"RG_FLIGHT_RECORDER_DIR=" + dir});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("[rank 0] ringgrad: flight recorder of rank 0 written to " + dir +
+                       "/rank0.json\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("flight recorder dumps in " + dir), std::string::npos) << r.err;
+  std::ifstream in(dir + "/rank0.json");
+  const auto dump = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(dump.is_object()) << "rank0.json is not JSON";
+  EXPECT_EQ(dump["reason"], "signal");
+  EXPECT_EQ(dump["world_size"], 2);
+  ASSERT_EQ(dump["entries"].size(), 13u);
+  EXPECT_EQ(dump["entries"][12]["seq"], 13);
+  EXPECT_EQ(dump["entries"][12]["state"], "started");
+  EXPECT_EQ(dump["entries"][11]["state"], "completed");
   std::filesystem::remove_all(dir);
 }
 
