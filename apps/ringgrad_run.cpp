@@ -769,7 +769,10 @@ int main(int argc, char** argv) {
       "MASTER_PORT, RG_STORE_TOKEN, RG_RESTART_COUNT and RG_NUM_THREADS/OMP_NUM_THREADS.\n"
       "Node 0 hosts the job's store; with --nnodes > 1 export the same RG_STORE_TOKEN on every\n"
       "node. Exit code: the first failing worker's (0 when all succeed), 128+N on signal N,\n"
-      "127/126 when PROGRAM cannot be run, 2 for a bad command line.");
+      "127/126 when PROGRAM cannot be run, 2 for a bad command line.\n"
+      "Before stopping the workers after a failure or a hang it asks them for their flight\n"
+      "recorder dumps (SIGUSR1; RG_FLIGHT_RECORDER_DIR, default\n"
+      "/tmp/ringgrad-flight/<launcher pid>/attempt<N>): ringgrad-bench flight DIR/rank*.json.");
   app.option_defaults()->always_capture_default();
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "workers on this node");
   app.add_option("--nnodes", o.nnodes, "number of nodes");

@@ -29,10 +29,11 @@ int main() {
     recorder.started(id, rg::dist::unix_seconds());
     recorder.ended(id, rg::dist::unix_seconds());
   }
-  ::sleep(1);  // a heartbeat has gone out
-  if (rank == 1) return 3;
+  if (rank == 1) {
+    for (int i = 0; i < 10; ++i) ::usleep(100000);  // the others' heartbeats have gone out
+    return 3;
+  }
   call.seq = 13;
   recorder.started(recorder.enqueued(call), rg::dist::unix_seconds());
-  ::sleep(60);
-  return 0;
+  while (true) ::pause();  // until the launcher stops it; SIGUSR1 would end a sleep() early
 }

@@ -486,10 +486,11 @@ TEST(LauncherTest, AStoppedWorkerIsDetectedByItsHeartbeat) {
 
 // A worker that "has a flight recorder": it beats, and on SIGUSR1 writes its dump file (as
 // comm/flight_recorder.h does, by rename) into RG_FLIGHT_RECORDER_DIR. The shell runs the trap
-// between its short sleeps.
+// between its short sleeps; it says so first, since it is stopped as soon as the file is there.
 const std::string kDumpingWorker =
-    "trap 'mkdir -p \"$RG_FLIGHT_RECORDER_DIR\"; f=\"$RG_FLIGHT_RECORDER_DIR/rank$RANK.json\"; "
-    "echo dump > \"$f.tmp\"; mv \"$f.tmp\" \"$f\"; echo dumped' USR1; ";
+    "trap 'echo dumped; mkdir -p \"$RG_FLIGHT_RECORDER_DIR\"; "
+    "f=\"$RG_FLIGHT_RECORDER_DIR/rank$RANK.json\"; echo dump > \"$f.tmp\"; mv \"$f.tmp\" \"$f\"' "
+    "USR1; ";
 
 // When a worker fails, the others are asked for their flight recorder dumps before they are
 // stopped; the launcher waits only until they are written and says where they are.
