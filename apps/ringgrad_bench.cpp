@@ -5,6 +5,7 @@
 //   allreduce: all-reduce bandwidth over a size sweep (apps/allreduce_bench.h).
 //   overlap: DDP all-reduce/backward overlap across bucket sizes (apps/overlap_bench.h).
 //   timeline: draws one step of a ringgrad-train --trace file (apps/timeline_plot.h).
+//   flight: what the ranks' flight recorder dumps say happened (apps/flight_analyzer.h).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "apps/allreduce_bench.h"
+#include "apps/flight_analyzer.h"
 #include "apps/overlap_bench.h"
 #include "apps/timeline_plot.h"
 #include "comm/ddp.h"
@@ -91,8 +93,8 @@ int run_train_bench(const TrainBenchOptions& o) {
   const bool print = rank == 0;
   if (print) {
     fmt::print("ringgrad-bench train: model={} amp={} batch={} threads={} params={} blas={}{}\n",
-               o.model, o.amp, o.batch_size, rg::kernels::cpu::num_threads(), model->parameter_count(),
-               rg::kernels::cpu::blas_core_name(),
+               o.model, o.amp, o.batch_size, rg::kernels::cpu::num_threads(),
+               model->parameter_count(), rg::kernels::cpu::blas_core_name(),
                pg ? fmt::format(" ddp=gloo world={} (img/s of the whole job)", world) : "");
   }
   for (int i = 0; i < o.warmup; ++i) step(i);
@@ -152,6 +154,13 @@ int main(int argc, char** argv) {
   CLI::App* overlap = rg::apps::add_overlap_command(app, ov);
   rg::apps::TimelineOptions tl;
   CLI::App* timeline = rg::apps::add_timeline_command(app, tl);
+  std::vector<std::string> flight_files;
+  CLI::App* flight = app.add_subcommand(
+      "flight", "what the ranks' flight recorder dumps say happened (exit code 2: a bad file)");
+  flight
+      ->add_option("files", flight_files,
+                   "every rank's dump (rank*.json, e.g. DIR/rank*.json), or their directory")
+      ->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -165,6 +174,7 @@ int main(int argc, char** argv) {
     if (allreduce->parsed()) return rg::apps::run_allreduce_bench(ar);
     if (overlap->parsed()) return rg::apps::run_overlap_bench(ov);
     if (timeline->parsed()) return rg::apps::run_timeline(tl);
+    if (flight->parsed()) return rg::apps::run_flight(flight_files);
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
     std::cerr << "ringgrad-bench: " << e.what() << "\n";
     return 70;

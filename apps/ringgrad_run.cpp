@@ -1,7 +1,8 @@
 // ringgrad-run: starts one node's workers of a data-parallel job, like torchrun. Node 0 hosts the
 // job's store; each worker gets the launch variables (comm/env.h) and its output lines prefixed
 // with its rank; when one worker fails the others are stopped and, if restarts remain, all are
-// started again.
+// started again. Before stopping them after a failure or a hang, it asks every worker for its
+// flight recorder dump (comm/flight_recorder.h: SIGUSR1) and says where the dumps are.
 //
 // Exit codes: 0 every worker exited 0; otherwise the first failing worker's code (128+N when it
 // died of signal N); 128+N when the launcher got signal N (forwarded to the workers first); 127
@@ -12,6 +13,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +57,9 @@ constexpr size_t kMaxDrainBytes = size_t(16) << 20;
 constexpr std::array<int, 4> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // The descriptor a worker writes its heartbeats to (RG_HEARTBEAT_FD).
 constexpr int kHeartbeatFd = 9;
+// How long the workers get to write their flight recorder dumps before they are stopped (a dump
+// takes milliseconds; a stopped worker never writes one).
+constexpr auto kDumpWait = std::chrono::seconds(2);
 
 struct Options {
   int nproc_per_node = 1;
@@ -194,7 +199,22 @@ struct Worker {
   std::unique_ptr<LineForwarder> err;
   int heartbeat_fd = -1;  // read end; the worker writes a byte every 0.5 s once rg_comm is up
   std::optional<Clock::time_point> last_beat;
+  // It has sent a heartbeat: rg_comm is up, and with it the flight recorder's SIGUSR1 dump
+  // (init_process_group installs both). Others get no SIGUSR1: it would kill them.
+  bool has_recorder = false;
+  bool dump_requested = false;
+  ino_t dump_inode = 0;  // of its dump file when the dump was requested (0: none)
 };
+
+// The file a worker's flight recorder writes (comm/flight_recorder.h), and its inode (0: none).
+std::string dump_path(const std::string& dir, int rank) {
+  return fmt::format("{}/rank{}.json", dir, rank);
+}
+
+ino_t inode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
 
 // Starts, watches, stops and restarts this node's workers; single-threaded around one poll()
 // over the workers' pipes and a signalfd (SIGCHLD and the forwarded signals).
@@ -272,6 +292,15 @@ class Launcher {
     workers_.clear();
     attempt_ = restart_count;
     stopping_ = false;
+    dumping_ = false;
+    hung_ = nullptr;
+    // Each attempt's dumps in their own directory, so that a restart does not overwrite them (the
+    // user's RG_FLIGHT_RECORDER_DIR is used as it is).
+    const char* user_dir = std::getenv("RG_FLIGHT_RECORDER_DIR");
+    flight_dir_override_ = user_dir == nullptr || *user_dir == '\0';
+    flight_dir_ = flight_dir_override_
+                      ? fmt::format("/tmp/ringgrad-flight/{}/attempt{}", ::getpid(), restart_count)
+                      : user_dir;
     killed_ = false;
     failure_code_.reset();
     for (int local_rank = 0; local_rank < opt_.nproc_per_node; ++local_rank) {
@@ -297,7 +326,7 @@ class Launcher {
                             ? opt_.threads_per_worker
                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                               opt_.nproc_per_node);
-    const std::vector<std::pair<std::string, std::string>> vars = {
+    std::vector<std::pair<std::string, std::string>> vars = {
         {"RANK", std::to_string(w.rank)},
         {"LOCAL_RANK", std::to_string(w.local_rank)},
         {"WORLD_SIZE", std::to_string(opt_.nnodes * opt_.nproc_per_node)},
@@ -315,6 +344,7 @@ class Launcher {
         {"RG_NUM_THREADS", std::to_string(threads)},
         {"OMP_NUM_THREADS", std::to_string(threads)},
     };
+    if (flight_dir_override_) vars.emplace_back("RG_FLIGHT_RECORDER_DIR", flight_dir_);
     std::set<std::string> ours;
     for (const auto& [name, value] : vars) ours.insert(name);
     std::vector<std::string> env;
@@ -419,6 +449,69 @@ class Launcher {
     killed_ = true;
   }
 
+  // After a failure or a hang, before stopping the workers: asks each running worker that has a
+  // flight recorder for its dump (SIGUSR1, to the worker alone: its children have none) and stops
+  // them once every one has written it or kDumpWait has passed. `hung` (silent past the heartbeat
+  // timeout) is asked too, since a hang often leaves the dump thread free, then killed.
+  void stop_after_dumps(Worker* hung) {
+    hung_ = hung;
+    for (const auto& w : workers_) {
+      w->dump_requested = false;
+      if (!w->running) continue;
+      drain_heartbeat(*w);
+      if (!w->has_recorder) continue;
+      w->dump_requested = true;
+      // The file may be there already (an earlier dump): only a new one (a new inode, written by
+      // rename) counts.
+      w->dump_inode = inode_of(dump_path(flight_dir_, w->rank));
+      ::kill(w->pid, SIGUSR1);
+      dumping_ = true;
+    }
+    if (!dumping_) return finish_stop();
+    dump_deadline_ = Clock::now() + kDumpWait;
+  }
+
+  bool dumps_written() const {
+    for (const auto& w : workers_) {
+      if (w->dump_requested && w->running &&
+          inode_of(dump_path(flight_dir_, w->rank)) == w->dump_inode)
+        return false;
+    }
+    return true;
+  }
+
+  // The dump wait is over: says where the dumps are and stops the workers.
+  void finish_stop() {
+    if (dumping_) {
+      dumping_ = false;
+      std::vector<int> missing;
+      bool any = false;
+      for (const auto& w : workers_) {
+        if (!w->dump_requested) continue;
+        const ino_t now = inode_of(dump_path(flight_dir_, w->rank));
+        if (now != 0 && now != w->dump_inode) {
+          any = true;
+        } else {
+          missing.push_back(w->rank);
+        }
+      }
+      for (int rank : missing) {
+        say(
+            fmt::format("no flight recorder dump from rank {} within {} s (a stopped or exited "
+                        "worker cannot write one)",
+                        rank, std::chrono::seconds(kDumpWait).count()));
+      }
+      if (any) {
+        say(fmt::format(
+            "flight recorder dumps in {}; analyze with: ringgrad-bench flight {}/rank*.json",
+            flight_dir_, flight_dir_));
+      }
+    }
+    if (hung_ != nullptr && hung_->running) ::kill(-hung_->pid, SIGKILL);
+    hung_ = nullptr;
+    stop_all(SIGTERM);
+  }
+
   void monitor() {
     while (running_count() > 0) {
       std::vector<pollfd> fds = {{signal_fd_, POLLIN, 0}};
@@ -432,7 +525,7 @@ class Launcher {
       }
       // Heartbeats and the other nodes are checked at least every 200 ms.
       const bool periodic = opt_.heartbeat_timeout_s > 0 || agents_;
-      int timeout_ms = periodic ? 200 : -1;
+      int timeout_ms = dumping_ ? 20 : periodic ? 200 : -1;  // dumps: checked every 20 ms
       if (stopping_ && !killed_) {
         const auto left = kill_deadline_ - Clock::now();
         const int until_kill = static_cast<int>(
@@ -447,8 +540,10 @@ class Launcher {
       if (ready > 0 && fds[0].revents != 0) handle_signals();
       check_heartbeats();
       check_other_nodes();
+      if (dumping_ && (Clock::now() >= dump_deadline_ || dumps_written())) finish_stop();
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) kill_all();
     }
+    if (dumping_) finish_stop();  // every worker exited while the dumps were awaited
   }
 
   void handle_signals() {
@@ -467,6 +562,8 @@ class Launcher {
           say(fmt::format("got {}; stopping", signal_name(sig)));
         }
         stopping_ = false;  // a fresh grace period from now
+        dumping_ = false;   // the signal wins over the dumps: it is forwarded now
+        hung_ = nullptr;
         stop_all(sig);
       } else if (!killed_) {
         say(fmt::format("got {} again; killing the workers", signal_name(sig)));
@@ -486,7 +583,7 @@ class Launcher {
       w->out->close();
       w->err->close();
       const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-      if (code == 0 || stopping_) continue;
+      if (code == 0 || stopping_ || dumping_) continue;
       failure_code_ = code;
       const std::string how = WIFSIGNALED(status) ? fmt::format("was killed by {} (exit code {})",
                                                                 signal_name(WTERMSIG(status)), code)
@@ -498,8 +595,18 @@ class Launcher {
                                    : fmt::format("; stopping the other {} workers", others);
       say(fmt::format("rank {} (pid {}) {}{}", w->rank, w->pid, how, then));
       report_failure(fmt::format("rank {} on node {} {}", w->rank, opt_.node_rank, how));
-      stop_all(SIGTERM);
+      stop_after_dumps(nullptr);
     }
+  }
+
+  // Reads what the worker's heartbeat pipe holds; true when it beat.
+  static bool drain_heartbeat(Worker& w) {
+    if (w.heartbeat_fd < 0) return false;
+    char buf[256];
+    bool beat = false;
+    while (::read(w.heartbeat_fd, buf, sizeof buf) > 0) beat = true;
+    if (beat) w.has_recorder = true;
+    return beat;
   }
 
   // Drains each worker's heartbeat pipe; a worker that has beaten and then went silent for
@@ -509,27 +616,23 @@ class Launcher {
     const auto now = Clock::now();
     for (const auto& w : workers_) {
       if (!w->running || w->heartbeat_fd < 0) continue;
-      char buf[256];
-      bool beat = false;
-      while (::read(w->heartbeat_fd, buf, sizeof buf) > 0) beat = true;
-      if (beat) w->last_beat = now;
-      if (!w->last_beat || stopping_) continue;
+      if (drain_heartbeat(*w)) w->last_beat = now;
+      if (!w->last_beat || stopping_ || dumping_) continue;
       const double silent = std::chrono::duration<double>(now - *w->last_beat).count();
       if (silent < opt_.heartbeat_timeout_s) continue;
       const std::string how =
           fmt::format("sent no heartbeat for {:.1f} s (stopped or hung); killing it", silent);
       say(fmt::format("rank {} (pid {}) {}", w->rank, w->pid, how));
-      ::kill(-w->pid, SIGKILL);
       failure_code_ = failure_code_.value_or(kExitError);
       report_failure(fmt::format("rank {} on node {} {}", w->rank, opt_.node_rank, how));
-      stop_all(SIGTERM);
+      stop_after_dumps(w.get());
       w->last_beat.reset();
     }
   }
 
   // Multi-node: a failure on another node stops this node's workers too (torchrun's agents).
   void check_other_nodes() {
-    if (!agents_ || stopping_) return;
+    if (!agents_ || stopping_ || dumping_) return;
     const auto now = Clock::now();
     if (now < next_agents_check_) return;
     next_agents_check_ = now + std::chrono::milliseconds(200);
@@ -538,7 +641,7 @@ class Launcher {
     say(fmt::format("another node failed ({}); stopping this node's {} worker(s)",
                     agents_->get_string(key), running_count()));
     failure_code_ = failure_code_.value_or(kExitError);
-    stop_all(SIGTERM);
+    stop_after_dumps(nullptr);
   }
 
   void report_failure(const std::string& what) {
@@ -562,9 +665,8 @@ class Launcher {
         agents_->add("left", 1);
         return;
       }
-      const auto deadline =
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(opt_.rdzv_timeout_s));
+      const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(opt_.rdzv_timeout_s));
       while (agents_->add("left", 0) < opt_.nnodes - 1 && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } catch (const std::exception& e) {
@@ -599,7 +701,14 @@ class Launcher {
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point kill_deadline_;
-  std::optional<int> failure_code_;  // the first failing worker's exit code
+  // Waiting for the flight recorder dumps before stopping (stop_after_dumps); `hung_` is killed
+  // then.
+  bool dumping_ = false;
+  Clock::time_point dump_deadline_;
+  Worker* hung_ = nullptr;
+  std::string flight_dir_;            // where this attempt's workers write their dumps
+  bool flight_dir_override_ = false;  // set RG_FLIGHT_RECORDER_DIR for the workers
+  std::optional<int> failure_code_;   // the first failing worker's exit code
   int attempt_ = 0;
   // Multi-node: the launchers' shared view of each attempt (node 0's store, prefix "agents/").
   std::unique_ptr<rg::dist::PrefixStore> agents_;
@@ -660,7 +769,10 @@ int main(int argc, char** argv) {
       "MASTER_PORT, RG_STORE_TOKEN, RG_RESTART_COUNT and RG_NUM_THREADS/OMP_NUM_THREADS.\n"
       "Node 0 hosts the job's store; with --nnodes > 1 export the same RG_STORE_TOKEN on every\n"
       "node. Exit code: the first failing worker's (0 when all succeed), 128+N on signal N,\n"
-      "127/126 when PROGRAM cannot be run, 2 for a bad command line.");
+      "127/126 when PROGRAM cannot be run, 2 for a bad command line.\n"
+      "Before stopping the workers after a failure or a hang it asks them for their flight\n"
+      "recorder dumps (SIGUSR1; RG_FLIGHT_RECORDER_DIR, default\n"
+      "/tmp/ringgrad-flight/<launcher pid>/attempt<N>): ringgrad-bench flight DIR/rank*.json.");
   app.option_defaults()->always_capture_default();
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "workers on this node");
   app.add_option("--nnodes", o.nnodes, "number of nodes");

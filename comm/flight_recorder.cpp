@@ -100,16 +100,18 @@ void signal_dump_loop(int read_fd) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     const int rank = g_signal_rank.load();
-    const FlightRecorder& recorder = FlightRecorder::global();
-    const std::string path = recorder.dump_to_file("signal", rank, g_signal_world_size.load());
-    const std::string line =
-        path.empty() ? (recorder.capacity() == 0
-                            ? "ringgrad: flight recorder of rank " + std::to_string(rank) +
-                                  " is off (RG_FLIGHT_RECORDER_SIZE=0): nothing written\n"
-                            : "ringgrad: flight recorder of rank " + std::to_string(rank) +
-                                  " could not be written to " + dump_dir() + "\n")
-                     : "ringgrad: flight recorder of rank " + std::to_string(rank) +
-                           " written to " + path + "\n";
+    std::string line;
+    try {
+      const FlightRecorder& recorder = FlightRecorder::global();
+      const std::string path = recorder.dump_to_file("signal", rank, g_signal_world_size.load());
+      line = "ringgrad: flight recorder of rank " + std::to_string(rank) +
+             (!path.empty()              ? " written to " + path
+              : recorder.capacity() == 0 ? " is off (RG_FLIGHT_RECORDER_SIZE=0): nothing written"
+                                         : " could not be written to " + dump_dir());
+    } catch (const std::exception& e) {  // a bad RG_FLIGHT_RECORDER_SIZE: this thread must live on
+      line = "ringgrad: flight recorder of rank " + std::to_string(rank) + ": " + e.what();
+    }
+    line += "\n";
     // One write, so that the line is not split by other threads' output.
     [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
   }

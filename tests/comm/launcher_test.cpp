@@ -12,7 +12,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -479,6 +482,98 @@ TEST(LauncherTest, AStoppedWorkerIsDetectedByItsHeartbeat) {
   EXPECT_NE(r.err.find("(stopped or hung); killing it"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("restarting the workers (restart 1 of 1)"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("[rank 1] done"), std::string::npos) << r.out;
+}
+
+// A worker that "has a flight recorder": it beats, and on SIGUSR1 writes its dump file (as
+// comm/flight_recorder.h does, by rename) into RG_FLIGHT_RECORDER_DIR. The shell runs the trap
+// between its short sleeps; it says so first, since it is stopped as soon as the file is there.
+const std::string kDumpingWorker =
+    "trap 'echo dumped; mkdir -p \"$RG_FLIGHT_RECORDER_DIR\"; "
+    "f=\"$RG_FLIGHT_RECORDER_DIR/rank$RANK.json\"; echo dump > \"$f.tmp\"; mv \"$f.tmp\" \"$f\"' "
+    "USR1; ";
+
+// When a worker fails, the others are asked for their flight recorder dumps before they are
+// stopped; the launcher waits only until they are written and says where they are.
+TEST(LauncherTest, AFailureRequestsFlightRecorderDumpsFirst) {
+  const RunResult r =
+      run({"--nproc-per-node", "3", "--master-port", "0", "sh", "-c",
+           kDumpingWorker + "printf x >&$RG_HEARTBEAT_FD; echo dir=$RG_FLIGHT_RECORDER_DIR; "
+                            "if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; "
+                            "while true; do printf x >&$RG_HEARTBEAT_FD; sleep 0.05; done"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(r.seconds, 2.4) << "the launcher waited for dumps that had been written";
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[rank 0\] dir=(\S+))"))) << r.out;
+  const std::string dir = m[1].str();
+  EXPECT_TRUE(std::regex_match(dir, std::regex(R"(/tmp/ringgrad-flight/\d+/attempt0)"))) << dir;
+  EXPECT_NE(r.out.find("[rank 0] dumped\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 2] dumped\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[rank 1] dumped\n"), std::string::npos) << "the failed rank is gone";
+  EXPECT_NE(r.err.find("ringgrad-run: flight recorder dumps in " + dir +
+                       "; analyze with: ringgrad-bench flight " + dir + "/rank*.json\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("no flight recorder dump"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::ifstream(dir + "/rank0.json").good());
+  EXPECT_TRUE(std::ifstream(dir + "/rank2.json").good());
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+}
+
+// A hung worker (SIGSTOP: it cannot dump) is detected by its heartbeat; the other one dumps into
+// the user's RG_FLIGHT_RECORDER_DIR, and the wait for the stopped one is bounded.
+TEST(LauncherTest, AHangRequestsDumpsAndTheWaitIsBounded) {
+  char dir_template[] = "/tmp/rg_launcher_flight_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const RunResult r = run(
+      {"--nproc-per-node", "2", "--master-port", "0", "--heartbeat-timeout-s", "0.5", "sh", "-c",
+       kDumpingWorker + "printf x >&$RG_HEARTBEAT_FD; echo dir=$RG_FLIGHT_RECORDER_DIR; "
+                        "if [ $RANK = 1 ]; then sleep 0.2; kill -STOP $$; fi; "
+                        "while true; do printf x >&$RG_HEARTBEAT_FD; sleep 0.05; done"},
+      {"RG_FLIGHT_RECORDER_DIR=" + dir});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] dir=" + dir + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("rank 1 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ringgrad-run: no flight recorder dump from rank 1 within 2 s"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("ringgrad-run: flight recorder dumps in " + dir + "; analyze with"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(std::ifstream(dir + "/rank0.json").good());
+  EXPECT_FALSE(std::ifstream(dir + "/rank1.json").good());
+  EXPECT_GE(r.seconds, 2.5);  // 0.5 s of silence, then the whole 2 s wait for rank 1
+  EXPECT_LT(r.seconds, 10.0);
+  std::filesystem::remove_all(dir);
+}
+
+// The same with the real flight recorder (tests/comm/flight_worker.cpp): rank 1 fails, rank 0's
+// SIGUSR1 dump shows it inside its 13th all-reduce.
+TEST(LauncherTest, RealFlightRecorderDumpsOnRequest) {
+  char dir_template[] = "/tmp/rg_launcher_flight_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const RunResult r = run({"--nproc-per-node", "2", "--master-port", "0", RG_FLIGHT_WORKER},
+                          {"RG_FLIGHT_RECORDER_DIR=" + dir});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("[rank 0] ringgrad: flight recorder of rank 0 written to " + dir +
+                       "/rank0.json\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("flight recorder dumps in " + dir), std::string::npos) << r.err;
+  std::ifstream in(dir + "/rank0.json");
+  const auto dump = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(dump.is_object()) << "rank0.json is not JSON";
+  EXPECT_EQ(dump["reason"], "signal");
+  EXPECT_EQ(dump["world_size"], 2);
+  ASSERT_EQ(dump["entries"].size(), 13u);
+  EXPECT_EQ(dump["entries"][12]["seq"], 13);
+  EXPECT_EQ(dump["entries"][12]["state"], "started");
+  EXPECT_EQ(dump["entries"][11]["state"], "completed");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LauncherTest, RestartsRunOutThenTheFailureCodeIsReturned) {
