@@ -82,17 +82,28 @@ std::vector<std::string> analyze_group(const std::string& group,
                                        const std::map<int, const FlightDump*>& by_rank, double t0) {
   std::map<int, Calls> calls;  // ranks with at least one call of the group
   std::vector<int> silent;     // ranks with a dump but no call of the group
+  std::vector<std::string> p2p_waiting;
   for (const auto& [rank, dump] : by_rank) {
     Calls c;
-    for (const FlightEntry& e : dump->entries)
-      if (e.call.group == group) c[e.call.seq] = &e;  // oldest first: a later id wins
+    for (const FlightEntry& e : dump->entries) {
+      if (e.call.group != group) continue;
+      // Sends and receives are numbered per peer and tag, not in the group's sequence: they are
+      // not compared across ranks, only reported when unfinished.
+      if (e.call.op == "send" || e.call.op == "recv") {
+        if (e.state != "completed" && e.state != "failed")
+          p2p_waiting.push_back(
+              fmt::format("rank {} waits in {} (point-to-point)", rank, e.call.describe()));
+        continue;
+      }
+      c[e.call.seq] = &e;  // oldest first: a later id wins
+    }
     if (c.empty()) {
       silent.push_back(rank);
     } else {
       calls[rank] = std::move(c);
     }
   }
-  std::vector<std::string> lines;
+  std::vector<std::string> lines = p2p_waiting;
   uint64_t first = 0, last = 0, min_first = UINT64_MAX;
   for (const auto& [rank, c] : calls) {
     first = std::max(first, c.begin()->first);
@@ -287,19 +298,22 @@ std::string analyze_flight_dumps(const std::vector<FlightDump>& dumps) {
         "no dump from rank {}: it may have died before dumping (or it is stopped: SIGSTOP)", r));
   }
   if (groups.empty()) lines.push_back("no collective call recorded");
-  bool anyone_stuck = false;
+  bool anyone_stuck = false, anyone_failed = false;
   for (const std::string& g : groups) {
     lines.push_back(fmt::format("process group \"{}\":", g));
     for (const std::string& l : analyze_group(g, by_rank, t0)) {
       anyone_stuck = anyone_stuck || l.find(" is stuck in ") != std::string::npos;
+      anyone_failed = anyone_failed || l.find(" failed at ") != std::string::npos;
       lines.push_back("  " + l);
     }
   }
-  if (anyone_stuck && !missing.empty()) {
-    lines.push_back(
-        fmt::format("the ranks with a dump wait in a collective: {} without a dump {} "
-                    "the likely cause",
-                    rank_list(missing), missing.size() == 1 ? "is" : "are"));
+  // Ranks that wait in a collective, or whose collective failed (a timeout), while another rank
+  // left nothing: that rank is where to look first.
+  if ((anyone_stuck || anyone_failed) && !missing.empty()) {
+    lines.push_back(fmt::format("the ranks with a dump {} a collective: {} without a dump {} "
+                                "the likely cause",
+                                anyone_stuck ? "wait in" : "failed in", rank_list(missing),
+                                missing.size() == 1 ? "is" : "are"));
   }
   std::string out;
   for (const std::string& l : lines) out += l + "\n";

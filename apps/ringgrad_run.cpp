@@ -501,6 +501,8 @@ class Launcher {
                         "worker cannot write one)",
                         rank, std::chrono::seconds(kDumpWait).count()));
       }
+      // A rank that failed on its own has dumped before it exited: its file counts too.
+      for (const auto& w : workers_) any = any || inode_of(dump_path(flight_dir_, w->rank)) != 0;
       if (any) {
         say(fmt::format(
             "flight recorder dumps in {}; analyze with: ringgrad-bench flight {}/rank*.json",

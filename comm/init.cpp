@@ -115,13 +115,16 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch,
   std::lock_guard lock(s.mu);
   RG_CHECK(!s.group, "init_process_group: already initialized (call destroy_process_group first)");
   LaunchEnv env = launch;
-  start_heartbeat_from_env();  // ringgrad-run watches for a stopped or hung worker
   if (options.world_size >= 1) env.world_size = options.world_size;
   if (options.rank >= 0) env.rank = options.rank;
   RG_CHECK(options.world_size == -1 || options.world_size >= 1,
            "init_process_group: world_size must be at least 1, got ", options.world_size);
   RG_CHECK(env.rank < env.world_size, "init_process_group: rank ", env.rank,
            " must be less than the world size ", env.world_size);
+  // SIGUSR1 dumps the flight recorder; installed before the first heartbeat, because ringgrad-run
+  // asks only workers that have sent one (SIGUSR1 would end a process without the handler).
+  FlightRecorder::install_signal_dump(env.rank, env.world_size);
+  start_heartbeat_from_env();  // ringgrad-run watches for a stopped or hung worker
   const bool explicit_job = options.rank >= 0 || options.world_size >= 1;
   if (explicit_job && options.world_size >= 1 && launch.source == "default") {
     env.local_world_size = env.world_size;  // ranks given by hand: one host unless told
@@ -177,7 +180,6 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch,
     }
   }
   s.group = make_process_group(options.backend, store, env.rank, env.world_size, group);
-  FlightRecorder::install_signal_dump(env.rank, env.world_size);  // SIGUSR1 dumps it
   s.store = store;
   // SyncBatchNorm layers without a group of their own use this one, as PyTorch's group.WORLD.
   nn::set_default_batch_norm_collectives(

@@ -85,6 +85,24 @@ TEST(FlightAnalyzer, AllGood) {
   EXPECT_FALSE(has(r, "never reached")) << r;
 }
 
+// Sends and receives are numbered per peer: rank 0's send #1 and rank 1's recv #1 are not a
+// disagreement, and an unfinished receive is reported as waiting.
+TEST(FlightAnalyzer, PointToPointCallsAreNotComparedAcrossRanks) {
+  auto p2p = [](const std::string& op, int peer, const std::string& state) {
+    json e = entry(1, state, 14, 14.1, state == "completed" ? 14.2 : -1, op, 10);
+    e["id"] = 14;
+    e["root"] = peer;
+    e["reduce_op"] = "";
+    return e;
+  };
+  const std::string r =
+      analyze_flight_dumps({make_dump(0, 2, plus(completed(1, 13), p2p("send", 1, "completed"))),
+                            make_dump(1, 2, plus(completed(1, 13), p2p("recv", 0, "started")))});
+  EXPECT_TRUE(has(r, "no divergence: all 2 ranks completed every call up to #13")) << r;
+  EXPECT_TRUE(has(r, "rank 1 waits in recv #1 (f32[10] from 0, tag 0) (point-to-point)")) << r;
+  EXPECT_FALSE(has(r, "disagree")) << r;
+}
+
 TEST(FlightAnalyzer, DivergenceNamesTheFirstSequenceNumberAndGroupsTheRanks) {
   auto calls = completed(1, 11);
   const auto r = analyze_flight_dumps(
