@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "allow parameters that get no gradient in some iterations");
+  app.add_option("--check-consistency", c.check_consistency,
+                 "every N optimizer steps compare hashes of the parameters across ranks and stop "
+                 "naming the first that differs (0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--debug-distributed", c.debug_distributed,
                  "OFF | INFO | DETAIL: as RG_DISTRIBUTED_DEBUG (DETAIL checks every collective's "
                  "fingerprint across ranks)")

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ struct DdpOptions {
   bool overlap = true;  // false: every bucket is all-reduced after backward (for comparison)
   CommHook comm_hook = CommHook::allreduce;
   PowerSgdOptions powersgd;  // with CommHook::powersgd
+  // Where rank 0 writes DDP's reports (the unused-parameter summary at INFO, the warning that
+  // find_unused_parameters found nothing to do); null: nowhere. Errors are thrown, not logged.
+  std::ostream* log = default_log();
+  static std::ostream* default_log();  // std::cerr
 };
 
 // What happened to each bucket in the last synchronized backward (steady-clock times).
@@ -65,6 +70,12 @@ class Reducer {
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
+
+  // Called by every forward before anything else: when the previous synchronized forward's
+  // backward never finished reduction (no parameter got a gradient on this rank, or backward
+  // never ran), sends that iteration's buckets anyway so the other ranks' collectives complete,
+  // and throws the named error that every rank then throws too. A no-op otherwise.
+  void finish_abandoned_iteration();
 
   // Called after each forward that will be followed by a synchronized backward: arms the hooks,
   // rebuilds the buckets once after the first iteration, and with find_unused_parameters marks
