@@ -4,6 +4,7 @@
 // next check with the error naming the tensor, the step and the ranks holding each hash.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,30 +27,12 @@ class CheckConsistency : public testing::ScratchDirTest {
   testing::ProcessResult run(const std::vector<std::string>& env,
                              const std::vector<std::string>& extra = {}) {
     testing::ProcessSpec spec;
-    spec.argv = {RG_RUN_BINARY,
-                 "--nproc-per-node",
-                 "2",
-                 "--master-port",
-                 "0",
-                 RG_TRAIN_BINARY,
-                 "--model",
-                 "mlp",
-                 "--dataset",
-                 "mnist",
-                 "--data-dir",
-                 (dir_ / "mnist").string(),
-                 "--epochs",
-                 "3",
-                 "--max-steps",
-                 "6",
-                 "--batch-size",
-                 "16",
-                 "--workers",
-                 "0",
-                 "--seed",
-                 "3",
-                 "--check-consistency",
-                 "2"};
+    spec.argv = {RG_RUN_BINARY, "--nproc-per-node", "2", "--master-port", "0", RG_TRAIN_BINARY};
+    std::istringstream args(
+        "--model mlp --dataset mnist --epochs 3 --max-steps 6 --batch-size 16 --workers 0 "
+        "--seed 3 --check-consistency 2 --data-dir");
+    for (std::string a; args >> a;) spec.argv.push_back(a);
+    spec.argv.push_back((dir_ / "mnist").string());
     spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
     spec.env = env;
     spec.env.push_back("RG_NUM_THREADS=1");
