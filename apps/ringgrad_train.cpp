@@ -107,8 +107,7 @@ int main(int argc, char** argv) {
                "allow parameters that get no gradient in some iterations");
   app.add_option("--check-consistency", c.check_consistency,
                  "every N optimizer steps compare hashes of the parameters across ranks and stop "
-                 "naming the first that differs (0: off)")
-      ->check(CLI::NonNegativeNumber);
+                 "naming the first that differs (0: off)");
   app.add_option("--debug-distributed", c.debug_distributed,
                  "OFF | INFO | DETAIL: as RG_DISTRIBUTED_DEBUG (DETAIL checks every collective's "
                  "fingerprint across ranks)")

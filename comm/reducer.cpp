@@ -39,9 +39,10 @@ std::string name_list(const std::vector<std::string>& names) {
   return out;
 }
 
-// Ranks grouped by what each reports, in rank order of each group's first rank: "rank 1: x;
-// ranks 0, 2: y". Every rank builds the same text from the same gathered table.
-std::string by_rank(const std::vector<std::string>& per_rank) {
+// Ranks grouped by what each reports, the groups with something to say (not `fine`) first, each
+// part in order of its groups' first ranks: "rank 1: x; ranks 0, 2: fine". Every rank builds the
+// same text from the same gathered table.
+std::string by_rank(const std::vector<std::string>& per_rank, const std::string& fine) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (int r = 0; r < int(per_rank.size()); ++r) {
     auto it = std::find_if(groups.begin(), groups.end(),
@@ -49,6 +50,8 @@ std::string by_rank(const std::vector<std::string>& per_rank) {
     if (it == groups.end()) it = groups.insert(groups.end(), {per_rank[size_t(r)], {}});
     it->second.push_back(r);
   }
+  std::stable_partition(groups.begin(), groups.end(),
+                        [&](const auto& g) { return g.first != fine; });
   std::string out;
   for (const auto& [text, ranks] : groups) {
     out += out.empty() ? "" : "; ";
@@ -386,6 +389,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     has_findings = false;
     const std::vector<int64_t> all = gather_rows(mine);
     const int64_t iteration = synced + 1;
+    const std::string kAllGot = "every parameter got one", kNone = "none";
     std::vector<std::string> missing(size_t(pg->size())), twice(missing);
     bool any_missing = false, any_twice = false;
     for (int r = 0; r < pg->size(); ++r) {
@@ -399,16 +403,16 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
           row[0] != iteration ? detail::cat(" (in iteration ", row[0], ")") : std::string();
       any_missing = any_missing || !m.empty();
       any_twice = any_twice || !t.empty();
-      missing[size_t(r)] = m.empty()       ? "every parameter got one"
+      missing[size_t(r)] = m.empty()       ? kAllGot
                            : m.size() == n ? "no parameter got one (did backward run after the "
                                              "forward?)"
                                            : name_list(m) + " got none";
-      twice[size_t(r)] = t.empty() ? "none" : name_list(t) + late;
+      twice[size_t(r)] = t.empty() ? kNone : name_list(t) + late;
     }
     std::string msg = detail::cat("DDP: reduction could not finish in iteration ", iteration, ".");
     if (any_missing)
       msg += detail::cat(
-          " Parameters received no gradient in this backward: ", by_rank(missing),
+          " Parameters received no gradient in this backward: ", by_rank(missing, kAllGot),
           ". If the model does not use every parameter in every forward, construct "
           "DistributedDataParallel with find_unused_parameters=true (ringgrad-train "
           "--find-unused-parameters); a rank where no parameter got one may have run a training "
@@ -416,7 +420,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (any_twice)
       msg += detail::cat(
           " Parameters marked ready twice in one backward (their gradient hook fired twice): ",
-          by_rank(twice),
+          by_rank(twice, kNone),
           ". This happens when a parameter takes part in a reentrant backward (activation "
           "checkpointing's reentrant variant recomputes a segment and runs backward inside "
           "backward), in several reentrant calls, or in a module shared by two DDP instances "
@@ -437,6 +441,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
         gather_rows(std::vector<int64_t>(locally_used.begin(), locally_used.end()));
     std::vector<char> used(n, 0);
     std::vector<std::string> per_rank(size_t(pg->size()));
+    const std::string kAllUsed = "every parameter used";
     bool any_unused = false;
     for (int r = 0; r < pg->size(); ++r) {
       std::vector<std::string> unused;
@@ -446,7 +451,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
         if (!u) unused.push_back(params[i].first);
       }
       any_unused = any_unused || !unused.empty();
-      per_rank[size_t(r)] = unused.empty() ? "every parameter used" : name_list(unused) + " unused";
+      per_rank[size_t(r)] = unused.empty() ? kAllUsed : name_list(unused) + " unused";
     }
     if (pg->rank() != 0 || opt.log == nullptr) return used;
     if (!any_unused) {
@@ -459,7 +464,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       for (size_t i = 0; i < n; ++i)
         if (!used[i]) nowhere.push_back(params[i].first);
       *opt.log << "DDP: unused parameters in the first iteration (find_unused_parameters): "
-               << by_rank(per_rank) << "."
+               << by_rank(per_rank, kAllUsed) << "."
                << (nowhere.empty() ? std::string()
                                    : " Unused on every rank (their .grad stays as it was): " +
                                          name_list(nowhere) + ".")

@@ -1,7 +1,9 @@
 // Reducer: the engine of DistributedDataParallel, following PyTorch's c10d Reducer. Gradients are
 // copied (scaled by 1/world_size) into flat per-dtype buckets as autograd produces them; a full
 // bucket is all-reduced at once, strictly in bucket order, while backward goes on; a final
-// autograd callback waits for every bucket and writes the averages back into .grad.
+// autograd callback waits for every bucket and writes the averages back into .grad. A parameter
+// without a gradient or marked ready twice, on any rank, ends in one error naming it per rank on
+// every rank (see Reducer::State::finalize for how that avoids a hang).
 #pragma once
 
 #include <chrono>
