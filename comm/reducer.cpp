@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <iostream>
-#include <map>
 #include <unordered_set>
 
 #include "comm/bucket_assignment.h"
