@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
                  "seconds a collective may take before it fails naming the ranks that never "
                  "joined it (the flight recorder is dumped then)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--check-consistency", c.check_consistency,
+                 "every N optimizer steps compare hashes of the parameters across ranks and stop "
+                 "naming the first that differs (0: off)");
   app.add_option("--debug-distributed", c.debug_distributed,
                  "OFF | INFO | DETAIL: as RG_DISTRIBUTED_DEBUG (DETAIL checks every collective's "
                  "fingerprint across ranks)")

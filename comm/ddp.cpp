@@ -80,6 +80,9 @@ void DistributedDataParallel::broadcast_state(bool params, bool buffers) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
+  // First, before any collective of this forward: a previous backward that never finished
+  // reduction ends here in the named error, its buckets sent so that no rank hangs.
+  reducer_->finish_abandoned_iteration();
   if (options_.broadcast_buffers && module_->is_training() && pg_->size() > 1)
     broadcast_state(/*params=*/false, /*buffers=*/true);
   Tensor out = module_->forward(x);

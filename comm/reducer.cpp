@@ -4,9 +4,11 @@
 #include "comm/reducer.h"
 
 #include <algorithm>
+#include <iostream>
 #include <unordered_set>
 
 #include "comm/bucket_assignment.h"
+#include "comm/debug_level.h"
 #include "engine/autograd/engine.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
@@ -23,6 +25,40 @@ using Clock = std::chrono::steady_clock;
 bool aliases(const Tensor& a, const Tensor& b) {
   return a.defined() && b.defined() && a.storage() == b.storage() &&
          a.storage_offset() == b.storage_offset() && a.numel() == b.numel();
+}
+
+// What a rank found wrong with a parameter in one backward (exchanged between ranks as i64).
+enum Finding : int64_t { kFine = 0, kNoGradient = 1, kMarkedTwice = 2 };
+
+// "a, b, c" for at most 20 names, then how many there were.
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 20; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 20) out += detail::cat(", ... (", names.size(), " in all)");
+  return out;
+}
+
+// Ranks grouped by what each reports, the groups with something to say (not `fine`) first, each
+// part in order of its groups' first ranks: "rank 1: x; ranks 0, 2: fine". Every rank builds the
+// same text from the same gathered table.
+std::string by_rank(const std::vector<std::string>& per_rank, const std::string& fine) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int r = 0; r < int(per_rank.size()); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == per_rank[size_t(r)]; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {per_rank[size_t(r)], {}});
+    it->second.push_back(r);
+  }
+  std::stable_partition(groups.begin(), groups.end(),
+                        [&](const auto& g) { return g.first != fine; });
+  std::string out;
+  for (const auto& [text, ranks] : groups) {
+    out += out.empty() ? "" : "; ";
+    out += ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+    out += ": " + text;
+  }
+  return out;
 }
 
 }  // namespace
@@ -55,6 +91,11 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   std::vector<size_t> rebuilt_order;  // what the rebuild used
   std::unique_ptr<PowerSgd> powersgd;
   IterationTimeline timeline;
+  // This rank's findings (Finding per parameter) not yet reported to the group, and the
+  // iteration (1-based) they were made in; see finalize().
+  std::vector<int64_t> findings;
+  bool has_findings = false;
+  int64_t findings_iteration = 0;
 
   size_t param_bytes(size_t i) const {
     return size_t(params[i].second.numel()) * element_size(params[i].second.dtype());
@@ -70,6 +111,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       b.dtype = params[list.front()].second.dtype();
       int64_t total = 0;
       for (size_t p : list) total += params[p].second.numel();
+      if (&list == &assignment.back()) ++total;  // the status element (see finalize())
       b.flat = zeros({total}, b.dtype, params[list.front()].second.device());
       int64_t offset = 0;
       for (size_t p : list) {
@@ -102,6 +144,22 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     in.first_cap_bytes = size_t(opt.first_bucket_mb * 1024 * 1024);
     in.cap_bytes = std::max<size_t>(1, size_t(opt.bucket_cap_mb * 1024 * 1024));
     return assign_buckets(in);
+  }
+
+  // The last bucket's extra element: a rank's 1 when it has findings to report, else 0, summed
+  // with the gradients.
+  Tensor status_slot() const {
+    const Tensor& flat = buckets.back().flat;
+    return flat.flat_narrow(flat.numel() - 1, 1);
+  }
+
+  void note(size_t i, Finding f) {
+    if (!has_findings) {
+      findings.assign(params.size(), kFine);
+      findings_iteration = synced + 1;
+      has_findings = true;
+    }
+    findings[i] = f;
   }
 
   // The first iteration's ready order, then the parameters that were not ready (reverse order).
@@ -149,10 +207,12 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   }
 
   void mark_ready(size_t i, bool from_hook) {
-    const std::string& name = params[i].first;
-    RG_CHECK(!ready[i], "DDP: parameter '", name,
-             "' was marked ready twice in one backward "
-             "(is it used by a reentrant backward, or shared by two DDP instances?)");
+    if (ready[i]) {
+      // A second hook for this parameter in one backward: its bucket may be in flight already,
+      // so the gradient is left alone; every rank learns of it at the end (finalize()).
+      note(i, kMarkedTwice);
+      return;
+    }
     ready[i] = 1;
     Bucket& b = buckets[bucket_of[i]];
     Tensor& view = b.views[pos_in_bucket[i]];
@@ -186,9 +246,12 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
 
   void launch(size_t k) {
     Bucket& b = buckets[k];
+    const bool last = k + 1 == buckets.size();
+    if (last) status_slot().fill_(has_findings ? 1.0 : 0.0);
     if (powersgd && synced >= opt.powersgd.start_iter && b.dtype == DType::f32) {
       std::vector<Shape> shapes;
       for (size_t p : b.params) shapes.push_back(params[p].second.shape());
+      if (last) shapes.push_back({1});  // a vector: PowerSGD sends it uncompressed
       b.comm = powersgd->begin(k, b.flat, shapes);
       b.powersgd = true;
     } else if (opt.comm_hook == CommHook::fp16)
@@ -230,25 +293,29 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     trace::span("DDP wait for buckets", "ddp", timeline.wait_start, timeline.wait_end);
   }
 
+  // Missing and doubled gradients end in the same named error on every rank, without a hang and
+  // without a collective per iteration. A rank where some parameter got no gradient can never
+  // launch that parameter's bucket (nor, buckets going out in order, any later one) while the
+  // ranks that got every gradient wait in those all-reduces: if it threw here, they would time
+  // out naming a collective instead of the parameter. So it zero-fills the missing gradients and
+  // sends every bucket anyway, and each rank puts into the last bucket's status element a 1 when
+  // it has findings to report, else 0. The element is summed with the gradients, so after the
+  // usual wait every rank reads the same count of ranks with findings; only when that is not 0
+  // do the ranks all_gather their per-parameter findings (every rank alike) and throw one error
+  // naming each rank's parameters. The normal path costs one element in one all-reduce and its
+  // read (one value copied to the host for device groups). A rank where no parameter got a
+  // gradient never gets here from a hook: its next forward calls this instead
+  // (finish_abandoned_iteration), before the buffer broadcast, so its collectives line up with
+  // the ranks waiting here. A parameter marked twice after the last bucket left travels with the
+  // next iteration's status, one iteration late.
   void finalize() {
     NoGradGuard no_grad;
     callback_queued = false;
     armed = false;
-    std::vector<std::string> missing;
     for (size_t i = 0; i < params.size(); ++i)
-      if (!ready[i]) missing.push_back(params[i].first);
-    if (!missing.empty()) {
-      std::string names;
-      for (size_t i = 0; i < missing.size() && i < 20; ++i) names += (i ? ", " : "") + missing[i];
-      if (missing.size() > 20) names += detail::cat(", ... (", missing.size(), " in all)");
-      RG_FAIL("DDP: rank ", pg->rank(),
-              ": these parameters received no gradient in this "
-              "backward, so their buckets could not be reduced: ",
-              names,
-              ". If the model does not use every parameter in every forward, construct "
-              "DistributedDataParallel with find_unused_parameters=true "
-              "(ringgrad-train --find-unused-parameters).");
-    }
+      if (!ready[i]) note(i, kNoGradient);
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!ready[i]) mark_ready(i, false);
     if (!opt.overlap) launch_ready_buckets();
     timeline.wait_start = Clock::now();
     for (size_t k = 0; k < buckets.size(); ++k) {
@@ -271,14 +338,19 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
       if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
+    if (status_slot().item() > 0.5) report_findings();
     std::vector<char> globally_used(params.size(), 1);
     if (opt.find_unused_parameters) {
-      Tensor used = Tensor::empty({int64_t(params.size())}, DType::i32);
-      for (size_t i = 0; i < params.size(); ++i) used.data<int32_t>()[i] = locally_used[i];
-      Tensor on_group = on_group_device(*pg, used);
-      pg->all_reduce(on_group, ReduceOp::max)->wait();
-      used = on_group.to(Device::cpu());
-      for (size_t i = 0; i < params.size(); ++i) globally_used[i] = char(used.data<int32_t>()[i]);
+      if (synced == 0) {
+        globally_used = first_iteration_used();
+      } else {
+        Tensor used = Tensor::empty({int64_t(params.size())}, DType::i32);
+        for (size_t i = 0; i < params.size(); ++i) used.data<int32_t>()[i] = locally_used[i];
+        Tensor on_group = on_group_device(*pg, used);
+        pg->all_reduce(on_group, ReduceOp::max)->wait();
+        used = on_group.to(Device::cpu());
+        for (size_t i = 0; i < params.size(); ++i) globally_used[i] = char(used.data<int32_t>()[i]);
+      }
     }
     for (size_t i = 0; i < params.size(); ++i) {
       const Tensor& param = params[i].second;
@@ -295,7 +367,114 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (synced == 0) first_iteration_order = ready_order;
     ++synced;
   }
+
+  // Every rank's table: row r = rank r's values (`width` each), gathered in one all_gather.
+  std::vector<int64_t> gather_rows(const std::vector<int64_t>& mine) const {
+    const int64_t width = int64_t(mine.size());
+    Tensor t = Tensor::empty({width}, DType::i64);
+    std::copy(mine.begin(), mine.end(), t.data<int64_t>());
+    Tensor all = Tensor::empty({width * pg->size()}, DType::i64, pg->tensor_device());
+    pg->all_gather(all, on_group_device(*pg, t))->wait();
+    return all.to(Device::cpu()).to_vector<int64_t>();
+  }
+
+  // Some rank had findings (the status element said so on every rank): gather them and throw the
+  // same error everywhere.
+  [[noreturn]] void report_findings() {
+    const size_t n = params.size();
+    std::vector<int64_t> mine(n + 1, kFine);
+    mine[0] = has_findings ? findings_iteration : synced + 1;
+    if (has_findings) std::copy(findings.begin(), findings.end(), mine.begin() + 1);
+    has_findings = false;
+    const std::vector<int64_t> all = gather_rows(mine);
+    const int64_t iteration = synced + 1;
+    const std::string kAllGot = "every parameter got one", kNone = "none";
+    std::vector<std::string> missing(size_t(pg->size())), twice(missing);
+    bool any_missing = false, any_twice = false;
+    for (int r = 0; r < pg->size(); ++r) {
+      const int64_t* row = all.data() + size_t(r) * (n + 1);
+      std::vector<std::string> m, t;
+      for (size_t i = 0; i < n; ++i) {
+        if (row[1 + i] == kNoGradient) m.push_back(params[i].first);
+        if (row[1 + i] == kMarkedTwice) t.push_back(params[i].first);
+      }
+      const std::string late =
+          row[0] != iteration ? detail::cat(" (in iteration ", row[0], ")") : std::string();
+      any_missing = any_missing || !m.empty();
+      any_twice = any_twice || !t.empty();
+      missing[size_t(r)] = m.empty()       ? kAllGot
+                           : m.size() == n ? "no parameter got one (did backward run after the "
+                                             "forward?)"
+                                           : name_list(m) + " got none";
+      twice[size_t(r)] = t.empty() ? kNone : name_list(t) + late;
+    }
+    std::string msg = detail::cat("DDP: reduction could not finish in iteration ", iteration, ".");
+    if (any_missing)
+      msg += detail::cat(
+          " Parameters received no gradient in this backward: ", by_rank(missing, kAllGot),
+          ". If the model does not use every parameter in every forward, construct "
+          "DistributedDataParallel with find_unused_parameters=true (ringgrad-train "
+          "--find-unused-parameters); a rank where no parameter got one may have run a training "
+          "forward without backward (evaluate under NoGradGuard, in eval mode or in no_sync()).");
+    if (any_twice)
+      msg += detail::cat(
+          " Parameters marked ready twice in one backward (their gradient hook fired twice): ",
+          by_rank(twice, kNone),
+          ". This happens when a parameter takes part in a reentrant backward (activation "
+          "checkpointing's reentrant variant recomputes a segment and runs backward inside "
+          "backward), in several reentrant calls, or in a module shared by two DDP instances "
+          "whose backwards run in one pass. Fixes: non-reentrant checkpointing, or keep such "
+          "parameters out of the checkpointed segment or in one DDP instance. PyTorch supports "
+          "reentrant checkpointing with static_graph=True; static_graph is not available in "
+          "ringgrad yet.");
+    RG_FAIL(msg);
+  }
+
+  // With find_unused_parameters, the first iteration gathers every rank's used flags (instead
+  // of their max) so that rank 0 can say which parameters were unused where: at INFO and DETAIL
+  // a summary, and at any level PyTorch's warning when nothing was unused (the graph traversal
+  // each forward is then time spent for nothing). Returns the flags' max over ranks.
+  std::vector<char> first_iteration_used() {
+    const size_t n = params.size();
+    const std::vector<int64_t> all =
+        gather_rows(std::vector<int64_t>(locally_used.begin(), locally_used.end()));
+    std::vector<char> used(n, 0);
+    std::vector<std::string> per_rank(size_t(pg->size()));
+    const std::string kAllUsed = "every parameter used";
+    bool any_unused = false;
+    for (int r = 0; r < pg->size(); ++r) {
+      std::vector<std::string> unused;
+      for (size_t i = 0; i < n; ++i) {
+        const bool u = all[size_t(r) * n + i] != 0;
+        used[i] = char(used[i] || u);
+        if (!u) unused.push_back(params[i].first);
+      }
+      any_unused = any_unused || !unused.empty();
+      per_rank[size_t(r)] = unused.empty() ? kAllUsed : name_list(unused) + " unused";
+    }
+    if (pg->rank() != 0 || opt.log == nullptr) return used;
+    if (!any_unused) {
+      *opt.log << "DDP warning: find_unused_parameters=true, but no parameter was unused in the "
+                  "first iteration on any rank; the graph traversal after each forward costs "
+                  "time for nothing. If every forward uses every parameter, turn it off (drop "
+                  "--find-unused-parameters).\n";
+    } else if (debug_level() != DebugLevel::off) {
+      std::vector<std::string> nowhere;
+      for (size_t i = 0; i < n; ++i)
+        if (!used[i]) nowhere.push_back(params[i].first);
+      *opt.log << "DDP: unused parameters in the first iteration (find_unused_parameters): "
+               << by_rank(per_rank, kAllUsed) << "."
+               << (nowhere.empty() ? std::string()
+                                   : " Unused on every rank (their .grad stays as it was): " +
+                                         name_list(nowhere) + ".")
+               << "\n";
+    }
+    opt.log->flush();
+    return used;
+  }
 };
+
+std::ostream* DdpOptions::default_log() { return &std::cerr; }
 
 const char* comm_hook_name(CommHook hook) {
   switch (hook) {
@@ -369,6 +548,10 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
 }
 
 Reducer::~Reducer() = default;
+
+void Reducer::finish_abandoned_iteration() {
+  if (state_->armed) state_->finalize();
+}
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   State& s = *state_;

@@ -1,11 +1,14 @@
 // Reducer: the engine of DistributedDataParallel, following PyTorch's c10d Reducer. Gradients are
 // copied (scaled by 1/world_size) into flat per-dtype buckets as autograd produces them; a full
 // bucket is all-reduced at once, strictly in bucket order, while backward goes on; a final
-// autograd callback waits for every bucket and writes the averages back into .grad.
+// autograd callback waits for every bucket and writes the averages back into .grad. A parameter
+// without a gradient or marked ready twice, on any rank, ends in one error naming it per rank on
+// every rank (see Reducer::State::finalize for how that avoids a hang).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +35,10 @@ struct DdpOptions {
   bool overlap = true;  // false: every bucket is all-reduced after backward (for comparison)
   CommHook comm_hook = CommHook::allreduce;
   PowerSgdOptions powersgd;  // with CommHook::powersgd
+  // Where rank 0 writes DDP's reports (the unused-parameter summary at INFO, the warning that
+  // find_unused_parameters found nothing to do); null: nowhere. Errors are thrown, not logged.
+  std::ostream* log = default_log();
+  static std::ostream* default_log();  // std::cerr
 };
 
 // What happened to each bucket in the last synchronized backward (steady-clock times).
@@ -65,6 +72,12 @@ class Reducer {
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
+
+  // Called by every forward before anything else: when the previous synchronized forward's
+  // backward never finished reduction (no parameter got a gradient on this rank, or backward
+  // never ran), sends that iteration's buckets anyway so the other ranks' collectives complete,
+  // and throws the named error that every rank then throws too. A no-op otherwise.
+  void finish_abandoned_iteration();
 
   // Called after each forward that will be followed by a synchronized backward: arms the hooks,
   // rebuilds the buckets once after the first iteration, and with find_unused_parameters marks

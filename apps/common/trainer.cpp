@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "comm/consistency.h"
 #include "comm/ddp.h"
 #include "comm/debug_level.h"
 #include "comm/init.h"
@@ -241,6 +242,8 @@ std::string config_error(const TrainConfig& c) {
                        c.early_stop_patience);
   if (c.early_stop_metric != "loss" && c.early_stop_metric != "top1")
     return "--early-stop-metric must be loss or top1, got '" + c.early_stop_metric + "'";
+  if (c.check_consistency < 0)
+    return fmt::format("--check-consistency must be >= 0 (0: off), got {}", c.check_consistency);
   if (c.early_stop_patience > 0 && c.eval_every != 1)
     return fmt::format(
         "--early-stop-patience needs an evaluation every epoch: --eval-every must be 1, got {}",
@@ -283,7 +286,9 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // step n; eval: the evaluation after epoch n; snapshot: just before the snapshot of step n is
   // written; snapshot-write: half-way through writing it, before the rename, through
   // engine/serialization.h's partial-write hook; stop: SIGSTOP instead, after step n), on the
-  // first attempt only (RG_RESTART_COUNT 0).
+  // first attempt only (RG_RESTART_COUNT 0). perturb (for the --check-consistency tests) kills
+  // nothing: it adds 1e-3 to the first element of the first parameter after step n, so that
+  // rank drifts from the others.
   const auto fault_at = [rank, restart = env.restart_count](const char* where, int64_t n) {
     static const std::string spec = [] {
       const char* v = std::getenv("RG_TEST_FAULT");
@@ -719,6 +724,19 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                           reducer_state.tensors);
   };
   const std::vector<Tensor> params = model->parameters();
+  // --check-consistency: the tensors every check hashes. Buffers follow each rank's own batch
+  // between DDP's broadcasts (running statistics) unless --sync-bn keeps them equal, so only then
+  // are they compared.
+  const auto named_params = model->named_parameters();
+  const bool check_buffers = c.sync_bn || model->named_buffers().empty();
+  if (pg && c.check_consistency > 0 && !check_buffers)
+    out << fmt::format(
+        "ringgrad-train: --check-consistency {}: parameters are compared, buffers not (each rank's "
+        "running statistics follow its own batches between broadcasts; --sync-bn keeps them "
+        "equal)\n",
+        c.check_consistency);
+  dist::ConsistencyCheck consistency;
+  int64_t optimizer_steps = 0;  // taken by this process (the checks count from its start)
   const bool early_stop_top1 = c.early_stop_metric == "top1";
   TrainResult result;
   const auto run_start = Clock::now();
@@ -759,6 +777,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       // optimizer; the earlier ones skip DDP's all-reduce through no_sync().
       const int64_t micro = epoch_steps % c.grad_accum_steps;
       const bool sync = micro + 1 == c.grad_accum_steps || epoch_steps + 1 == epoch_planned;
+      const bool check_now =
+          pg && c.check_consistency > 0 && sync && (optimizer_steps + 1) % c.check_consistency == 0;
       if (micro == 0) {
         opt->set_lr(schedule->lr_at(schedule_step(epoch, epoch_steps)));
         opt->zero_grad();
@@ -778,7 +798,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         scaler.scale(c.grad_accum_steps > 1 ? loss * (1.0 / double(c.grad_accum_steps)) : loss)
             .backward();
       }
+      // In DETAIL the averaged gradients too, as backward left them (before clipping or a step).
+      if (check_now && dist::debug_level() == dist::DebugLevel::detail)
+        consistency.add_gradients(named_params);
       if (sync) {
+        ++optimizer_steps;
         // On the accumulated gradients, averaged over ranks (DDP's all-reduce has finished when
         // backward returns) and unscaled (as clip_grad_norm_ after scaler.unscale_ in PyTorch).
         if (c.clip_grad_norm > 0 || c.clip_grad_value > 0) {
@@ -802,6 +826,17 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       ++step;
       ++epoch_steps;
       test_fault("step", step);
+      if (fault_at("perturb", step)) {
+        NoGradGuard no_grad;
+        Tensor first = params.front().flat_narrow(0, 1);
+        first.fill_(first.item() + 1e-3);
+      }
+      if (check_now) {
+        trace::Scope t("consistency check", "step");
+        consistency.add(named_params);
+        if (check_buffers) consistency.add(model->named_buffers());
+        consistency.run(*pg, step);
+      }
       // Mid-epoch snapshots on optimizer-step boundaries (the epoch's end has its own below).
       if (!c.snapshot_path.empty() && c.snapshot_every > 0 && sync &&
           step % c.snapshot_every == 0 && epoch_steps < epoch_total(epoch) && step < planned_steps)

@@ -53,6 +53,9 @@ struct TrainConfig {
   int64_t powersgd_start_iter = 10;
   int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
   bool find_unused_parameters = false;
+  // --check-consistency N: every N optimizer steps the ranks compare hashes of every parameter
+  // (and buffer, with --sync-bn; in DETAIL also of the averaged gradients); 0: off.
+  int64_t check_consistency = 0;
   // --debug-distributed OFF|INFO|DETAIL; empty: RG_DISTRIBUTED_DEBUG's (comm/debug_level.h).
   std::string debug_distributed;
   // --timeout-s: how long a collective (and joining the group) may take before it is an error

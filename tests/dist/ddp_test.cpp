@@ -370,7 +370,7 @@ TEST(Ddp, UnusedParametersAreANamedErrorWithoutFindUnusedParameters) {
     EXPECT_NE(e.find("unused.weight, unused.bias"), std::string::npos) << e;
     EXPECT_NE(e.find("find_unused_parameters"), std::string::npos) << e;
   }
-  // Every rank had the same problem and launched nothing, so the group is still in step.
+  // Every rank sent its buckets anyway and threw the same error, so the group is still in step.
   default_group()->barrier()->wait();
   {
     auto model = std::make_shared<PartlyUsed>();
