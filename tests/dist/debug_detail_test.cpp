@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "comm/debug_level.h"
@@ -49,11 +50,16 @@ class DetailTest : public ::testing::Test {
     return t;
   }
   // Runs `call` on this rank and returns its error ("" when it has none); waits for the work.
+  // Prints the message and how long the call took to fail (the fault table's figures).
   std::string error_of(const std::function<WorkPtr()>& call) {
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       call()->wait();
       return "";
     } catch (const std::exception& e) {
+      std::cout << "detected after "
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                << " s: " << e.what() << "\n";
       return e.what();
     }
   }
