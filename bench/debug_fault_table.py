@@ -41,7 +41,8 @@ def main():
             r = subprocess.run([run, "--nproc-per-node", str(ranks), "--master-port", "0",
                                 os.path.join(a.build, "tests", exe), f"--gtest_filter={filt}"],
                                env=env, capture_output=True, text=True, timeout=600)
-            current, message = None, None
+            current = {}   # rank -> the test it runs
+            messages = {}  # (test, rank) -> the first message that rank printed in it
             for line in (r.stdout + r.stderr).splitlines():
                 m = re.match(r"\[rank (\d+)\] (.*)", line)
                 if not m:
@@ -49,16 +50,17 @@ def main():
                 rank, text = int(m.group(1)), m.group(2)
                 start = re.match(r"\[ RUN      \] (\S+)", text)
                 if start:
-                    if start.group(1) != current:  # the first rank to start it
-                        current, message = start.group(1), None
+                    current[rank] = start.group(1)
                     continue
-                if message is None and rank in (0, 1) and (
-                        text.startswith("detected after") or text.startswith("message: ")):
-                    message = re.sub(r"^(detected after [0-9.]+ s|message): ", "", text)
+                if text.startswith("detected after") or text.startswith("message: "):
+                    messages.setdefault((current.get(rank), rank),
+                                        re.sub(r"^(detected after [0-9.]+ s|message): ", "", text))
                 done = re.match(r"\[ +(OK|FAILED) +\] (\S+) \((\d+) ms\)", text)
-                if done and rank == 0 and done.group(2) == current:
-                    rows.append((backend, ranks, current, int(done.group(3)), done.group(1),
-                                 message or "-"))
+                if done and rank == 0:
+                    test = done.group(2)
+                    message = messages.get((test, 0)) or messages.get((test, 1)) or "-"
+                    rows.append((backend, ranks, test, int(done.group(3)), done.group(1),
+                                 message))
     print("| backend | ranks | test | ms | result | message |")
     print("|---|---|---|---|---|---|")
     for backend, ranks, test, ms, result, message in rows:
