@@ -12,8 +12,8 @@ SavedTensor::SavedTensor(const Tensor& t) : tensor_(t.defined() ? t.detach() : t
 
 Tensor SavedTensor::get() const {
   if (tensor_.defined()) {
-    RG_CHECK(tensor_.storage()->version() == version_,
-             "a tensor saved for backward (shape ", shape_str(tensor_.shape()),
+    RG_CHECK(tensor_.storage()->version() == version_, "a tensor saved for backward (shape ",
+             shape_str(tensor_.shape()),
              ") was modified by an in-place operation after it was saved; clone it before "
              "modifying it, or do the modification before the forward pass");
   }
@@ -28,6 +28,10 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
 }
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
+  return needs_grad(std::span<const Tensor>(inputs.begin(), inputs.size()));
+}
+
+bool needs_grad(std::span<const Tensor> inputs) {
   if (!GradMode::is_enabled()) return false;
   for (const Tensor& t : inputs) {
     if (t.defined() && t.requires_grad()) return true;
@@ -36,6 +40,11 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
 }
 
 Tensor record(Tensor out, const char* name, std::initializer_list<Tensor> inputs, BackwardFn fn) {
+  return record(std::move(out), name, std::span<const Tensor>(inputs.begin(), inputs.size()),
+                std::move(fn));
+}
+
+Tensor record(Tensor out, const char* name, std::span<const Tensor> inputs, BackwardFn fn) {
   if (!needs_grad(inputs)) return out;
   auto node = std::make_shared<FunctionNode>(name, std::move(fn));
   for (const Tensor& t : inputs) node->add_input(t);

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,12 @@ class FunctionNode final : public Node {
 
 // True when grad mode is on and any input requires grad: the op must record a node.
 bool needs_grad(std::initializer_list<Tensor> inputs);
+bool needs_grad(std::span<const Tensor> inputs);
 
 // Records `out` as the result of a FunctionNode over `inputs` when needs_grad(inputs).
 // The returned tensor is `out` itself (requires_grad set, grad_fn attached).
 Tensor record(Tensor out, const char* name, std::initializer_list<Tensor> inputs, BackwardFn fn);
+// The same over any number of inputs (gather's parts).
+Tensor record(Tensor out, const char* name, std::span<const Tensor> inputs, BackwardFn fn);
 
 }  // namespace rg::autograd

@@ -1,0 +1,137 @@
+// DataParallel (layers/data_parallel.h) on several devices of one process: scatter and gather
+// (chunks as torch.chunk, gradients routed back to each part's device), and training that
+// follows one device with the whole batch: the same batch, the same initial weights, SGD with
+// momentum, an uneven last chunk. Needs at least two devices: ctest runs the emulated build with
+// RG_EMU_DEVICES=3; on a real machine it skips with fewer than two GPUs.
+#include "layers/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "device/device_test_util.h"
+#include "engine/cuda/runtime.h"
+#include "engine/ops/binary.h"
+#include "engine/ops/loss.h"
+#include "engine/ops/reduce.h"
+#include "layers/models/mlp.h"
+#include "layers/optim/optimizer.h"
+#include "support/errors.h"
+
+namespace rg {
+namespace {
+
+using testing::expect_close;
+using testing::random_tensor;
+
+int device_count() { return cuda::runtime().device_count(); }
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RG_REQUIRE_DEVICE();
+    if (device_count() < 2) GTEST_SKIP() << "DataParallel needs two devices";
+  }
+  std::vector<Device> devices(int n) {
+    std::vector<Device> d;
+    for (int k = 0; k < n; ++k) d.push_back(Device::cuda(k));
+    return d;
+  }
+};
+
+TEST_F(DataParallelTest, ScatterChunksAsTorchAndGatherRoutesGradients) {
+  Generator gen(3);
+  const Tensor x = random_tensor({5, 3}, gen);
+  const std::vector<Tensor> parts = nn::scatter(x, devices(2));
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].shape(), (Shape{3, 3}));  // ceil(5 / 2)
+  EXPECT_EQ(parts[1].shape(), (Shape{2, 3}));
+  EXPECT_EQ(parts[1].device(), Device::cuda(1));
+  // Fewer rows than devices: fewer chunks.
+  EXPECT_EQ(nn::scatter(random_tensor({1, 3}, gen), devices(2)).size(), 1u);
+
+  std::vector<Tensor> leaves;
+  for (const Tensor& p : parts) {
+    Tensor l = p.detach();
+    l.set_requires_grad(true);
+    leaves.push_back(l);
+  }
+  const Tensor out = nn::gather(leaves, Device::cuda(0));
+  EXPECT_EQ(out.device(), Device::cuda(0));
+  expect_close(out.to(Device::cpu()), x, 0, 0, "gather");
+  const Tensor weights = random_tensor({5, 3}, gen);
+  sum(mul(out, weights.to(Device::cuda(0)))).backward();
+  EXPECT_EQ(leaves[1].grad().device(), Device::cuda(1));
+  expect_close(leaves[0].grad().to(Device::cpu()), weights.narrow(0, 0, 3), 0, 0, "grad 0");
+  expect_close(leaves[1].grad().to(Device::cpu()), weights.narrow(0, 3, 2), 0, 0, "grad 1");
+}
+
+// The parameters after `steps` SGD steps (momentum 0.9) of an MLP on one batch of 10, trained
+// through DataParallel over `n` devices (n = 1: plain training on cuda:0, the reference).
+std::vector<Tensor> train(int n, int steps, std::vector<double>* losses = nullptr) {
+  const auto make = [] {
+    Generator init(11);
+    return std::make_shared<nn::MLP>(6, std::vector<int64_t>{16}, 4, init);
+  };
+  auto model = make();
+  model->to(Device::cuda(0));
+  std::vector<Device> devs;
+  for (int k = 0; k < n; ++k) devs.push_back(Device::cuda(k));
+  std::unique_ptr<nn::DataParallel> dp;
+  if (n > 1) dp = std::make_unique<nn::DataParallel>(model, devs, make);
+  optim::Sgd opt(model->parameters(), optim::SgdOptions{0.1, 0.9, 0.0, 0.0, false});
+  Generator gen(5);
+  for (int s = 0; s < steps; ++s) {
+    const Tensor x = random_tensor({10, 6}, gen);
+    Tensor y = Tensor::empty({10}, DType::i64);
+    for (int i = 0; i < 10; ++i) y.data<int64_t>()[i] = (i * 7 + s) % 4;
+    opt.zero_grad();
+    const Tensor logits = dp ? dp->forward(x) : model->forward(x.to(Device::cuda(0)));
+    Tensor loss = cross_entropy(logits, y.to(Device::cuda(0)));
+    loss.backward();
+    if (losses) losses->push_back(loss.item());
+    opt.step();
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& p : model->parameters()) out.push_back(p.detach().to(Device::cpu()));
+  return out;
+}
+
+TEST_F(DataParallelTest, TrainsLikeOneDeviceWithTheWholeBatch) {
+  std::vector<double> one_losses;
+  const std::vector<Tensor> one = train(1, 4, &one_losses);
+  for (int n : {2, 3}) {
+    if (n > device_count()) continue;
+    std::vector<double> dp_losses;
+    const std::vector<Tensor> dp = train(n, 4, &dp_losses);
+    ASSERT_EQ(dp.size(), one.size());
+    // Only the order of the gradient sums differs (each device's chunk, then the reduction):
+    // float rounding.
+    for (size_t i = 0; i < dp.size(); ++i)
+      expect_close(dp[i], one[i], 1e-6, 1e-5, "parameter " + std::to_string(i));
+    for (size_t s = 0; s < dp_losses.size(); ++s)
+      EXPECT_NEAR(dp_losses[s], one_losses[s], 1e-5) << n << " devices, step " << s;
+  }
+}
+
+TEST_F(DataParallelTest, BadArgumentsAreClearErrors) {
+  auto model = std::make_shared<nn::MLP>(6, std::vector<int64_t>{4}, 2);
+  rg::testing::expect_error([&] { nn::DataParallel(model, devices(2), [] { return nullptr; }); },
+                            "is on cpu, not on the first device cuda:0");
+  model->to(Device::cuda(0));
+  rg::testing::expect_error(
+      [&] {
+        nn::DataParallel(model, {Device::cuda(0), Device::cuda(0)},
+                         [] { return std::make_shared<nn::MLP>(6, std::vector<int64_t>{4}, 2); });
+      },
+      "device cuda:0 is given twice");
+  rg::testing::expect_error(
+      [&] {
+        nn::DataParallel(model, devices(2),
+                         [] { return std::make_shared<nn::MLP>(6, std::vector<int64_t>{5}, 2); });
+      },
+      "does not match the module's");
+}
+
+}  // namespace
+}  // namespace rg
