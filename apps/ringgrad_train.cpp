@@ -109,6 +109,13 @@ int main(int argc, char** argv) {
                  "seconds a collective may take before it fails naming the ranks that never "
                  "joined it (the flight recorder is dumped then)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--mode", c.mode,
+                 "single | dp (DataParallel: one process, several CUDA devices) | ddp | auto "
+                 "(ddp under a launcher with several ranks, else single)")
+      ->check(CLI::IsMember({"single", "dp", "ddp", "auto"}));
+  app.add_option("--dp-devices", c.dp_devices,
+                 "--mode dp: how many CUDA devices (0: every device this process sees)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--check-consistency", c.check_consistency,
                  "every N optimizer steps compare hashes of the parameters across ranks and stop "
                  "naming the first that differs (0: off)");

@@ -31,6 +31,7 @@
 #include "data/registry.h"
 #include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
+#include "engine/cuda/runtime.h"
 #include "engine/deterministic.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/cudnn.h"
@@ -43,6 +44,7 @@
 #include "layers/amp/grad_scaler.h"
 #include "layers/checkpoint.h"
 #include "layers/clip_grad.h"
+#include "layers/data_parallel.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
 #include "layers/optim/optimizer.h"
@@ -281,6 +283,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     pg = dist::is_initialized() ? dist::default_group() : dist::init_process_group(env, io);
   }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  // The mode asked for must be the one the launch gives: ddp needs ranks, dp and single one
+  // process.
+  RG_CHECK(c.mode != "ddp" || world > 1,
+           "--mode ddp needs several ranks: start it with ringgrad-run --nproc-per-node N (or set "
+           "the launch variables); one process is --mode single or dp");
+  RG_CHECK(c.mode == "auto" || c.mode == "ddp" || world == 1, "--mode ", c.mode,
+           " runs in one process, but this job has ", world, " ranks (use --mode ddp)");
+  RG_CHECK(c.mode != "dp" || device.is_cuda(),
+           "--mode dp spreads the batch over CUDA devices: add --device cuda");
   // Fault injection for the restart tests, not for users: RG_TEST_FAULT=<where>:<n>:<rank> kills
   // this process (SIGKILL, as kill -9) when rank <rank> reaches <where> (step: after optimizer
   // step n; eval: the evaluation after epoch n; snapshot: just before the snapshot of step n is
@@ -555,6 +566,26 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
           n, world);
     }
   }
+  // --mode dp: one process, the batch scattered over several devices (torch.nn.DataParallel).
+  std::unique_ptr<nn::DataParallel> dp;
+  if (c.mode == "dp") {
+    const int visible = cuda::runtime().device_count();
+    const int n = c.dp_devices > 0 ? c.dp_devices : visible;
+    RG_CHECK(n <= visible, "--dp-devices ", n, ": this process sees ", visible, " CUDA device",
+             visible == 1 ? "" : "s");
+    std::vector<Device> devices;
+    for (int k = 0; k < n; ++k) devices.push_back(Device::cuda(k));
+    RG_CHECK(device == devices[0], "--mode dp keeps the module on cuda:0 (got ", device.str(), ")");
+    dp = std::make_unique<nn::DataParallel>(model, devices, [&] {
+      return nn::make_model({.name = c.model,
+                             .sample_shape = train_set->sample_shape(),
+                             .num_classes = train_set->num_classes(),
+                             .seed = c.seed});
+    });
+    out << fmt::format(
+        "ringgrad-train: DataParallel over {} devices (batch {} split along dim 0)\n", n,
+        c.batch_size);
+  }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
     dist::DdpOptions o;
@@ -790,8 +821,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         {
           trace::Scope t("forward", "step");
           const auto amp_scope = autocast();
-          const Tensor inputs = batch->inputs.to(device);
-          const Tensor logits = ddp ? ddp->forward(inputs) : model->forward(inputs);
+          // DataParallel scatters the host batch itself.
+          const Tensor inputs = dp ? batch->inputs : batch->inputs.to(device);
+          const Tensor logits = ddp  ? ddp->forward(inputs)
+                                : dp ? dp->forward(inputs)
+                                     : model->forward(inputs);
           loss = training_loss(c, logits, batch->targets);
         }
         trace::Scope t("backward", "step");

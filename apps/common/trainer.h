@@ -43,6 +43,10 @@ struct TrainConfig {
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.
   std::string backend = "auto";      // gloo | nccl | auto
+  // single | dp | ddp | auto (ddp under a launcher with several ranks, else single). dp:
+  // nn::DataParallel over --dp-devices CUDA devices of this process (0: all it sees).
+  std::string mode = "auto";
+  int dp_devices = 0;
   std::string init_method = "env://";  // env:// | tcp://HOST:PORT | file:///PATH (comm/init.h)
   std::string allreduce = "auto";  // auto | native | ring | shm (dist::parse_algorithm)
   double bucket_cap_mb = 25.0;
