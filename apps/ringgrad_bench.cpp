@@ -6,6 +6,7 @@
 //   overlap: DDP all-reduce/backward overlap across bucket sizes (apps/overlap_bench.h).
 //   timeline: draws one step of a ringgrad-train --trace file (apps/timeline_plot.h).
 //   flight: what the ranks' flight recorder dumps say happened (apps/flight_analyzer.h).
+//   compare: single device, DataParallel and DDP on one model (apps/compare_bench.h).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "apps/allreduce_bench.h"
+#include "apps/compare_bench.h"
 #include "apps/flight_analyzer.h"
 #include "apps/overlap_bench.h"
 #include "apps/timeline_plot.h"
@@ -152,6 +154,8 @@ int main(int argc, char** argv) {
   CLI::App* allreduce = rg::apps::add_allreduce_command(app, ar);
   rg::apps::OverlapBenchOptions ov;
   CLI::App* overlap = rg::apps::add_overlap_command(app, ov);
+  rg::apps::CompareOptions cmp;
+  CLI::App* compare = rg::apps::add_compare_command(app, cmp);
   rg::apps::TimelineOptions tl;
   CLI::App* timeline = rg::apps::add_timeline_command(app, tl);
   std::vector<std::string> flight_files;
@@ -173,6 +177,7 @@ int main(int argc, char** argv) {
     if (train->parsed()) return run_train_bench(t);
     if (allreduce->parsed()) return rg::apps::run_allreduce_bench(ar);
     if (overlap->parsed()) return rg::apps::run_overlap_bench(ov);
+    if (compare->parsed()) return rg::apps::run_compare(cmp);
     if (timeline->parsed()) return rg::apps::run_timeline(tl);
     if (flight->parsed()) return rg::apps::run_flight(flight_files);
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
