@@ -1,4 +1,5 @@
-// Join's rounds: one MAX all-reduce of [active flag per rank..., sync, synced] per iteration.
+// Join's rounds: one MAX all-reduce of [active flag per rank..., sync, synced, not sync] per
+// iteration.
 #include "comm/join.h"
 
 #include "engine/autograd/grad_mode.h"
@@ -26,11 +27,12 @@ JoinRound Join::round(bool active, bool sync, int64_t synced) {
   const int n = pg_->size();
   // MAX rather than SUM: each rank owns its slot, and sync/synced are the same on every active
   // rank, so the maximum carries them to the joined ranks (which send 0).
-  Tensor t = zeros({n + 2}, DType::i64);
+  Tensor t = zeros({n + 3}, DType::i64);
   if (active) {
     t.data<int64_t>()[pg_->rank()] = 1;
     t.data<int64_t>()[n] = sync ? 1 : 0;
     t.data<int64_t>()[n + 1] = synced;
+    t.data<int64_t>()[n + 2] = sync ? 0 : 1;
   }
   Tensor on_group = on_group_device(*pg_, t);
   pg_->all_reduce(on_group, ReduceOp::max)->wait();
@@ -40,6 +42,13 @@ JoinRound Join::round(bool active, bool sync, int64_t synced) {
     if (t.data<int64_t>()[i] != 0) r.active.push_back(i);
   r.sync = t.data<int64_t>()[n] != 0;
   r.synced = t.data<int64_t>()[n + 1];
+  // A joined rank could not shadow both kinds of iteration at once; every rank sees the same
+  // flags, so all of them stop here alike instead of running mismatched collectives.
+  RG_CHECK(!(r.sync && t.data<int64_t>()[n + 2] != 0), "Join: in synchronized iteration ",
+           r.synced + 1,
+           " some active ranks run a synchronized backward and others one inside no_sync(); "
+           "the ranks must agree on their gradient-accumulation boundaries (count them from a "
+           "step number that every rank shares, not from each rank's own data)");
   return r;
 }
 

@@ -833,7 +833,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       // Gradient accumulation: micro-batches until the k-th (or the epoch's last) step the
       // optimizer; the earlier ones skip DDP's all-reduce through no_sync().
       const int64_t micro = epoch_steps % c.grad_accum_steps;
-      const bool sync = micro + 1 == c.grad_accum_steps || epoch_steps + 1 == my_planned;
+      // Under Join every rank synchronizes at the same steps (Join needs the active ranks to
+      // agree), so a rank that runs out inside an accumulation window drops that window's
+      // micro-batches (it joins and sends zeros); without Join its last batch synchronizes.
+      const bool sync =
+          micro + 1 == c.grad_accum_steps || epoch_steps + 1 == (join ? epoch_planned : my_planned);
       // Without Join DDP compares, in this backward's status element, whether every rank's data
       // ends here: a rank that runs out before the others is an error naming it on every rank.
       if (ddp && !join && sync && (epoch_steps + 1 == my_planned || step + 1 == planned_steps))
