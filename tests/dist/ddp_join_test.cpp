@@ -63,7 +63,9 @@ Tensor loss_of(const Tensor& out, const RankData& d) { return mse_loss(out, d.y)
 std::vector<double> flat_grads(nn::Module& net) {
   std::vector<double> out;
   for (const Tensor& p : net.parameters()) {
-    const auto v = p.grad().to(DType::f64).to_vector<double>();
+    // No gradient (an unused parameter) counts as zeros.
+    const auto v = p.grad().defined() ? p.grad().to(DType::f64).to_vector<double>()
+                                      : std::vector<double>(size_t(p.numel()), 0.0);
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
@@ -104,13 +106,16 @@ void set_grads(Net& net, const std::vector<double>& grad) {
 
 int steps_of(int rank) { return default_group()->size() + 1 - rank; }
 
-void join_run(bool divide_by_initial_world_size) {
+void join_run(bool divide_by_initial_world_size, DdpOptions options = {},
+              Net::Mode mode = Net::Mode::normal) {
   const int rank = default_group()->rank(), world = default_group()->size();
   auto net = std::make_shared<Net>();
+  net->mode = mode;
   net->to(group_device());
   auto reference = std::make_shared<Net>();  // the same seed: DDP's rank-0 parameters
+  reference->mode = mode;
   reference->to(group_device());
-  DistributedDataParallel ddp(net);
+  DistributedDataParallel ddp(net, default_group(), options);
   optim::Sgd opt(net->parameters(), {.lr = kLr});
   optim::Sgd ref_opt(reference->parameters(), {.lr = kLr});
   const RankData mine(rank);
@@ -165,6 +170,19 @@ TEST(DdpJoin, UnevenBatchesEndWithoutHangAveragedOverTheActiveRanks) {
 }
 
 TEST(DdpJoin, DivideByInitialWorldSizeAsPyTorchsDefault) { join_run(true); }
+
+// The joined ranks also shadow the unused-parameter all-reduce (find_unused_parameters) and the
+// first iteration's used-flags gather and delayed buckets (static_graph), hooks firing twice
+// included.
+TEST(DdpJoin, WithFindUnusedParametersAndStaticGraph) {
+  DdpOptions find;
+  find.find_unused_parameters = true;
+  DdpOptions fixed;
+  fixed.static_graph = true;
+  join_run(false, find, Net::Mode::skip_fc2);
+  join_run(false, fixed, Net::Mode::skip_fc2);
+  join_run(false, fixed, Net::Mode::reentrant);
+}
 
 // Rank world-1 has one batch fewer than the others, and no Join.
 std::string error_without_join(bool announce) {
