@@ -401,8 +401,9 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (all_ended && shadow) return;  // every rank out of data: nothing to write back
     std::vector<char> globally_used(params.size(), 1);
     if (opt.static_graph) {
-      if (synced == 0) static_used = first_iteration_used();
-      if (!static_used.empty()) globally_used = static_used;
+      // The first iteration, or the first after a resume (every rank is a fresh process then).
+      if (static_used.empty()) static_used = first_iteration_used();
+      globally_used = static_used;
     } else if (opt.find_unused_parameters) {
       if (synced == 0) {
         globally_used = first_iteration_used();

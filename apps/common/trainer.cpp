@@ -581,7 +581,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     o.static_graph = c.static_graph;
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);
     // The buckets the interrupted run had rebuilt, so every all-reduce sums as it did there.
-    if (!resume_bucket_order.empty() && !c.find_unused_parameters)
+    if (!resume_bucket_order.empty() && (!c.find_unused_parameters || c.static_graph))
       ddp->reducer().restore_rebuilt_order(resume_bucket_order);
     // Then what DDP carries between iterations (PowerSGD's errors and factors, the iteration
     // count), into those buckets.

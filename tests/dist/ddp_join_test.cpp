@@ -27,6 +27,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
+#include "layers/linear.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
 #include "support/parameter_difference.h"
@@ -182,6 +183,66 @@ TEST(DdpJoin, WithFindUnusedParametersAndStaticGraph) {
   join_run(false, find, Net::Mode::skip_fc2);
   join_run(false, fixed, Net::Mode::skip_fc2);
   join_run(false, fixed, Net::Mode::reentrant);
+}
+
+// A layer with a buffer that each training forward moves by its rank's own amount, as batch
+// norm's running statistics follow each rank's own batches.
+class Tally : public nn::Module {
+ public:
+  explicit Tally(int rank) : step_(double(rank + 1)) {
+    Generator g(5);
+    fc = register_module("fc", std::make_shared<nn::Linear>(kIn, kHidden, g));
+    register_buffer("count", zeros({1}, DType::f32));
+  }
+  Tensor forward_impl(const Tensor& x) override {
+    {
+      NoGradGuard no_grad;
+      Tensor count = named_buffers().front().second;
+      count.fill_(count.item() + step_);
+    }
+    return fc->forward(x);
+  }
+  std::string type_name() const override { return "Tally"; }
+  double count() { return named_buffers().front().second.item(); }
+  std::shared_ptr<nn::Linear> fc;
+
+ private:
+  double step_;
+};
+
+TEST(DdpJoin, BuffersComeFromTheHighestActiveRankAndFinallyFromTheLastToJoin) {
+  const int rank = default_group()->rank(), world = default_group()->size();
+  auto net = std::make_shared<Tally>(rank);
+  net->to(group_device());
+  DistributedDataParallel ddp(net);
+  const RankData mine(rank);
+  // What every rank's buffer holds, simulated: before each forward the highest active rank's
+  // value is broadcast (lower ranks may have joined with stale buffers; here rank 0 has the most
+  // data, so the highest active rank is not rank 0 until the others have joined), then each
+  // active rank adds its own amount.
+  std::vector<double> counts(size_t(world), 0.0);
+  const auto simulate = [&](int step) {
+    int top = 0;
+    for (int r = 0; r < world; ++r)
+      if (step < steps_of(r)) top = r;
+    const double broadcast = counts[size_t(top)];
+    for (int r = 0; r < world; ++r)
+      counts[size_t(r)] = broadcast + (step < steps_of(r) ? r + 1 : 0);
+  };
+  {
+    CallbackJoinable none([](const JoinRound&) {});
+    Join join({&ddp, &none}, default_group());
+    for (int step = 0; step < steps_of(rank); ++step) {
+      simulate(step);
+      net->zero_grad();
+      loss_of(ddp(mine.x), mine).backward();
+      EXPECT_EQ(net->count(), counts[size_t(rank)]) << "step " << step;
+    }
+    join.finish();
+  }
+  for (int step = steps_of(rank); step < steps_of(0); ++step) simulate(step);
+  // The post hook: the model and buffers of rank 0, the only rank that never shadowed a round.
+  EXPECT_EQ(net->count(), counts[0]);
 }
 
 // Rank world-1 has one batch fewer than the others, and no Join.
