@@ -193,6 +193,12 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     return order;
   }
 
+  // Rebuild once, from the first iteration's order; PyTorch skips it with
+  // find_unused_parameters because the set of used parameters may change between iterations.
+  // static_graph rebuilds with unused parameters too: they are the same in every iteration.
+  bool rebuilds_buckets() const { return !opt.find_unused_parameters || opt.static_graph; }
+  bool rebuild_due() const { return rebuilds == 0 && synced >= 1 && rebuilds_buckets(); }
+
   // Rank 0's observed ready order, broadcast so that every rank builds the same buckets.
   void rebuild() {
     std::vector<size_t> order = completed_first_order();
@@ -658,11 +664,7 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   RG_CHECK(!s.armed,
            "DDP: forward was called again before the previous forward's backward "
            "(run evaluation under NoGradGuard or in eval mode, or wrap it in no_sync())");
-  // Rebuild once, from the first iteration's order; PyTorch skips it with
-  // find_unused_parameters because the set of used parameters may change between iterations.
-  // static_graph rebuilds with unused parameters too: they are the same in every iteration.
-  if (s.rebuilds == 0 && s.synced >= 1 && (!s.opt.find_unused_parameters || s.opt.static_graph))
-    s.rebuild();
+  if (s.rebuild_due()) s.rebuild();
   s.reset_iteration();
   s.armed = true;
   if (s.opt.static_graph) {
@@ -710,7 +712,7 @@ int Reducer::rebuild_count() const { return state_->rebuilds; }
 std::vector<int64_t> Reducer::rebuilt_order() const {
   const State& s = *state_;
   std::vector<size_t> order = s.rebuilt_order;
-  if (order.empty() && s.synced >= 1 && (!s.opt.find_unused_parameters || s.opt.static_graph)) {
+  if (order.empty() && s.synced >= 1 && s.rebuilds_buckets()) {
     // Not rebuilt yet (one iteration done): the order the rebuild will use on this rank, which
     // on rank 0 (the one that writes snapshots) is the one it will broadcast.
     order = s.completed_first_order();
@@ -787,8 +789,7 @@ void Reducer::shadow_iteration(int64_t synced) {
   if (synced >= 0) s.synced = synced;
   // The active ranks' prepare_for_backward, then a backward in which no hook fires: every
   // bucket goes out with zeros, in bucket order.
-  if (s.rebuilds == 0 && s.synced >= 1 && (!s.opt.find_unused_parameters || s.opt.static_graph))
-    s.rebuild();
+  if (s.rebuild_due()) s.rebuild();
   s.reset_iteration();
   s.armed = true;
   s.shadow = true;
