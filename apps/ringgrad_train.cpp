@@ -105,6 +105,15 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "allow parameters that get no gradient in some iterations");
+  app.add_flag("--static-graph", c.static_graph,
+               "DDP static_graph: every iteration uses the same parameters, each hook firing as "
+               "often (reentrant activation checkpointing)");
+  app.add_flag("--uneven-data", c.uneven_data,
+               "test option: rank r leaves out the last r batches of each epoch (at least one "
+               "stays); fails naming the rank that ran out unless --join");
+  app.add_flag("--join", c.join,
+               "train each epoch inside dist::Join so that ranks with fewer batches shadow the "
+               "others until all are done");
   app.add_option("--timeout-s", c.timeout_s,
                  "seconds a collective may take before it fails naming the ranks that never "
                  "joined it (the flight recorder is dumped then)")

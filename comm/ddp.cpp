@@ -69,26 +69,71 @@ void DistributedDataParallel::verify_parameter_shapes() {
     }
 }
 
-void DistributedDataParallel::broadcast_state(bool params, bool buffers) {
+void DistributedDataParallel::broadcast_state(bool params, bool buffers, int src) {
   NoGradGuard no_grad;
   std::vector<WorkPtr> works;
   if (params)
-    for (auto& [name, t] : module_->named_parameters()) works.push_back(pg_->broadcast(t, 0));
+    for (auto& [name, t] : module_->named_parameters()) works.push_back(pg_->broadcast(t, src));
   if (buffers)
-    for (auto& [name, t] : module_->named_buffers()) works.push_back(pg_->broadcast(t, 0));
+    for (auto& [name, t] : module_->named_buffers()) works.push_back(pg_->broadcast(t, src));
   for (auto& w : works) w->wait();
+}
+
+bool DistributedDataParallel::broadcasts_buffers() const {
+  return options_.broadcast_buffers && module_->is_training() && pg_->size() > 1;
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   // First, before any collective of this forward: a previous backward that never finished
   // reduction ends here in the named error, its buckets sent so that no rank hangs.
   reducer_->finish_abandoned_iteration();
-  if (options_.broadcast_buffers && module_->is_training() && pg_->size() > 1)
-    broadcast_state(/*params=*/false, /*buffers=*/true);
+  const bool synchronized = sync_ && module_->is_training() && GradMode::is_enabled();
+  int src = 0;
+  if (join_) {
+    // Under Join: tell the joined ranks that this iteration runs (and whether it synchronizes),
+    // and average over the ranks that still have data.
+    const JoinRound round = join_->notify(synchronized, reducer_->synced_iterations());
+    src = round.authoritative();
+    reducer_->set_divisor(join_->options().divide_by_initial_world_size ? pg_->size()
+                                                                        : int(round.active.size()));
+  }
+  if (broadcasts_buffers()) broadcast_state(/*params=*/false, /*buffers=*/true, src);
   Tensor out = module_->forward(x);
-  if (sync_ && module_->is_training() && GradMode::is_enabled())
-    reducer_->prepare_for_backward({out});
+  if (synchronized) reducer_->prepare_for_backward({out});
   return out;
+}
+
+void DistributedDataParallel::end_of_data() {
+  RG_CHECK(join_ == nullptr,
+           "DDP: end_of_data() inside a Join context (Join's finish() ends the data there)");
+  // Nothing to do when the last synchronized backward ended every rank's data; otherwise the
+  // collectives of one synchronized forward and backward, in their order, flagged out of data.
+  if (reducer_->consume_all_ended()) return;
+  if (broadcasts_buffers()) broadcast_state(/*params=*/false, /*buffers=*/true);
+  reducer_->end_of_data();
+}
+
+void DistributedDataParallel::join_main_hook(const JoinRound& round) {
+  reducer_->finish_abandoned_iteration();
+  if (broadcasts_buffers())
+    broadcast_state(/*params=*/false, /*buffers=*/true, round.authoritative());
+  if (round.sync) reducer_->shadow_iteration(round.synced);
+}
+
+void DistributedDataParallel::join_post_hook(bool is_last_joiner) {
+  // PyTorch's _sync_final_model: the highest rank among the last to join is the authority.
+  Tensor t = full({1}, is_last_joiner ? double(pg_->rank()) : -1.0, DType::i64);
+  Tensor on_group = on_group_device(*pg_, t);
+  pg_->all_reduce(on_group, ReduceOp::max)->wait();
+  const int src = int(on_group.to(Device::cpu()).data<int64_t>()[0]);
+  broadcast_state(/*params=*/true, /*buffers=*/true, src);
+}
+
+void DistributedDataParallel::set_join(Join* join) {
+  RG_CHECK(join == nullptr || &join->process_group() == pg_.get(),
+           "Join: the context's process group is not DDP's");
+  reducer_->set_join_active(join != nullptr);
+  join_ = join;
 }
 
 }  // namespace rg::dist

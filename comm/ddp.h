@@ -5,13 +5,19 @@
 
 #include <memory>
 
+#include "comm/join.h"
 #include "comm/process_group.h"
 #include "comm/reducer.h"
 #include "layers/module.h"
 
 namespace rg::dist {
 
-class DistributedDataParallel {
+// A Joinable (comm/join.h): inside a Join context every forward first tells the context that
+// this rank still has data, and a rank that joined shadows each iteration as PyTorch's
+// _DDPJoinHook does (the buffer broadcast, from the highest active rank since lower ones may
+// have joined with stale buffers; the bucket all-reduces with zeros; the unused-parameter
+// all-reduce), then broadcasts the model from the last rank to join.
+class DistributedDataParallel : public Joinable {
  public:
   // pg null: the default group (init_process_group). Collective: every rank must construct it.
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> module,
@@ -47,15 +53,26 @@ class DistributedDataParallel {
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
   bool require_backward_grad_sync() const { return sync_; }
 
+  // Uneven inputs without Join (see Reducer): the next synchronized backward is this rank's last
+  // in this pass over its data; end_of_data() after the loop, on every rank.
+  void announce_last_iteration() { reducer_->announce_last_iteration(); }
+  void end_of_data();
+
+  void join_main_hook(const JoinRound& round) override;
+  void join_post_hook(bool is_last_joiner) override;
+  void set_join(Join* join) override;
+
  private:
   void verify_parameter_shapes();
-  void broadcast_state(bool params, bool buffers);
+  void broadcast_state(bool params, bool buffers, int src = 0);
+  bool broadcasts_buffers() const;
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
+  Join* join_ = nullptr;
 };
 
 }  // namespace rg::dist

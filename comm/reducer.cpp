@@ -29,6 +29,11 @@ bool aliases(const Tensor& a, const Tensor& b) {
 
 // What a rank found wrong with a parameter in one backward (exchanged between ranks as i64).
 enum Finding : int64_t { kFine = 0, kNoGradient = 1, kMarkedTwice = 2 };
+// Where a rank's data stood in a synchronized iteration (uneven inputs without Join): more to
+// come, its announced last batch, or no batch at all (end_of_data's shadow iteration).
+enum DataEnd : int64_t { kHasMore = 0, kLastBatch = 1, kNoBatch = 2 };
+// The last bucket's extra elements: [ranks with findings, ranks whose data ends here].
+constexpr int64_t kStatusElements = 2;
 
 // "a, b, c" for at most 20 names, then how many there were.
 std::string name_list(const std::vector<std::string>& names) {
@@ -96,6 +101,22 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   std::vector<int64_t> findings;
   bool has_findings = false;
   int64_t findings_iteration = 0;
+  // Uneven inputs: this iteration's DataEnd for this rank; all_ended: the last synchronized
+  // iteration ended every rank's data (end_of_data() then has nothing to do).
+  DataEnd data_end = kHasMore;
+  bool all_ended = false;
+  bool join_active = false;
+  int divisor = 1;      // the gradient sums are divided by it (world size, or Join's active ranks)
+  bool shadow = false;  // this iteration is a joined or out-of-data rank's, with zero gradients
+  // static_graph: hook firings per parameter in this backward, and (once recorded by this rank's
+  // first real synchronized iteration) the expected count; static_used is the first
+  // iteration's used flags over all ranks. delay: the buckets go out in finalize (the first
+  // iteration, when no count is known yet).
+  std::vector<int> hook_count, expected_hooks;
+  std::vector<int64_t> last_firing;
+  int64_t firings = 0;
+  bool static_recorded = false, delay = false;
+  std::vector<char> static_used;
 
   size_t param_bytes(size_t i) const {
     return size_t(params[i].second.numel()) * element_size(params[i].second.dtype());
@@ -111,7 +132,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       b.dtype = params[list.front()].second.dtype();
       int64_t total = 0;
       for (size_t p : list) total += params[p].second.numel();
-      if (&list == &assignment.back()) ++total;  // the status element (see finalize())
+      if (&list == &assignment.back()) total += kStatusElements;  // see finalize()
       b.flat = zeros({total}, b.dtype, params[list.front()].second.device());
       int64_t offset = 0;
       for (size_t p : list) {
@@ -146,11 +167,11 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     return assign_buckets(in);
   }
 
-  // The last bucket's extra element: a rank's 1 when it has findings to report, else 0, summed
-  // with the gradients.
+  // The last bucket's extra elements, summed with the gradients: a rank's 1 when it has findings
+  // to report, else 0; and 1 when its data ends in this iteration, else 0.
   Tensor status_slot() const {
     const Tensor& flat = buckets.back().flat;
-    return flat.flat_narrow(flat.numel() - 1, 1);
+    return flat.flat_narrow(flat.numel() - kStatusElements, kStatusElements);
   }
 
   void note(size_t i, Finding f) {
@@ -171,6 +192,12 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       if (!seen[i]) order.push_back(i);
     return order;
   }
+
+  // Rebuild once, from the first iteration's order; PyTorch skips it with
+  // find_unused_parameters because the set of used parameters may change between iterations.
+  // static_graph rebuilds with unused parameters too: they are the same in every iteration.
+  bool rebuilds_buckets() const { return !opt.find_unused_parameters || opt.static_graph; }
+  bool rebuild_due() const { return rebuilds == 0 && synced >= 1 && rebuilds_buckets(); }
 
   // Rank 0's observed ready order, broadcast so that every rank builds the same buckets.
   void rebuild() {
@@ -194,6 +221,9 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   void reset_iteration() {
     ready.assign(params.size(), 0);
     locally_used.assign(params.size(), 1);
+    hook_count.assign(params.size(), 0);
+    last_firing.assign(params.size(), 0);
+    firings = 0;
     ready_order.clear();
     next_launch = 0;
     for (auto& b : buckets) {
@@ -219,7 +249,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     const Tensor& param = params[i].second;
     if (from_hook) {
       ready_order.push_back(i);
-      const double scale = 1.0 / pg->size();
+      const double scale = 1.0 / divisor;
       Tensor grad = param.grad();
       if (opt.gradient_as_bucket_view && aliases(grad, view)) {
         mul_(view, scale);
@@ -234,7 +264,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     }
     if (--b.pending == 0) {
       timeline.buckets[bucket_of[i]].ready = Clock::now();
-      if (opt.overlap) launch_ready_buckets();
+      if (opt.overlap && !delay) launch_ready_buckets();
     }
   }
 
@@ -247,11 +277,16 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   void launch(size_t k) {
     Bucket& b = buckets[k];
     const bool last = k + 1 == buckets.size();
-    if (last) status_slot().fill_(has_findings ? 1.0 : 0.0);
+    if (last) {
+      Tensor status = Tensor::empty({kStatusElements}, DType::f64);
+      status.data<double>()[0] = has_findings ? 1.0 : 0.0;
+      status.data<double>()[1] = data_end != kHasMore ? 1.0 : 0.0;
+      status_slot().copy_(status.to(b.dtype).to(b.flat.device()));
+    }
     if (powersgd && synced >= opt.powersgd.start_iter && b.dtype == DType::f32) {
       std::vector<Shape> shapes;
       for (size_t p : b.params) shapes.push_back(params[p].second.shape());
-      if (last) shapes.push_back({1});  // a vector: PowerSGD sends it uncompressed
+      if (last) shapes.push_back({kStatusElements});  // a vector: PowerSGD sends it as it is
       b.comm = powersgd->begin(k, b.flat, shapes);
       b.powersgd = true;
     } else if (opt.comm_hook == CommHook::fp16)
@@ -274,6 +309,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       autograd::Engine::queue_callback([weak] {
         if (auto s = weak.lock()) s->finalize();
       });
+    }
+    if (opt.static_graph) {
+      ++hook_count[i];
+      last_firing[i] = ++firings;
+      // The first iteration only counts (finalize takes the gradients); later ones reduce a
+      // parameter at its last expected firing, when .grad holds every firing's sum. A firing
+      // beyond the expected count finds it ready and is reported as marked twice.
+      if (!static_recorded || hook_count[i] < expected_hooks[i]) return;
     }
     mark_ready(i, true);
   }
@@ -312,11 +355,26 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     NoGradGuard no_grad;
     callback_queued = false;
     armed = false;
+    if (delay) {
+      // static_graph's first iteration: the gradients in the order of their last firing (the
+      // order the rebuild uses); a parameter whose hook never fired is unused, not an error.
+      std::vector<size_t> fired;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (hook_count[i] > 0 && !ready[i]) fired.push_back(i);
+      std::sort(fired.begin(), fired.end(),
+                [&](size_t a, size_t b) { return last_firing[a] < last_firing[b]; });
+      for (size_t i : fired) mark_ready(i, true);
+      if (!shadow) {
+        expected_hooks = hook_count;
+        static_recorded = true;
+      }
+    }
     for (size_t i = 0; i < params.size(); ++i)
-      if (!ready[i]) note(i, kNoGradient);
+      if (!ready[i] && !delay) note(i, kNoGradient);
     for (size_t i = 0; i < params.size(); ++i)
       if (!ready[i]) mark_ready(i, false);
-    if (!opt.overlap) launch_ready_buckets();
+    if (!opt.overlap || delay) launch_ready_buckets();
+    delay = false;
     timeline.wait_start = Clock::now();
     for (size_t k = 0; k < buckets.size(); ++k) {
       buckets[k].work->wait();
@@ -338,9 +396,21 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
       if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
-    if (status_slot().item() > 0.5) report_findings();
+    const Tensor status = status_slot().to(Device::cpu()).to(DType::f64);
+    const double with_findings = status.data<double>()[0], ended = status.data<double>()[1];
+    // Some ranks' data ended here and others' did not (never asked under Join, where joined
+    // ranks shadow the others by design).
+    const bool uneven = !join_active && ended > 0.5 && ended < pg->size() - 0.5;
+    if (with_findings > 0.5 || uneven) report_findings();
+    all_ended = !join_active && ended > 0.5;
+    data_end = kHasMore;
+    if (all_ended && shadow) return;  // every rank out of data: nothing to write back
     std::vector<char> globally_used(params.size(), 1);
-    if (opt.find_unused_parameters) {
+    if (opt.static_graph) {
+      // The first iteration, or the first after a resume (every rank is a fresh process then).
+      if (static_used.empty()) static_used = first_iteration_used();
+      globally_used = static_used;
+    } else if (opt.find_unused_parameters) {
       if (synced == 0) {
         globally_used = first_iteration_used();
       } else {
@@ -382,21 +452,29 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   // same error everywhere.
   [[noreturn]] void report_findings() {
     const size_t n = params.size();
-    std::vector<int64_t> mine(n + 1, kFine);
+    constexpr size_t kHead = 2;  // iteration, DataEnd
+    std::vector<int64_t> mine(n + kHead, kFine);
     mine[0] = has_findings ? findings_iteration : synced + 1;
-    if (has_findings) std::copy(findings.begin(), findings.end(), mine.begin() + 1);
+    mine[1] = data_end;
+    if (has_findings) std::copy(findings.begin(), findings.end(), mine.begin() + kHead);
     has_findings = false;
+    data_end = kHasMore;
     const std::vector<int64_t> all = gather_rows(mine);
     const int64_t iteration = synced + 1;
+    std::vector<int64_t> ends;
+    for (int r = 0; r < pg->size(); ++r) ends.push_back(all[size_t(r) * (n + kHead) + 1]);
+    const bool no_batch = std::count(ends.begin(), ends.end(), int64_t(kNoBatch)) > 0;
+    const bool uneven = std::count(ends.begin(), ends.end(), int64_t(kHasMore)) != pg->size() &&
+                        std::count(ends.begin(), ends.end(), int64_t(kHasMore)) > 0;
     const std::string kAllGot = "every parameter got one", kNone = "none";
     std::vector<std::string> missing(size_t(pg->size())), twice(missing);
     bool any_missing = false, any_twice = false;
     for (int r = 0; r < pg->size(); ++r) {
-      const int64_t* row = all.data() + size_t(r) * (n + 1);
+      const int64_t* row = all.data() + size_t(r) * (n + kHead);
       std::vector<std::string> m, t;
       for (size_t i = 0; i < n; ++i) {
-        if (row[1 + i] == kNoGradient) m.push_back(params[i].first);
-        if (row[1 + i] == kMarkedTwice) t.push_back(params[i].first);
+        if (row[kHead + i] == kNoGradient) m.push_back(params[i].first);
+        if (row[kHead + i] == kMarkedTwice) t.push_back(params[i].first);
       }
       const std::string late =
           row[0] != iteration ? detail::cat(" (in iteration ", row[0], ")") : std::string();
@@ -409,6 +487,29 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       twice[size_t(r)] = t.empty() ? kNone : name_list(t) + late;
     }
     std::string msg = detail::cat("DDP: reduction could not finish in iteration ", iteration, ".");
+    if (uneven) {
+      // Every rank learns who ran out: the ranks without a batch for this iteration (or whose
+      // announced last batch it was) and the ranks that still have data.
+      std::vector<std::string> where(size_t(pg->size()));
+      const std::string more = no_batch
+                                   ? detail::cat("had a batch for iteration ", iteration)
+                                   : detail::cat("had more batches after iteration ", iteration);
+      for (int r = 0; r < pg->size(); ++r)
+        where[size_t(r)] =
+            ends[size_t(r)] == kNoBatch
+                ? detail::cat("ran out of data (no batch for iteration ", iteration,
+                              ", its last was iteration ", iteration - 1, ")")
+            : ends[size_t(r)] == kLastBatch
+                ? detail::cat("ran out of data (its last batch was iteration ", iteration, ")")
+                : more;
+      msg += detail::cat(
+          " The ranks ran out of data at different iterations (uneven inputs): ",
+          by_rank(where, more),
+          ". Every rank must run the same number of synchronized iterations: train inside "
+          "dist::Join with DDP as a joinable (ringgrad-train --join), which lets the ranks that "
+          "ran out shadow the others' collectives, or give every rank the same number of "
+          "batches.");
+    }
     if (any_missing)
       msg += detail::cat(
           " Parameters received no gradient in this backward: ", by_rank(missing, kAllGot),
@@ -424,9 +525,11 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
           "checkpointing's reentrant variant recomputes a segment and runs backward inside "
           "backward), in several reentrant calls, or in a module shared by two DDP instances "
           "whose backwards run in one pass. Fixes: non-reentrant checkpointing, or keep such "
-          "parameters out of the checkpointed segment or in one DDP instance. PyTorch supports "
-          "reentrant checkpointing with static_graph=True; static_graph is not available in "
-          "ringgrad yet.");
+          "parameters out of the checkpointed segment or in one DDP instance. If every "
+          "iteration's graph is the same (the same parameters used, each hook firing as often), "
+          "construct DistributedDataParallel with static_graph=true (ringgrad-train "
+          "--static-graph): it counts the firings in the first iteration and reduces each "
+          "parameter after its last one.");
     RG_FAIL(msg);
   }
 
@@ -453,6 +556,8 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       per_rank[size_t(r)] = unused.empty() ? kAllUsed : name_list(unused) + " unused";
     }
     if (pg->rank() != 0 || opt.log == nullptr) return used;
+    // The warning is about the traversal, which static_graph never runs.
+    if (!any_unused && (!opt.find_unused_parameters || opt.static_graph)) return used;
     if (!any_unused) {
       *opt.log << "DDP warning: find_unused_parameters=true, but no parameter was unused in the "
                   "first iteration on any rank; the graph traversal after each forward costs "
@@ -539,6 +644,7 @@ Reducer::Reducer(NamedParams params, std::shared_ptr<ProcessGroup> pg, DdpOption
   std::vector<size_t> order;
   for (size_t i = s.params.size(); i-- > 0;) order.push_back(i);
   s.build(s.assignment_for(order));
+  s.divisor = s.pg->size();
   s.reset_iteration();
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i)
@@ -558,12 +664,15 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   RG_CHECK(!s.armed,
            "DDP: forward was called again before the previous forward's backward "
            "(run evaluation under NoGradGuard or in eval mode, or wrap it in no_sync())");
-  // Rebuild once, from the first iteration's order; PyTorch skips it with
-  // find_unused_parameters because the set of used parameters may change between iterations.
-  if (s.rebuilds == 0 && s.synced >= 1 && !s.opt.find_unused_parameters) s.rebuild();
+  if (s.rebuild_due()) s.rebuild();
   s.reset_iteration();
   s.armed = true;
-  if (s.opt.find_unused_parameters) {
+  if (s.opt.static_graph) {
+    s.delay = !s.static_recorded;
+    if (s.static_recorded)
+      for (size_t i = 0; i < s.params.size(); ++i)
+        if (s.expected_hooks[i] == 0) s.mark_ready(i, false);
+  } else if (s.opt.find_unused_parameters) {
     std::unordered_set<const TensorImpl*> reached;
     std::unordered_set<const autograd::Node*> visited;
     std::vector<std::shared_ptr<autograd::Node>> stack;
@@ -603,7 +712,7 @@ int Reducer::rebuild_count() const { return state_->rebuilds; }
 std::vector<int64_t> Reducer::rebuilt_order() const {
   const State& s = *state_;
   std::vector<size_t> order = s.rebuilt_order;
-  if (order.empty() && s.synced >= 1 && !s.opt.find_unused_parameters) {
+  if (order.empty() && s.synced >= 1 && s.rebuilds_buckets()) {
     // Not rebuilt yet (one iteration done): the order the rebuild will use on this rank, which
     // on rank 0 (the one that writes snapshots) is the one it will broadcast.
     order = s.completed_first_order();
@@ -640,6 +749,57 @@ void Reducer::restore_synced_iterations(int64_t n) {
   RG_CHECK(n == 0 || s.rebuilds > 0 || s.opt.find_unused_parameters,
            "DDP: restore the bucket order (restore_rebuilt_order) before the iteration count");
   s.synced = n;
+}
+
+void Reducer::announce_last_iteration() { state_->data_end = kLastBatch; }
+
+bool Reducer::consume_all_ended() {
+  const bool ended = state_->all_ended;
+  state_->all_ended = false;
+  return ended;
+}
+
+void Reducer::end_of_data() {
+  State& s = *state_;
+  RG_CHECK(!s.armed, "DDP: end_of_data() between a forward and its backward");
+  RG_CHECK(!s.join_active, "DDP: end_of_data() under Join");
+  s.data_end = kNoBatch;
+  shadow_iteration(-1);
+  s.all_ended = false;
+}
+
+void Reducer::set_divisor(int divisor) {
+  RG_CHECK(divisor >= 1 && divisor <= state_->pg->size(), "DDP: a gradient divisor of ", divisor,
+           " with ", state_->pg->size(), " ranks");
+  state_->divisor = divisor;
+}
+
+void Reducer::set_join_active(bool active) {
+  State& s = *state_;
+  RG_CHECK(!active || !s.powersgd,
+           "Join: DDP's powersgd comm hook cannot run under Join (a joined rank's PowerSGD error "
+           "feedback would add its old errors to the zeros it must send)");
+  s.join_active = active;
+  if (!active) s.divisor = s.pg->size();
+}
+
+void Reducer::shadow_iteration(int64_t synced) {
+  State& s = *state_;
+  RG_CHECK(!s.armed, "DDP: a shadow iteration between a forward and its backward");
+  if (synced >= 0) s.synced = synced;
+  // The active ranks' prepare_for_backward, then a backward in which no hook fires: every
+  // bucket goes out with zeros, in bucket order.
+  if (s.rebuild_due()) s.rebuild();
+  s.reset_iteration();
+  s.armed = true;
+  s.shadow = true;
+  s.delay = s.opt.static_graph && !s.static_recorded;
+  struct Unshadow {
+    State& s;
+    ~Unshadow() { s.shadow = false; }
+  } unshadow{s};
+  for (size_t i = 0; i < s.params.size(); ++i) s.mark_ready(i, false);
+  s.finalize();
 }
 
 PowerSgd::State Reducer::powersgd_state() const {

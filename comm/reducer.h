@@ -33,6 +33,13 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool overlap = true;  // false: every bucket is all-reduced after backward (for comparison)
+  // As PyTorch's static_graph=True: the set of used parameters, and how often each one's
+  // gradient hook fires in a backward, are the same every iteration. The first iteration records
+  // them (its buckets are all-reduced after backward); later ones mark the recorded unused
+  // parameters ready at once (no graph traversal, even with find_unused_parameters) and reduce a
+  // parameter after its last hook firing, so reentrant activation checkpointing (a hook firing
+  // twice in one backward) works. The buckets are rebuilt once, with unused parameters too.
+  bool static_graph = false;
   CommHook comm_hook = CommHook::allreduce;
   PowerSgdOptions powersgd;  // with CommHook::powersgd
   // Where rank 0 writes DDP's reports (the unused-parameter summary at INFO, the warning that
@@ -99,6 +106,27 @@ class Reducer {
   // gave) as the rebuild would have, and marks the rebuild done. Every rank must call it alike.
   void restore_rebuilt_order(const std::vector<int64_t>& order);
   const IterationTimeline& last_timeline() const;
+
+  // Uneven inputs without Join: this rank's next synchronized backward is its last in this pass
+  // over its data. The ranks compare it in the status element of that backward's last bucket (no
+  // extra collective); when some ranks end there and others do not, every rank throws an error
+  // naming them and the iteration. When all end there, end_of_data() has nothing to do.
+  void announce_last_iteration();
+  // After this rank's loop over its data (DistributedDataParallel::end_of_data): whether the
+  // last synchronized backward ended every rank's data (announced), clearing it; if not, the
+  // buffer broadcast and then end_of_data(), which runs the buckets of one iteration with zeros,
+  // flagged "out of data": ranks still training get them in their backward and every rank
+  // throws the named error; when every rank is here, nothing is written back (with
+  // gradient_as_bucket_view, .grad is then zero).
+  bool consume_all_ended();
+  void end_of_data();
+  // Join (comm/join.h): the divisor of the gradient sums from now on (the world size when not
+  // joined), whether a Join context is active (no end-of-data check then), and one iteration
+  // shadowed with zero gradients by a joined rank, `synced` being the active ranks' count of
+  // synchronized iterations (so the one-time rebuild happens on the same iteration everywhere).
+  void set_divisor(int divisor);
+  void set_join_active(bool active);
+  void shadow_iteration(int64_t synced);
   const DdpOptions& options() const;
   // Synchronized backwards so far. PowerSGD starts when it reaches start_iter, so a resumed run
   // restores the count (after restore_rebuilt_order: with a count >= 1 the rebuild is not

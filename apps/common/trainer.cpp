@@ -26,6 +26,7 @@
 #include "comm/ddp.h"
 #include "comm/debug_level.h"
 #include "comm/init.h"
+#include "comm/join.h"
 #include "comm/reducer_snapshot.h"
 #include "comm/sync_batch_norm.h"
 #include "data/dataloader.h"
@@ -248,6 +249,16 @@ std::string config_error(const TrainConfig& c) {
     return "--early-stop-metric must be loss or top1, got '" + c.early_stop_metric + "'";
   if (c.check_consistency < 0)
     return fmt::format("--check-consistency must be >= 0 (0: off), got {}", c.check_consistency);
+  // A joined rank shadows DDP's collectives and the progress output's loss sums; the collectives
+  // below run at steps it cannot follow (SyncBatchNorm's in the forward, the checks' and the
+  // mid-epoch snapshots' at optimizer steps), and PowerSGD's error feedback cannot send zeros.
+  if (c.join && c.sync_bn) return "--join cannot be combined with --sync-bn";
+  if (c.join && c.check_consistency > 0)
+    return "--join cannot be combined with --check-consistency";
+  if (c.join && c.snapshot_every > 0)
+    return "--join cannot be combined with --snapshot-every (snapshots at epoch ends still work)";
+  if (c.join && c.comm_hook == "powersgd")
+    return "--join cannot be combined with --comm-hook powersgd";
   if (c.early_stop_patience > 0 && c.eval_every != 1)
     return fmt::format(
         "--early-stop-patience needs an evaluation every epoch: --eval-every must be 1, got {}",
@@ -600,9 +611,10 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     o.powersgd.seed = c.seed;
     o.find_unused_parameters = c.find_unused_parameters;
     o.gradient_as_bucket_view = c.gradient_as_bucket_view;
+    o.static_graph = c.static_graph;
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);
     // The buckets the interrupted run had rebuilt, so every all-reduce sums as it did there.
-    if (!resume_bucket_order.empty() && !c.find_unused_parameters)
+    if (!resume_bucket_order.empty() && (!c.find_unused_parameters || c.static_graph))
       ddp->reducer().restore_rebuilt_order(resume_bucket_order);
     // Then what DDP carries between iterations (PowerSGD's errors and factors, the iteration
     // count), into those buckets.
@@ -771,6 +783,20 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   dist::ConsistencyCheck consistency;
   int64_t optimizer_steps = 0;  // taken by this process (the checks count from its start)
   const bool early_stop_top1 = c.early_stop_metric == "top1";
+  // On the accumulated gradients, averaged over ranks (DDP's all-reduce has finished when
+  // backward returns) and unscaled (as clip_grad_norm_ after scaler.unscale_ in PyTorch).
+  const auto optimizer_step = [&] {
+    ++optimizer_steps;
+    if (c.clip_grad_norm > 0 || c.clip_grad_value > 0) {
+      trace::Scope t("clip gradients", "step");
+      if (scaler.is_enabled()) scaler.unscale_(*opt);
+      if (c.clip_grad_norm > 0) nn::utils::clip_grad_norm_(params, c.clip_grad_norm);
+      if (c.clip_grad_value > 0) nn::utils::clip_grad_value_(params, c.clip_grad_value);
+    }
+    trace::Scope t("optimizer step", "step");
+    scaler.step(*opt);  // opt->step() unless f16 gradients overflowed
+    scaler.update();
+  };
   TrainResult result;
   const auto run_start = Clock::now();
   for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
@@ -795,7 +821,38 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     // the output is).
     double window_loss = 0, shown_loss = std::nan("");
     int64_t window_samples = 0;
-    while (step < planned_steps) {
+    // This rank's batches in the epoch: all of them, or with --uneven-data the last `rank` left
+    // out (at least one kept).
+    const int64_t my_planned =
+        c.uneven_data && pg
+            ? std::max<int64_t>(std::min<int64_t>(1, epoch_planned), epoch_planned - rank)
+            : epoch_planned;
+    const auto report_step = [&](int64_t n) { return n % plain_every == 0 || n == epoch_planned; };
+    // --join: the epoch runs inside a Join context. A rank that ran out shadows each remaining
+    // iteration of the others: DDP's collectives (its joinable, first), then this loop's own:
+    // the same optimizer step on the averaged gradients that its shadow all-reduce received (so
+    // parameters and optimizer state stay those of the other ranks) and zeros for the loss sums
+    // at the same report steps.
+    std::unique_ptr<dist::CallbackJoinable> loop_joinable;
+    std::optional<dist::Join> join;
+    if (ddp && c.join) {
+      loop_joinable = std::make_unique<dist::CallbackJoinable>([&](const dist::JoinRound& r) {
+        if (epoch_steps % c.grad_accum_steps == 0)
+          opt->set_lr(schedule->lr_at(schedule_step(epoch, epoch_steps)));
+        if (r.sync) {
+          optimizer_step();
+          opt->zero_grad();
+        }
+        ++step;
+        ++epoch_steps;
+        if (report_step(epoch_steps)) {
+          std::vector<double> w = {0, 0};
+          sum_over_ranks(pg.get(), w);
+        }
+      });
+      join.emplace(std::vector<dist::Joinable*>{ddp.get(), loop_joinable.get()}, pg);
+    }
+    while (step < planned_steps && epoch_steps < my_planned) {
       if (trace::enabled() && step >= c.trace_steps) trace::set_enabled(false);
       std::optional<data::Batch> batch;
       {
@@ -809,7 +866,15 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       // Gradient accumulation: micro-batches until the k-th (or the epoch's last) step the
       // optimizer; the earlier ones skip DDP's all-reduce through no_sync().
       const int64_t micro = epoch_steps % c.grad_accum_steps;
-      const bool sync = micro + 1 == c.grad_accum_steps || epoch_steps + 1 == epoch_planned;
+      // Under Join every rank synchronizes at the same steps (Join needs the active ranks to
+      // agree), so a rank that runs out inside an accumulation window drops that window's
+      // micro-batches (it joins and sends zeros); without Join its last batch synchronizes.
+      const bool sync =
+          micro + 1 == c.grad_accum_steps || epoch_steps + 1 == (join ? epoch_planned : my_planned);
+      // Without Join DDP compares, in this backward's status element, whether every rank's data
+      // ends here: a rank that runs out before the others is an error naming it on every rank.
+      if (ddp && !join && sync && (epoch_steps + 1 == my_planned || step + 1 == planned_steps))
+        ddp->announce_last_iteration();
       const bool check_now =
           pg && c.check_consistency > 0 && sync && (optimizer_steps + 1) % c.check_consistency == 0;
       if (micro == 0) {
@@ -837,20 +902,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       // In DETAIL the averaged gradients too, as backward left them (before clipping or a step).
       if (check_now && dist::debug_level() == dist::DebugLevel::detail)
         consistency.add_gradients(named_params);
-      if (sync) {
-        ++optimizer_steps;
-        // On the accumulated gradients, averaged over ranks (DDP's all-reduce has finished when
-        // backward returns) and unscaled (as clip_grad_norm_ after scaler.unscale_ in PyTorch).
-        if (c.clip_grad_norm > 0 || c.clip_grad_value > 0) {
-          trace::Scope t("clip gradients", "step");
-          if (scaler.is_enabled()) scaler.unscale_(*opt);
-          if (c.clip_grad_norm > 0) nn::utils::clip_grad_norm_(params, c.clip_grad_norm);
-          if (c.clip_grad_value > 0) nn::utils::clip_grad_value_(params, c.clip_grad_value);
-        }
-        trace::Scope t("optimizer step", "step");
-        scaler.step(*opt);  // opt->step() unless f16 gradients overflowed
-        scaler.update();
-      }
+      if (sync) optimizer_step();
       const double l = loss.item();
       RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", step,
                " (try a lower --lr)");
@@ -877,7 +929,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       if (!c.snapshot_path.empty() && c.snapshot_every > 0 && sync &&
           step % c.snapshot_every == 0 && epoch_steps < epoch_total(epoch) && step < planned_steps)
         save_snapshot(epoch, epoch_steps, loss_sum, samples, early_stop_metadata());
-      const bool report = epoch_steps % plain_every == 0 || epoch_steps == epoch_planned;
+      const bool report = report_step(epoch_steps);
       if (report) {
         std::vector<double> w = {window_loss, double(window_samples)};
         sum_over_ranks(pg.get(), w);
@@ -906,6 +958,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
                            epoch_steps, epoch_planned, shown_loss, ips, format_duration(eta));
         out.flush();
       }
+    }
+    if (join) {
+      // What it accumulated past its last optimizer step is not the others' (they zeroed theirs).
+      opt->zero_grad();
+      join->finish();
+      join.reset();
+    } else if (ddp) {
+      ddp->end_of_data();  // a no-op when every rank announced its last batch above
     }
     if (c.progress_bar) out << "\n";
     EpochSummary s;

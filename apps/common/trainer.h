@@ -42,13 +42,13 @@ struct TrainConfig {
 
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.
-  std::string backend = "auto";      // gloo | nccl | auto
+  std::string backend = "auto";  // gloo | nccl | auto
   // single | dp | ddp | auto (ddp under a launcher with several ranks, else single). dp:
   // nn::DataParallel over --dp-devices CUDA devices of this process (0: all it sees).
   std::string mode = "auto";
   int dp_devices = 0;
   std::string init_method = "env://";  // env:// | tcp://HOST:PORT | file:///PATH (comm/init.h)
-  std::string allreduce = "auto";  // auto | native | ring | shm (dist::parse_algorithm)
+  std::string allreduce = "auto";      // auto | native | ring | shm (dist::parse_algorithm)
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool overlap = true;                  // false: --no-overlap
@@ -57,6 +57,17 @@ struct TrainConfig {
   int64_t powersgd_start_iter = 10;
   int grad_accum_steps = 1;  // micro-batches per optimizer step (no_sync for all but the last)
   bool find_unused_parameters = false;
+  // DDP's static_graph (--static-graph): the first iteration's used parameters and hook counts
+  // hold for every iteration (reentrant activation checkpointing works).
+  bool static_graph = false;
+  // A test option for uneven inputs (--uneven-data): rank r leaves out the last r batches of
+  // each epoch (keeping at least one), so ranks run different numbers of steps. Without --join
+  // that ends in DDP's error naming the rank that ran out and the iteration.
+  bool uneven_data = false;
+  // Train each epoch inside dist::Join (--join): ranks that ran out shadow the others'
+  // collectives (DDP's and the loss sums of the progress output, with zeros) and take the same
+  // optimizer steps on the gradients averaged over the ranks that still had data.
+  bool join = false;
   // --check-consistency N: every N optimizer steps the ranks compare hashes of every parameter
   // (and buffer, with --sync-bn; in DETAIL also of the averaged gradients); 0: off.
   int64_t check_consistency = 0;

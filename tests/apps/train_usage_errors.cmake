@@ -1,6 +1,6 @@
-# ringgrad-train's usage errors for the flags of --loss, gradient clipping, early stopping and
-# --check-consistency: each bad value or combination must exit with 2 and say what is wrong on
-# stderr, before any training.
+# ringgrad-train's usage errors for the flags of --loss, gradient clipping, early stopping,
+# --check-consistency and --join: each bad value or combination must exit with 2 and say what is
+# wrong on stderr, before any training.
 # Run by ctest (app.train_usage_errors) with -DTRAIN=<ringgrad-train>. A case is
 # "ARG,ARG,...|expected fragment of stderr".
 set(cases
@@ -16,7 +16,11 @@ set(cases
   "--early-stop-patience,x|--early-stop-patience"
   "--early-stop-patience,2,--eval-every,0|--eval-every must be 1"
   "--early-stop-metric,top5|--early-stop-metric: top5 not in"
-  "--check-consistency,-1|--check-consistency must be >= 0 (0: off), got -1")
+  "--check-consistency,-1|--check-consistency must be >= 0 (0: off), got -1"
+  "--join,--sync-bn|--join cannot be combined with --sync-bn"
+  "--join,--check-consistency,5|--join cannot be combined with --check-consistency"
+  "--join,--snapshot-every,10|--join cannot be combined with --snapshot-every"
+  "--join,--comm-hook,powersgd|--join cannot be combined with --comm-hook powersgd")
 foreach(case IN LISTS cases)
   string(REPLACE "|" ";" parts "${case}")
   list(POP_BACK parts fragment)

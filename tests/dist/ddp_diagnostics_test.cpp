@@ -16,6 +16,7 @@
 #include "comm/ddp.h"
 #include "comm/debug_level.h"
 #include "comm/init.h"
+#include "dist/ddp_test_net.h"
 #include "engine/autograd/engine.h"
 #include "engine/autograd/function.h"
 #include "engine/autograd/grad_mode.h"
@@ -30,7 +31,9 @@ namespace rg::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kIn = 12, kHidden = 8, kBatch = 4;
+using testnet::kIn;
+using testnet::Net;
+constexpr int64_t kBatch = 4;
 // Every error here must come well before the tests' 60 s group timeout: a rank that waited for
 // one would have hung without the diagnostics.
 constexpr double kNoHangSeconds = 20;
@@ -38,56 +41,6 @@ constexpr double kNoHangSeconds = 20;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-// fc0 -> fc1 -> fc2. `skip_fc2` leaves fc2 out (its parameters get no gradient); `reentrant` adds
-// fc1 a second time through a reentrant checkpoint (the segment is recomputed in a backward run
-// inside backward, as activation checkpointing's reentrant variant does), so fc1's gradient
-// hooks fire twice in one backward.
-class Net : public nn::Module {
- public:
-  enum class Mode { normal, skip_fc2, reentrant };
-  Net() {
-    Generator g(7);
-    fc0 = register_module("fc0", std::make_shared<nn::Linear>(kIn, kHidden, g));
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(kHidden, kHidden, g));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(kHidden, kHidden, g));
-  }
-  Tensor forward_impl(const Tensor& x) override {
-    const Tensor h = fc0->forward(x);
-    Tensor y = fc1->forward(h);
-    if (mode == Mode::reentrant) y = add(y, checkpointed_fc1(h));
-    return mode == Mode::skip_fc2 ? y : fc2->forward(y);
-  }
-  std::string type_name() const override { return "Net"; }
-
-  Mode mode = Mode::normal;
-  std::shared_ptr<nn::Linear> fc0, fc1, fc2;
-
- private:
-  Tensor checkpointed_fc1(const Tensor& h) {
-    Tensor out;
-    {
-      NoGradGuard no_grad;  // the forward keeps nothing: backward recomputes
-      out = fc1->forward(h);
-    }
-    auto layer = fc1;
-    return autograd::record(out, "ReentrantCheckpoint", {h}, [layer, h](const Tensor& grad) {
-      Tensor x = h.detach();
-      x.set_requires_grad(true);
-      Tensor y;
-      {
-        struct EnableGrad {
-          bool prev = GradMode::is_enabled();
-          EnableGrad() { GradMode::set_enabled(true); }
-          ~EnableGrad() { GradMode::set_enabled(prev); }
-        } enable;
-        y = layer->forward(x);
-      }
-      autograd::Engine::backward({y}, {grad});
-      return std::vector<Tensor>{x.grad()};
-    });
-  }
-};
 
 struct Rig {
   std::shared_ptr<Net> net = std::make_shared<Net>();
@@ -183,7 +136,7 @@ TEST(DdpDiagnostics, AParameterMarkedReadyTwiceIsNamedWithTheFix) {
   const std::string e = error_when_rank_one_runs(Net::Mode::reentrant);
   expect_all_in(
       e, {"marked ready twice", "rank 1: fc1.weight, fc1.bias", others_than_rank_one() + ": none",
-          "reentrant", "static_graph is not available in ringgrad yet"});
+          "reentrant", "static_graph=true", "--static-graph"});
   // No parameter went without a gradient, so that part stays out of the message.
   EXPECT_EQ(e.find("received no gradient"), std::string::npos) << e;
 }
