@@ -14,6 +14,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "apps/scale_sim.h"
 #include "comm/ddp.h"
 #include "comm/init.h"
 #include "comm/sim_link.h"
@@ -69,6 +70,66 @@ double link_busy_ms(const dist::IterationTimeline& t) {
   return total;
 }
 
+// The step profile of a compute-only iteration (no DDP), as ringgrad-bench scale reads it:
+// medians over `iters` iterations of forward (with zero_grad and the loss), backward, the
+// optimizer step, and each parameter's gradient-ready time after backward began (its
+// post-accumulate hook), then the mean over ranks. The hooks are registered once and do nothing
+// (one load) outside this measurement.
+scale::StepProfile measure_profile(dist::ProcessGroup& pg, const std::string& name,
+                                   nn::Module& model, optim::Optimizer& opt, const data::Batch& b,
+                                   int iters) {
+  const NamedTensors params = model.named_parameters();
+  struct Marks {
+    bool armed = false;
+    std::vector<Clock::time_point> at;
+  };
+  auto marks = std::make_shared<Marks>();
+  marks->at.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].second.register_post_accumulate_grad_hook([marks, i](Tensor&) {
+      if (marks->armed) marks->at[i] = Clock::now();
+    });
+  std::vector<std::vector<double>> ready(params.size());
+  std::vector<double> fwd, bwd, upd;
+  for (int it = 0; it < iters; ++it) {
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model.forward(b.inputs), b.targets);
+    const auto t1 = Clock::now();
+    marks->armed = true;
+    loss.backward();
+    marks->armed = false;
+    const auto t2 = Clock::now();
+    opt.step();
+    const auto t3 = Clock::now();
+    fwd.push_back(ms(t1 - t0));
+    bwd.push_back(ms(t2 - t1));
+    upd.push_back(ms(t3 - t2));
+    for (size_t i = 0; i < params.size(); ++i) ready[i].push_back(ms(marks->at[i] - t1));
+  }
+  // One all-reduce for everything: forward, backward, optimizer, then the ready times.
+  std::vector<double> v = {median(fwd), median(bwd), median(upd)};
+  for (const auto& r : ready) v.push_back(median(r));
+  Tensor t = from_vector(v, {int64_t(v.size())}, DType::f64);
+  pg.all_reduce(t, dist::ReduceOp::avg)->wait();
+  v = t.to_vector<double>();
+  scale::StepProfile p;
+  p.model = name;
+  p.source = fmt::format(
+      "ringgrad-bench overlap: compute-only iteration, batch {} per rank, "
+      "median of {}, mean over {} ranks",
+      b.targets.numel(), iters, pg.size());
+  p.measured_ranks = pg.size();
+  p.forward_ms = v[0];
+  p.backward_ms = v[1];
+  p.optimizer_ms = v[2];
+  for (size_t i = 0; i < params.size(); ++i)
+    p.grads.push_back({params[i].first, int64_t(params[i].second.nbytes()), v[3 + i]});
+  std::stable_sort(p.grads.begin(), p.grads.end(),
+                   [](const auto& a, const auto& c) { return a.ready_ms < c.ready_ms; });
+  return p;
+}
+
 }  // namespace
 
 CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
@@ -92,6 +153,9 @@ CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
                 "GBPS,LATENCY_US: all-reduces take the time of such a link and move no data");
   c->add_option("--allreduce", o.allreduce, "auto | native | ring | shm (real all-reduces)");
   c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
+  c->add_option("--profile-out", o.profile_out,
+                "write each model's step profile for ringgrad-bench scale ('{model}' in the path: "
+                "the model's name)");
   return c;
 }
 
@@ -141,12 +205,26 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
     auto local = [&](const Tensor& x) { return model->forward(x); };
     timed(local, o.warmup, nullptr);
     double compute = median(timed(local, o.iters, nullptr));
+    if (!o.profile_out.empty()) {
+      const auto at = o.profile_out.find("{model}");
+      RG_CHECK(at != std::string::npos || o.models.size() == 1, "--profile-out '", o.profile_out,
+               "' needs '{model}' in it when several models run");
+      std::string path = o.profile_out;
+      if (at != std::string::npos) path.replace(at, 7, name);
+      const auto p = measure_profile(*real, name, *model, opt, b, o.iters);
+      if (root) {
+        std::ofstream f(path);
+        RG_CHECK(f.good(), "--profile-out: cannot write ", path);
+        f << scale::step_profile_json(p) << "\n";
+        fmt::print("# wrote the step profile of {} to {}\n", name, path);
+      }
+    }
     for (const std::string& cap : o.bucket_mb) {
       for (bool overlap : {true, false}) {
         dist::DdpOptions d;
         d.overlap = overlap;
         d.broadcast_buffers = false;  // the same data every iteration: nothing to keep in sync
-        if (cap == "single") {  // truly one bucket: nothing can overlap
+        if (cap == "single") {        // truly one bucket: nothing can overlap
           d.bucket_cap_mb = d.first_bucket_mb = 1e6;
         } else if (cap == "inf") {  // no cap, but DDP's small first bucket still goes early
           d.bucket_cap_mb = 1e6;

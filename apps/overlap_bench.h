@@ -23,6 +23,10 @@ struct OverlapBenchOptions {
   std::string sim_link;  // "GBPS,LATENCY_US"
   std::string allreduce = "native";
   std::string csv;
+  // Where to write each model's step profile (apps/scale_sim.h) for ringgrad-bench scale: its
+  // compute-only iteration split into forward, backward (with each parameter's gradient-ready
+  // time) and optimizer, averaged over ranks. "{model}" in the path is replaced by the model.
+  std::string profile_out;
 };
 
 CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o);

@@ -6,6 +6,7 @@
 //   overlap: DDP all-reduce/backward overlap across bucket sizes (apps/overlap_bench.h).
 //   timeline: draws one step of a ringgrad-train --trace file (apps/timeline_plot.h).
 //   flight: what the ranks' flight recorder dumps say happened (apps/flight_analyzer.h).
+//   scale: predicted step time and scaling efficiency at 1-1024 GPUs (apps/scale_sim.h).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -18,6 +19,7 @@
 #include "apps/allreduce_bench.h"
 #include "apps/flight_analyzer.h"
 #include "apps/overlap_bench.h"
+#include "apps/scale_sim.h"
 #include "apps/timeline_plot.h"
 #include "comm/ddp.h"
 #include "comm/init.h"
@@ -154,6 +156,8 @@ int main(int argc, char** argv) {
   CLI::App* overlap = rg::apps::add_overlap_command(app, ov);
   rg::apps::TimelineOptions tl;
   CLI::App* timeline = rg::apps::add_timeline_command(app, tl);
+  rg::apps::scale::ScaleOptions sc;
+  CLI::App* scale = rg::apps::scale::add_scale_command(app, sc);
   std::vector<std::string> flight_files;
   CLI::App* flight = app.add_subcommand(
       "flight", "what the ranks' flight recorder dumps say happened (exit code 2: a bad file)");
@@ -175,6 +179,7 @@ int main(int argc, char** argv) {
     if (overlap->parsed()) return rg::apps::run_overlap_bench(ov);
     if (timeline->parsed()) return rg::apps::run_timeline(tl);
     if (flight->parsed()) return rg::apps::run_flight(flight_files);
+    if (scale->parsed()) return rg::apps::scale::run_scale(sc);
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
     std::cerr << "ringgrad-bench: " << e.what() << "\n";
     return 70;
