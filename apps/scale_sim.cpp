@@ -258,7 +258,7 @@ Cluster preset(const std::string& name) {
 }
 
 Cluster sim_link_cluster(const dist::SimLink& link) {
-  return {fmt::format("sim-link {},{}", link.gbps, link.latency_us),
+  return {fmt::format("sim-link {} GB/s {} us", link.gbps, link.latency_us),
           1 << 30,
           {link.gbps, link.latency_us},
           {link.gbps, link.latency_us},
