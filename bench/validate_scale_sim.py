@@ -10,7 +10,7 @@ compute times by tens of percent within seconds, hits both alike. "Cross" rows p
 from the 2-rank profile, which shows what 4 ranks sharing 2 cores do to compute (not to the
 link).
 
-  python3 bench/validate_scale_sim.py [--models toynet] [--sim-link 0.25,50] [--repeats 3]
+  python3 bench/validate_scale_sim.py [--models toynet] [--sim-link 0.125,50] [--repeats 3]
 
 Prints predicted vs measured iteration, communication and exposed communication with the
 relative error of the iteration time, as a markdown table.
@@ -43,10 +43,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build/ci"))
     ap.add_argument("--models", default="toynet")
-    ap.add_argument("--sim-link", default="0.25,50")
+    ap.add_argument("--sim-link", default="0.125,50",
+                    help="GBPS,LATENCY_US (default: 1 Gb/s Ethernet with 50 us)")
     ap.add_argument("--buckets", default="1,5,25,single")
     ap.add_argument("--ranks", default="2,4")
-    ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--stat", default="min",
                     help="overlap --stat: min (the fastest iteration, least disturbed by other "
                          "work on a shared machine) or median")
