@@ -241,18 +241,18 @@ Cluster preset(const std::string& name) {
     // NVIDIA DGX A100 datasheet: 8 A100 on NVSwitch, NVLink3 600 GB/s bidirectional per GPU
     // (300 GB/s per direction); 8 single-port ConnectX-6 HDR InfiniBand, 200 Gb/s each
     // (8 x 25 GB/s = 200 GB/s per node).
-    return {name, 8, {300, 2}, {200, 5}, false};
+    return {name, 8, {300, 2}, {200, 5}, false, 0};
   }
   if (name == "v100-ib") {
     // The PyTorch DDP paper's cluster (Li et al., VLDB 2020, section 5): servers of 8 V100 on
     // NVLink2 (V100 datasheet: 300 GB/s bidirectional, 150 per direction) with one 100 Gb/s
     // ConnectX-4 NIC (EDR InfiniBand class, 12.5 GB/s per node).
-    return {name, 8, {150, 2}, {12.5, 5}, false};
+    return {name, 8, {150, 2}, {12.5, 5}, false, 0};
   }
   if (name == "ethernet-10g") {
     // 8 GPUs on PCIe 3.0 x16 (15.75 GB/s theoretical, about 12 GB/s achieved) and one 10 Gb/s
     // Ethernet port per node (1.25 GB/s; TCP latency of tens of microseconds per hop).
-    return {name, 8, {12, 5}, {1.25, 30}, false};
+    return {name, 8, {12, 5}, {1.25, 30}, false, 0};
   }
   RG_FAIL("unknown preset '", name, "' (expected dgx-a100, v100-ib or ethernet-10g)");
 }
@@ -262,7 +262,8 @@ Cluster sim_link_cluster(const dist::SimLink& link) {
           1 << 30,
           {link.gbps, link.latency_us},
           {link.gbps, link.latency_us},
-          true};
+          true,
+          0};
 }
 
 Algo parse_algo(const std::string& s) {
@@ -288,7 +289,8 @@ double tree_allreduce_us(double bytes, int n, const Level& l) {
 
 double allreduce_us(double bytes, int n, const Cluster& c, Algo algo) {
   if (n <= 1) return 0;
-  if (c.sim_link) return c.intra.latency_us + 2.0 * (n - 1) / n * transfer_us(bytes, c.intra.gbps);
+  if (c.sim_link)
+    return c.launch_us + c.intra.latency_us + 2.0 * (n - 1) / n * transfer_us(bytes, c.intra.gbps);
   auto one_level = [&](double b, int k, const Level& l) {
     switch (algo) {
       case Algo::ring:
@@ -300,14 +302,14 @@ double allreduce_us(double bytes, int n, const Cluster& c, Algo algo) {
     }
   };
   const int g = c.gpus_per_node;
-  if (n <= g) return one_level(bytes, n, c.intra);
+  if (n <= g) return c.launch_us + one_level(bytes, n, c.intra);
   RG_CHECK(n % g == 0, n, " GPUs are not a whole number of nodes of ", g,
            " GPUs (--gpus, --gpus-per-node)");
   // Reduce-scatter and all-gather inside the node: (g-1) steps of B/g each.
   const double half_ring =
       double(g - 1) / g * transfer_us(bytes, c.intra.gbps) + double(g - 1) * c.intra.latency_us;
   const Level rail{c.inter.gbps / g, c.inter.latency_us};
-  return 2 * half_ring + one_level(bytes / g, n / g, rail);
+  return c.launch_us + 2 * half_ring + one_level(bytes / g, n / g, rail);
 }
 
 std::vector<Bucket> rebucket(const StepProfile& p, double cap_mb, double first_mb) {
@@ -375,6 +377,9 @@ CLI::App* add_scale_command(CLI::App& app, ScaleOptions& o) {
   c->add_option("--algo", o.algo, "ring | tree | best (the faster per all-reduce)");
   c->add_option("--gpus-per-node", o.gpus_per_node, "override the preset's (0: keep)")
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--launch-us", o.launch_us,
+                "fixed cost per all-reduce in microseconds (launch, DDP's bucket handling)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--compute-scale", o.compute_scale,
                 "multiply every measured compute time by this (e.g. a GPU's speed-up)")
       ->check(CLI::PositiveNumber);
@@ -407,9 +412,10 @@ int run_scale(const ScaleOptions& o) {
   } else {
     for (const std::string& n : o.presets) clusters.push_back(preset(n));
   }
-  if (o.gpus_per_node > 0)
-    for (Cluster& c : clusters)
-      if (!c.sim_link) c.gpus_per_node = o.gpus_per_node;
+  for (Cluster& c : clusters) {
+    if (o.gpus_per_node > 0 && !c.sim_link) c.gpus_per_node = o.gpus_per_node;
+    c.launch_us = o.launch_us;
+  }
   const Algo algo = parse_algo(o.algo);
   std::vector<BucketSpec> specs;
   for (const std::string& s : o.bucket_mb) specs.push_back(parse_bucket(s));

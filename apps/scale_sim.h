@@ -65,6 +65,9 @@ struct Cluster {
   Level inter;  // bandwidth per node (all its NICs together)
   // comm/sim_link's flat link: one latency per collective, ring bandwidth term, no nodes.
   bool sim_link = false;
+  // A fixed cost per all-reduce on top of the link (kernel launch, DDP's handling of a bucket):
+  // what makes many small buckets slower than a few large ones. 0 in the presets.
+  double launch_us = 0;
 };
 
 // dgx-a100, v100-ib, ethernet-10g (sources in scale_sim.cpp); rg::Error for another name.
@@ -109,6 +112,7 @@ struct ScaleOptions {
   std::string algo = "best";
   int gpus_per_node = 0;  // 0: the preset's
   double compute_scale = 1.0;
+  double launch_us = 0;
   int step = -1, rank = 0;
   std::string csv, plot, profile_out;
 };

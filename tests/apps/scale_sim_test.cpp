@@ -28,7 +28,7 @@ TEST(ScaleSim, RingAndTreeFormulasOnHandComputedCases) {
   EXPECT_EQ(tree_allreduce_us(1e6, 1, l), 0.0);
   // At 8 ranks small messages favour the tree (latency: 62 us against 141.75), large ones the
   // ring (bandwidth: 175140 us against 200060).
-  const Cluster flat{"flat", 1024, l, l, false};
+  const Cluster flat{"flat", 1024, l, l, false, 0};
   EXPECT_DOUBLE_EQ(allreduce_us(1e3, 8, flat, Algo::best), 62.0);
   EXPECT_DOUBLE_EQ(allreduce_us(1e3, 8, flat, Algo::ring), 141.75);
   EXPECT_DOUBLE_EQ(allreduce_us(1e8, 8, flat, Algo::best), 175140.0);
@@ -38,7 +38,7 @@ TEST(ScaleSim, RingAndTreeFormulasOnHandComputedCases) {
   // Reduce-scatter and all-gather inside: 1/2 * 1e6 B / 1e4 B/us + 1 us = 51 us each. Across:
   // a ring of 4 nodes on 5e5 B per GPU with half the node's bandwidth each:
   // 2*3/4 * 5e5 / 500 + 2*3 * 10 = 1560 us.
-  const Cluster two{"two", 2, {10.0, 1.0}, {1.0, 10.0}, false};
+  const Cluster two{"two", 2, {10.0, 1.0}, {1.0, 10.0}, false, 0};
   EXPECT_DOUBLE_EQ(allreduce_us(1e6, 8, two, Algo::ring), 51 + 1560 + 51.0);
   // Inside one node only the intra level counts.
   EXPECT_DOUBLE_EQ(allreduce_us(1e6, 2, two, Algo::ring), ring_allreduce_us(1e6, 2, two.intra));
@@ -48,6 +48,14 @@ TEST(ScaleSim, RingAndTreeFormulasOnHandComputedCases) {
   const Cluster sim = sim_link_cluster({1.0, 50.0});
   EXPECT_DOUBLE_EQ(allreduce_us(1e6, 2, sim, Algo::best), 50 + 1000.0);
   EXPECT_DOUBLE_EQ(allreduce_us(1e6, 4, sim, Algo::ring), 50 + 1500.0);
+
+  // A fixed cost per all-reduce adds once, at every scale, and not at one rank.
+  Cluster costly = two;
+  costly.launch_us = 20;
+  EXPECT_DOUBLE_EQ(allreduce_us(1e6, 8, costly, Algo::ring), 20 + 51 + 1560 + 51.0);
+  EXPECT_DOUBLE_EQ(allreduce_us(1e6, 2, costly, Algo::ring),
+                   20 + ring_allreduce_us(1e6, 2, two.intra));
+  EXPECT_EQ(allreduce_us(1e6, 1, costly, Algo::ring), 0.0);
 }
 
 TEST(ScaleSim, PresetsAreKnownAndOthersAreNamed) {
