@@ -2,8 +2,8 @@
 // backward, SGD step), then for each bucket size an iteration with DDP, overlapped and not.
 // Communication time is the time the link was busy with the iteration's buckets; exposed
 // communication is what backward's final callback spent waiting for them; overlap efficiency =
-// (communication - exposed) / communication. Medians over the timed iterations, then the mean
-// over ranks.
+// (communication - exposed) / communication. Medians over the timed iterations (--stat min: the
+// fastest iteration), then the mean over ranks.
 #include "apps/overlap_bench.h"
 
 #include <fmt/format.h>
@@ -14,6 +14,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "apps/scale_sim.h"
 #include "comm/ddp.h"
 #include "comm/init.h"
 #include "comm/sim_link.h"
@@ -34,6 +35,11 @@ double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The index of the fastest iteration.
+size_t fastest(const std::vector<double>& v) {
+  return size_t(std::min_element(v.begin(), v.end()) - v.begin());
 }
 
 double mean_over_ranks(dist::ProcessGroup& pg, double x) {
@@ -69,6 +75,86 @@ double link_busy_ms(const dist::IterationTimeline& t) {
   return total;
 }
 
+// Step profiles (apps/scale_sim.h) of compute-only iterations, as ringgrad-bench scale reads
+// them: forward (with zero_grad and the loss), backward, the optimizer step, and each
+// parameter's gradient-ready time after backward began (its post-accumulate hook). The hooks are
+// registered once, before DDP's, and do nothing (one load) outside a sampled iteration.
+class Profiler {
+ public:
+  explicit Profiler(nn::Module& model)
+      : params_(model.named_parameters()), marks_(std::make_shared<Marks>()) {
+    marks_->at.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].second.register_post_accumulate_grad_hook([m = marks_, i](Tensor&) {
+        if (m->armed) m->at[i] = Clock::now();
+      });
+  }
+
+  void sample(optim::Optimizer& opt, const data::Batch& b,
+              const std::function<Tensor(const Tensor&)>& forward) {
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    Tensor loss = cross_entropy(forward(b.inputs), b.targets);
+    const auto t1 = Clock::now();
+    marks_->armed = true;
+    loss.backward();
+    marks_->armed = false;
+    const auto t2 = Clock::now();
+    opt.step();
+    const auto t3 = Clock::now();
+    std::vector<double> s = {ms(t1 - t0), ms(t2 - t1), ms(t3 - t2)};
+    for (const auto& at : marks_->at) s.push_back(ms(at - t1));
+    samples_.push_back(std::move(s));
+  }
+
+  // The samples so far as one profile, then forgets them: per field the median over samples, or
+  // with `fastest_only` the fields of the fastest sample; then the mean over ranks.
+  scale::StepProfile take(dist::ProcessGroup& pg, const std::string& name, int64_t batch,
+                          bool fastest_only, const std::string& when) {
+    RG_CHECK(!samples_.empty(), "Profiler::take: no sampled iteration");
+    std::vector<double> v;
+    if (fastest_only) {
+      std::vector<double> total;
+      for (const auto& s : samples_) total.push_back(s[0] + s[1] + s[2]);
+      v = samples_[fastest(total)];
+    } else {
+      for (size_t f = 0; f < samples_.front().size(); ++f) {
+        std::vector<double> x;
+        for (const auto& s : samples_) x.push_back(s[f]);
+        v.push_back(median(x));
+      }
+    }
+    Tensor t = from_vector(v, {int64_t(v.size())}, DType::f64);
+    pg.all_reduce(t, dist::ReduceOp::avg)->wait();  // one all-reduce for every field
+    v = t.to_vector<double>();
+    scale::StepProfile p;
+    p.model = name;
+    p.source = fmt::format(
+        "ringgrad-bench overlap: compute-only iteration {}, batch {} per rank, {} of {}, mean "
+        "over {} ranks",
+        when, batch, fastest_only ? "fastest" : "median", samples_.size(), pg.size());
+    p.measured_ranks = pg.size();
+    p.forward_ms = v[0];
+    p.backward_ms = v[1];
+    p.optimizer_ms = v[2];
+    for (size_t i = 0; i < params_.size(); ++i)
+      p.grads.push_back({params_[i].first, int64_t(params_[i].second.nbytes()), v[3 + i]});
+    std::stable_sort(p.grads.begin(), p.grads.end(),
+                     [](const auto& a, const auto& c) { return a.ready_ms < c.ready_ms; });
+    samples_.clear();
+    return p;
+  }
+
+ private:
+  struct Marks {
+    bool armed = false;
+    std::vector<Clock::time_point> at;
+  };
+  NamedTensors params_;
+  std::shared_ptr<Marks> marks_;
+  std::vector<std::vector<double>> samples_;
+};
+
 }  // namespace
 
 CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
@@ -92,6 +178,14 @@ CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
                 "GBPS,LATENCY_US: all-reduces take the time of such a link and move no data");
   c->add_option("--allreduce", o.allreduce, "auto | native | ring | shm (real all-reduces)");
   c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
+  c->add_option("--stat", o.stat,
+                "median of the timed iterations, or min: the fastest (steadier on a busy "
+                "machine)")
+      ->check(CLI::IsMember({"median", "min"}));
+  c->add_option("--profile-out", o.profile_out,
+                "write each model's step profile for ringgrad-bench scale ('{model}' in the path: "
+                "the model's name; '{bucket}': one per bucket cap, sampled between its DDP "
+                "iterations)");
   return c;
 }
 
@@ -140,13 +234,41 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
     };
     auto local = [&](const Tensor& x) { return model->forward(x); };
     timed(local, o.warmup, nullptr);
-    double compute = median(timed(local, o.iters, nullptr));
+    const bool use_min = o.stat == "min";
+    const auto compute_times = timed(local, o.iters, nullptr);
+    const double compute = use_min ? compute_times[fastest(compute_times)] : median(compute_times);
+    // --profile-out: with "{bucket}" in the path, one profile per bucket cap, sampled between
+    // that cap's overlapped DDP iterations (so both see the same load of a shared machine);
+    // otherwise one, right after the compute measurement.
+    std::unique_ptr<Profiler> profiler;
+    std::string profile_path = o.profile_out;
+    const bool per_bucket = profile_path.find("{bucket}") != std::string::npos;
+    auto write_profile = [&](const scale::StepProfile& p, const std::string& cap) {
+      std::string path = profile_path;
+      if (const auto at = path.find("{bucket}"); at != std::string::npos) path.replace(at, 8, cap);
+      if (!root) return;
+      std::ofstream f(path);
+      RG_CHECK(f.good(), "--profile-out: cannot write ", path);
+      f << scale::step_profile_json(p) << "\n";
+      fmt::print("# wrote the step profile of {} to {}\n", p.model, path);
+    };
+    if (!o.profile_out.empty()) {
+      const auto at = profile_path.find("{model}");
+      RG_CHECK(at != std::string::npos || o.models.size() == 1, "--profile-out '", o.profile_out,
+               "' needs '{model}' in it when several models run");
+      if (at != std::string::npos) profile_path.replace(at, 7, name);
+      profiler = std::make_unique<Profiler>(*model);
+      if (!per_bucket) {
+        for (int i = 0; i < o.iters; ++i) profiler->sample(opt, b, local);
+        write_profile(profiler->take(*real, name, batch, use_min, "without DDP"), "");
+      }
+    }
     for (const std::string& cap : o.bucket_mb) {
       for (bool overlap : {true, false}) {
         dist::DdpOptions d;
         d.overlap = overlap;
         d.broadcast_buffers = false;  // the same data every iteration: nothing to keep in sync
-        if (cap == "single") {  // truly one bucket: nothing can overlap
+        if (cap == "single") {        // truly one bucket: nothing can overlap
           d.bucket_cap_mb = d.first_bucket_mb = 1e6;
         } else if (cap == "inf") {  // no cap, but DDP's small first bucket still goes early
           d.bucket_cap_mb = 1e6;
@@ -158,20 +280,31 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         dist::DistributedDataParallel ddp(model, pg, d);
         auto fwd = [&](const Tensor& x) { return ddp.forward(x); };
         timed(fwd, std::max(o.warmup, 2), nullptr);
+        const bool sample = profiler && per_bucket && overlap;
+        // The profile's compute-only iterations run inside DDP under no_sync(): no all-reduce.
+        auto unsynced = [&](const Tensor& x) {
+          auto guard = ddp.no_sync();
+          return ddp.forward(x);
+        };
         std::vector<double> comm, exposed;
         const auto iters = timed(fwd, o.iters, [&] {
           const auto& t = ddp.reducer().last_timeline();
           comm.push_back(link_busy_ms(t));
           exposed.push_back(ms(t.wait_end - t.wait_start));
+          if (sample) profiler->sample(opt, b, unsynced);
         });
+        if (sample)
+          write_profile(profiler->take(*real, name, batch, use_min,
+                                       "between DDP iterations with bucket cap " + cap),
+                        cap);
         Row r{name,
               cap,
               ddp.reducer().bucket_names().size(),
               overlap,
-              mean_over_ranks(*real, median(iters)),
+              mean_over_ranks(*real, use_min ? iters[fastest(iters)] : median(iters)),
               compute,
-              mean_over_ranks(*real, median(comm)),
-              mean_over_ranks(*real, median(exposed))};
+              mean_over_ranks(*real, use_min ? comm[fastest(iters)] : median(comm)),
+              mean_over_ranks(*real, use_min ? exposed[fastest(iters)] : median(exposed))};
         if (root) {
           fmt::print("  {:<9} {:>7} {:>4} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.0f}%\n",
                      r.model, r.buckets, r.num_buckets, r.overlap ? "yes" : "no", r.iter_ms,
