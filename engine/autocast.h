@@ -6,7 +6,7 @@
 //
 //   lower precision (the guard's dtype): conv2d, linear, matmul
 //   f32:    softmax, log_softmax, nll_loss, cross_entropy, mse_loss, smooth_l1_loss, sum, exp,
-//           log, pow
+//           log, pow, layer_norm
 //   follow: everything else (relu, pooling, dropout, batch_norm, add, mean, ...); add, sub, mul
 //           and div with mixed floating inputs run in the wider dtype
 //

@@ -17,6 +17,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/flatten.h"
 #include "engine/ops/grad_clip.h"
+#include "engine/ops/layer_norm.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/metrics.h"
@@ -594,6 +595,60 @@ OpEntry sync_batch_norm_entry() {
         {"no collectives", good, "sync_batch_norm: collectives must not be null", [](const V& v) {
            return sync_batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], 0.1, 1e-5, nullptr);
          }});
+    return bad;
+  };
+  return e;
+}
+
+// ---- layer_norm.h ----
+
+// inputs: x, then weight when `weight`, then bias when `bias`.
+OpFn ln(bool weight, bool bias, double eps = 1e-5) {
+  return [=](const V& v) {
+    return layer_norm(v[0], weight ? v[1] : Tensor(), bias ? v[weight ? 2 : 1] : Tensor(), eps);
+  };
+}
+
+OpEntry layer_norm_entry() {
+  OpEntry e;
+  e.name = "layer_norm";
+  e.forward = ln(true, true);
+  e.half_tolerance_scale = 4;  // statistics over a row, normalized by them
+  e.samples = [] {
+    Generator gen(31);
+    auto affine = [&](const Shape& x, double lo = -2, double hi = 3) {
+      const int64_t d = x.back();
+      return V{uniform(x, gen, lo, hi), uniform({d}, gen, 0.5, 1.5), uniform({d}, gen)};
+    };
+    return std::vector<OpSample>{
+        sample("[4, 33]", affine({4, 33})),
+        sample("[2, 3, 5]", affine({2, 3, 5}, -1, 1)),
+        sample("[2, 3, 2, 7]", affine({2, 3, 2, 7})),
+        sample("[5, 1]", affine({5, 1})),
+        sample("[2, 4097]", affine({2, 4097})),
+        sample("[33]", affine({33})),
+        sample("[3, 2, 33] without affine", {uniform({3, 2, 33}, gen, -2, 3)}, ln(false, false)),
+        sample("[3, 6] weight only", {uniform({3, 6}, gen), uniform({6}, gen, 0.5, 1.5)},
+               ln(true, false)),
+        sample("[3, 6] bias only", {uniform({3, 6}, gen), uniform({6}, gen)}, ln(false, true)),
+        sample("[4, 9] eps 1e-3", affine({4, 9}, -0.1, 0.1), ln(true, true, 1e-3)),
+        model_shape("minGPT [4, 64, 128]", affine({4, 64, 128})),
+        empty_batch("[0, 5]", affine({0, 5})),
+    };
+  };
+  e.bad_inputs = [] {
+    const V good{zeros({2, 3}), ones({3}), zeros({3})};
+    std::vector<OpBadInput> bad = common_bad_inputs("layer_norm", good);
+    bad.push_back({"0-d input",
+                   {zeros({}), ones({1}), zeros({1})},
+                   "layer_norm: expected an input of at least 1 dimension"});
+    bad.push_back({"weight of the wrong size",
+                   {zeros({2, 3}), ones({4}), zeros({3})},
+                   "layer_norm: weight has shape"});
+    bad.push_back({"bias of the wrong size",
+                   {zeros({2, 3}), ones({3}), zeros({3, 1})},
+                   "layer_norm: bias has shape"});
+    bad.push_back({"negative eps", good, "eps must be non-negative", ln(true, true, -1.0)});
     return bad;
   };
   return e;
@@ -1280,6 +1335,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(adaptive_avg_pool2d_entry());
   t.push_back(batch_norm_entry());
   t.push_back(sync_batch_norm_entry());
+  t.push_back(layer_norm_entry());
   t.push_back(dropout_entry());
   t.push_back(flatten_entry());
   t.push_back(total_norm_entry());

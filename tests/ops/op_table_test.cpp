@@ -151,7 +151,8 @@ void expect_matches_cpu(const OpEntry& e, DType dtype, Device device) {
 const std::set<std::string> kPytorchLowerPrecision = {"conv2d", "linear", "matmul"};
 const std::set<std::string> kPytorchF32 = {
     "softmax",        "log_softmax", "nll_loss", "cross_entropy", "mse_loss",
-    "smooth_l1_loss", "sum",         "exp",      "log",           "pow"};
+    "smooth_l1_loss", "sum",         "exp",      "log",           "pow",
+    "layer_norm"};
 
 // The entry's first sample under AutocastGuard(device, low): the dtype its output has for f32 and
 // for `low` inputs, and f32 for a mixed f32/low pair; gradients reach every input in its own dtype.
