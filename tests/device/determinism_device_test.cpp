@@ -4,7 +4,8 @@
 // without it; with a deterministic alternative the switch takes it, benchmark alone takes the
 // fastest; benchmark times each configuration once (cudnnFind* call counts). On any device:
 // benchmark on and off agree with the CPU, and two deterministic trainings of a small CNN give
-// the same bits. Each test uses its own shapes, since the algorithm cache lives for the process.
+// the same bits, and embedding's backward with duplicate indices has the CPU's bits. Each test
+// uses its own shapes, since the algorithm cache lives for the process.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,9 +15,13 @@
 
 #include "device/device_test_util.h"
 #include "engine/deterministic.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/cudnn.h"
+#include "engine/ops/embedding.h"
+#include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
+#include "engine/ops/reduce.h"
 #include "layers/models/toynet.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
@@ -207,6 +212,37 @@ TEST_F(Determinism, TwoDeterministicTrainingsGiveTheSameBits) {
   const std::vector<Tensor> a = train_toynet(), b = train_toynet();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(a[i], b[i])) << "parameter " << i;
+}
+
+}  // namespace
+}  // namespace rg
+
+namespace rg {
+namespace {
+
+// embedding's backward sums duplicate rows in position order on both backends without atomics:
+// f32 and f64 weight gradients have the CPU's bits, with many duplicates and a padding row.
+TEST_F(Determinism, EmbeddingBackwardHasTheCpuBitsWithDuplicates) {
+  Generator gen(77);
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < 600; ++i) idx.push_back((i * 7919) % 13);  // every row ~46 times
+  const Tensor indices = from_vector<int64_t>(idx, {20, 30});
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Tensor w0 = random_tensor({13, 37}, gen, dtype);
+    const Tensor up = random_tensor({20, 30, 37}, gen, dtype);
+    std::vector<Tensor> grads;
+    for (Device device : {Device::cpu(), kCuda}) {
+      Tensor w = w0.to(device).detach();
+      w.set_requires_grad(true);
+      sum(mul(embedding(w, indices.to(device), 4), up.to(device))).backward();
+      grads.push_back(w.grad().to(Device::cpu()));
+    }
+    ASSERT_EQ(grads[0].numel(), grads[1].numel());
+    EXPECT_EQ(std::memcmp(grads[0].raw_data(), grads[1].raw_data(),
+                          size_t(grads[0].numel()) * element_size(dtype)),
+              0)
+        << dtype_name(dtype);
+  }
 }
 
 }  // namespace

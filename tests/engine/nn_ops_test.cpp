@@ -5,11 +5,13 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numbers>
 #include <string>
 
 #include "engine/ops/activation.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/dropout.h"
+#include "engine/ops/embedding.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/flatten.h"
 #include "engine/ops/loss.h"
@@ -67,6 +69,62 @@ TEST(Activation, GeluBothForms) {
   // d/dx x Phi(x) = Phi(x) + x phi(x): at 0 -> 0.5, at 1 -> 0.8413447 + 0.2419707 = 1.0833154.
   expect_near(grad_of_sum([](const Tensor& x) { return gelu(x); }, f32({0, 1}, {2})),
               {0.5, 1.0833154});
+}
+
+TEST(Activation, GeluTanhFormAgainstTheFormulaInDouble) {
+  // minGPT's NewGELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its derivative
+  // 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+  const std::vector<double> xs = {-3.0, -1.5, -0.25, 0.0, 0.5, 1.0, 2.0, 4.0};
+  const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
+  std::vector<double> y, dy;
+  for (double x : xs) {
+    const double t = std::tanh(c * (x + k * x * x * x));
+    y.push_back(0.5 * x * (1 + t));
+    dy.push_back(0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x));
+  }
+  const Tensor x64 = from_vector<double>(xs, {int64_t(xs.size())});
+  const Tensor x32 = x64.to(DType::f32);
+  expect_near(gelu(x64, true), y, 1e-14);
+  expect_near(grad_of_sum([](const Tensor& x) { return gelu(x, true); }, x64), dy, 1e-14);
+  expect_near(gelu(x32, true), y, 1e-6);
+  expect_near(grad_of_sum([](const Tensor& x) { return gelu(x, true); }, x32), dy, 1e-6);
+}
+
+TEST(Embedding, ForwardPicksRowsOfAnyIndexShape) {
+  const Tensor w = f32({0, 1, 10, 11, 20, 21}, {3, 2});
+  const Tensor out = embedding(w, from_vector<int64_t>({2, 0, 2, 1}, {2, 2}));
+  EXPECT_EQ(out.shape(), (Shape{2, 2, 2}));
+  expect_near(out, {20, 21, 0, 1, 20, 21, 10, 11});
+  const Tensor one = embedding(w, from_vector<int64_t>({1}, {}));  // a 0-d index: one row
+  EXPECT_EQ(one.shape(), (Shape{2}));
+  expect_near(one, {10, 11});
+  EXPECT_EQ(embedding(w, from_vector<int64_t>({}, {0, 4})).shape(), (Shape{0, 4, 2}));
+}
+
+TEST(Embedding, BackwardSumsDuplicatesAndSkipsThePaddingRow) {
+  Tensor w = zeros({4, 2});
+  w.set_requires_grad(true);
+  // Rows 1 (three times), 3 (twice, the padding row) and 0; row 2 is never picked.
+  const Tensor idx = from_vector<int64_t>({1, 3, 1, 0, 3, 1}, {6});
+  const Tensor up = f32({1, 2, 10, 20, 100, 200, 1000, 2000, 5, 6, 7, 8}, {6, 2});
+  sum(mul(embedding(w, idx, 3), up)).backward();
+  expect_near(w.grad(), {1000, 2000, 108, 210, 0, 0, 0, 0});
+  // Without a padding index row 3 gets its two rows.
+  Tensor w2 = zeros({4, 2});
+  w2.set_requires_grad(true);
+  sum(mul(embedding(w2, idx), up)).backward();
+  expect_near(w2.grad(), {1000, 2000, 108, 210, 0, 0, 15, 26});
+}
+
+TEST(Embedding, Errors) {
+  const Tensor w = zeros({3, 2});
+  expect_error([&] { embedding(w, from_vector<int64_t>({0, 3}, {2})); },
+               "embedding: index 3 at position 1 is out of range for 3 embeddings");
+  expect_error([&] { embedding(w, from_vector<int64_t>({-2}, {1})); },
+               "embedding: index -2 at position 0 is out of range for 3 embeddings");
+  expect_error([&] { embedding(w, f32({0}, {1})); }, "indices must be an i64 tensor");
+  expect_error([&] { embedding(zeros({3}), i64({0})); }, "expected a 2-d tensor");
+  expect_error([&] { embedding(w, i64({0}), 3); }, "padding_idx 3 is out of range");
 }
 
 TEST(Activation, SigmoidAndTanh) {

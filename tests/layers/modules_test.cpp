@@ -8,6 +8,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/binary.h"
+#include "engine/ops/embedding.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/matmul.h"
@@ -16,6 +17,7 @@
 #include "layers/activation.h"
 #include "layers/batch_norm.h"
 #include "layers/conv2d.h"
+#include "layers/embedding.h"
 #include "layers/linear.h"
 #include "layers/models/mlp.h"
 #include "layers/models/registry.h"
@@ -55,6 +57,44 @@ TEST(Linear, ForwardMatchesOpAndInitBounds) {
   EXPECT_EQ(y, ref);
   Linear nobias(4, 2, gen, false);
   EXPECT_EQ(names(nobias.named_parameters()), (std::vector<std::string>{"weight"}));
+}
+
+TEST(Embedding, PyTorchInitPaddingRowAndName) {
+  Generator gen(3);
+  Embedding emb(200, 50, gen, 7);
+  EXPECT_EQ(names(emb.state_dict()), (std::vector<std::string>{"weight"}));
+  EXPECT_EQ(emb.weight.shape(), (Shape{200, 50}));
+  EXPECT_TRUE(emb.weight.requires_grad());
+  // N(0, 1) over 10000 values (the padding row aside): mean within 0.05, std within 0.05 of 1.
+  const std::vector<double> w = emb.weight.to_vector<double>();
+  double s = 0, ss = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (int64_t(i) / 50 == 7) {
+      EXPECT_EQ(w[i], 0.0) << "padding row, column " << i % 50;
+      continue;
+    }
+    s += w[i];
+    ss += w[i] * w[i];
+    ++count;
+  }
+  const double mean = s / double(count), var = ss / double(count) - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.05);
+  EXPECT_NEAR(std::sqrt(var), 1.0, 0.05);
+  // The forward is the op with the layer's padding index: no gradient reaches row 7.
+  const Tensor idx = from_vector<int64_t>({7, 1, 7, 1}, {2, 2});
+  const Tensor y = emb(idx);
+  EXPECT_EQ(y.shape(), (Shape{2, 2, 50}));
+  EXPECT_EQ(y.to_vector<float>(), embedding(emb.weight, idx, 7).to_vector<float>());
+  sum(y).backward();
+  const std::vector<float> g = emb.weight.grad().to_vector<float>();
+  for (int64_t k = 0; k < 50; ++k) {
+    EXPECT_EQ(g[size_t(7 * 50 + k)], 0.f);
+    EXPECT_EQ(g[size_t(1 * 50 + k)], 2.f);
+  }
+  Embedding plain(4, 3, gen);  // no padding row: nothing zeroed
+  for (double v : plain.weight.to_vector<double>()) EXPECT_NE(v, 0.0);
+  EXPECT_THROW(Embedding(4, 3, gen, 4), Error);
 }
 
 TEST(Conv2d, ShapesNamesAndInit) {

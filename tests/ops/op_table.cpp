@@ -14,6 +14,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/dropout.h"
+#include "engine/ops/embedding.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/flatten.h"
 #include "engine/ops/grad_clip.h"
@@ -1297,6 +1298,68 @@ OpEntry accuracy_entry() {
   return e;
 }
 
+// ---- embedding.h ----
+
+// i64 indices of `shape`, uniform in [0, v) from gen, with the given values written first (to
+// force duplicates and the padding row into small samples).
+Tensor indices(const Shape& shape, int64_t v, Generator& gen, std::vector<int64_t> first = {}) {
+  std::vector<int64_t> t = targets(shape_numel(shape), v, gen).to_vector<int64_t>();
+  std::copy(first.begin(), first.end(), t.begin());
+  return from_vector<int64_t>(t, shape);
+}
+
+OpSample without_gradcheck(OpSample s) {
+  s.gradcheck = false;
+  return s;
+}
+
+OpEntry embedding_entry() {
+  OpEntry e;
+  e.name = "embedding";
+  e.forward = [](const V& x) { return embedding(x[0], x[1]); };
+  e.half_tolerance_scale = 4;  // a duplicated row's gradient is a sum (in f32, rounded once)
+  e.samples = [] {
+    Generator gen(40);
+    auto padding = [](int64_t p) { return [p](const V& x) { return embedding(x[0], x[1], p); }; };
+    return std::vector<OpSample>{
+        sample("[7, 5], indices [6] with duplicates",
+               {uniform({7, 5}, gen), from_vector<int64_t>({3, 1, 3, 0, 3, 6}, {6})}),
+        // The padding row's gradient is zero by definition, not the finite difference (as in
+        // PyTorch): device comparisons only (tests/engine/nn_ops_test.cpp checks the values).
+        without_gradcheck(
+            sample("[7, 5], padding_idx 2",
+                   {uniform({7, 5}, gen), from_vector<int64_t>({2, 1, 2, 4, 1, 2}, {2, 3})},
+                   padding(2))),
+        sample("[7, 5], padding_idx 0 never used",
+               {uniform({7, 5}, gen), from_vector<int64_t>({5, 5, 6}, {3})}, padding(0)),
+        sample("[33, 17], indices [4, 9]", {uniform({33, 17}, gen), indices({4, 9}, 33, gen)}),
+        sample("[5, 3], 0-d index", {uniform({5, 3}, gen), from_vector<int64_t>({4}, {})}),
+        sample("[1, 4097], indices [3]",
+               {uniform({1, 4097}, gen), from_vector<int64_t>({0, 0, 0}, {3})}),
+        model_shape("gpt-nano tokens [65, 48], indices [8, 64], padding_idx 0",
+                    {uniform({65, 48}, gen), indices({8, 64}, 65, gen, {0, 0, 7})}, padding(0)),
+        empty_batch("[7, 5], indices [0, 3]", {uniform({7, 5}, gen), indices({0, 3}, 7, gen)}),
+    };
+  };
+  e.bad_inputs = [] {
+    const Tensor w = zeros({5, 3}), i = from_vector<int64_t>({0, 4}, {2});
+    std::vector<OpBadInput> bad = common_bad_inputs("embedding", {w, i});
+    bad.push_back({"1-d weight", {zeros({5}), i}, "expected a 2-d tensor"});
+    bad.push_back({"3-d weight", {zeros({5, 3, 1}), i}, "expected a 2-d tensor"});
+    bad.push_back({"f32 indices", {w, zeros({2})}, "embedding: indices must be an i64 tensor"});
+    bad.push_back({"index out of range",
+                   {w, from_vector<int64_t>({0, 1, 5, 7}, {2, 2})},
+                   "embedding: index 5 at position 2 is out of range for 5 embeddings"});
+    bad.push_back({"negative index",
+                   {w, from_vector<int64_t>({-1, 2}, {2})},
+                   "embedding: index -1 at position 0 is out of range for 5 embeddings"});
+    bad.push_back({"padding_idx out of range", {w, i}, "embedding: padding_idx 5 is out of range",
+                   [](const V& x) { return embedding(x[0], x[1], 5); }});
+    return bad;
+  };
+  return e;
+}
+
 std::vector<OpEntry> build_table() {
   std::vector<OpEntry> t;
   t.push_back(binary_entry("add", &add, &add, -1.0));
@@ -1351,6 +1414,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(topk_correct_entry());
   t.push_back(accuracy_entry());
   t.push_back(orthonormalize_columns_entry());
+  t.push_back(embedding_entry());
   return t;
 }
 
