@@ -4,7 +4,7 @@
 // floating inputs to the wider type). Parameters stay f32 ("master weights"): the casts are
 // differentiable, so their gradients arrive in f32.
 //
-//   lower precision (the guard's dtype): conv2d, linear, matmul
+//   lower precision (the guard's dtype): conv2d, linear, matmul, causal_attention
 //   f32:    softmax, log_softmax, nll_loss, cross_entropy, mse_loss, smooth_l1_loss, sum, exp,
 //           log, pow, layer_norm
 //   follow: everything else (relu, pooling, dropout, batch_norm, add, mean, ...); add, sub, mul

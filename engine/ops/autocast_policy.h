@@ -17,7 +17,7 @@
 namespace rg {
 
 enum class AutocastPolicy {
-  lower,    // conv2d, linear, matmul: the guard's f16 or bf16
+  lower,    // conv2d, linear, matmul, causal_attention: the guard's f16 or bf16
   f32,      // losses, softmax, sum, exp, log, pow, layer_norm: f32
   promote,  // binary ops: the widest floating dtype among the inputs
 };

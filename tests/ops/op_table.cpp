@@ -10,6 +10,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/conv2d.h"
@@ -1360,6 +1361,50 @@ OpEntry embedding_entry() {
   return e;
 }
 
+// ---- attention.h ----
+
+OpFn attn(double scale = 0) {
+  return [=](const V& v) { return causal_attention(v[0], v[1], v[2], scale); };
+}
+
+OpEntry causal_attention_entry() {
+  OpEntry e;
+  e.name = "causal_attention";
+  e.forward = attn();
+  e.half_tolerance_scale = 4;  // a softmax over the row, then a weighted sum of Dh products
+  e.samples = [] {
+    Generator gen(37);
+    auto qkv = [&](const Shape& s, double lo = -1, double hi = 1) {
+      return V{uniform(s, gen, lo, hi), uniform(s, gen, lo, hi), uniform(s, gen, lo, hi)};
+    };
+    return std::vector<OpSample>{
+        sample("[2, 2, 33, 8]", qkv({2, 2, 33, 8})),
+        sample("[1, 2, 5, 64]", qkv({1, 2, 5, 64})),
+        sample("[3, 1, 1, 4] T = 1", qkv({3, 1, 1, 4})),
+        sample("[1, 1, 7, 3] scale 0.7", qkv({1, 1, 7, 3}, -2, 2), attn(0.7)),
+        sample("[2, 3, 16, 16]", qkv({2, 3, 16, 16})),
+        model_shape("gpt-nano [2, 3, 16, 16]", qkv({2, 3, 16, 16}, -3, 3)),
+        model_shape("[1, 2, 70, 64]", qkv({1, 2, 70, 64})),
+        empty_batch("[0, 2, 3, 4]", qkv({0, 2, 3, 4})),
+    };
+  };
+  e.bad_inputs = [] {
+    const V good{zeros({1, 2, 3, 4}), zeros({1, 2, 3, 4}), zeros({1, 2, 3, 4})};
+    std::vector<OpBadInput> bad = common_bad_inputs("causal_attention", good);
+    bad.push_back({"3-d inputs",
+                   {zeros({2, 3, 4}), zeros({2, 3, 4}), zeros({2, 3, 4})},
+                   "causal_attention: expected q, k, v of shape [B, H, T, Dh]"});
+    bad.push_back({"k of another shape",
+                   {zeros({1, 2, 3, 4}), zeros({1, 2, 4, 4}), zeros({1, 2, 3, 4})},
+                   "causal_attention: q, k and v must have one shape"});
+    bad.push_back({"v of another head size",
+                   {zeros({1, 2, 3, 4}), zeros({1, 2, 3, 4}), zeros({1, 2, 3, 5})},
+                   "causal_attention: q, k and v must have one shape"});
+    return bad;
+  };
+  return e;
+}
+
 std::vector<OpEntry> build_table() {
   std::vector<OpEntry> t;
   t.push_back(binary_entry("add", &add, &add, -1.0));
@@ -1415,6 +1460,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(accuracy_entry());
   t.push_back(orthonormalize_columns_entry());
   t.push_back(embedding_entry());
+  t.push_back(causal_attention_entry());
   return t;
 }
 

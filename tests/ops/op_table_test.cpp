@@ -146,9 +146,11 @@ void expect_matches_cpu(const OpEntry& e, DType dtype, Device device) {
 }
 
 // PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp, CUDA), by the names of ringgrad's
-// ops: cross_entropy is PyTorch's cross_entropy_loss. An op on neither list follows its inputs:
-// floating inputs of one dtype give that dtype, mixed ones the wider (type promotion).
-const std::set<std::string> kPytorchLowerPrecision = {"conv2d", "linear", "matmul"};
+// ops: cross_entropy is PyTorch's cross_entropy_loss, causal_attention its
+// scaled_dot_product_attention (is_causal). An op on neither list follows its inputs: floating
+// inputs of one dtype give that dtype, mixed ones the wider (type promotion).
+const std::set<std::string> kPytorchLowerPrecision = {"conv2d", "linear", "matmul",
+                                                      "causal_attention"};
 const std::set<std::string> kPytorchF32 = {
     "softmax",        "log_softmax", "nll_loss", "cross_entropy", "mse_loss",
     "smooth_l1_loss", "sum",         "exp",      "log",           "pow",
