@@ -24,13 +24,6 @@ namespace fs = std::filesystem;
 
 constexpr int kTrain = 192, kBatch = 16;
 
-std::string bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // One logged batch: the rank, the epoch, the global step and the samples.
 struct LoggedBatch {
   int rank = 0, epoch = 0;
@@ -189,7 +182,8 @@ TEST_F(ElasticResume, TwoRanksToThreeSeesEveryRemainingSampleOnceAndRestartsExac
   EXPECT_NE(faulted.out.find("resumed from"), std::string::npos) << faulted.out;
   EXPECT_NE(faulted.out.find("in epoch 2 after 1 of its steps (step 9)"), std::string::npos)
       << faulted.out;
-  EXPECT_TRUE(bytes_of(dir_ / "clean.safetensors") == bytes_of(dir_ / "faulted.safetensors"))
+  EXPECT_TRUE(testing::file_contents(dir_ / "clean.safetensors") ==
+              testing::file_contents(dir_ / "faulted.safetensors"))
       << "the restarted re-split run ended with other bytes than the uninterrupted one";
 }
 

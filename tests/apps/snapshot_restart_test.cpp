@@ -22,13 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class SnapshotRestart : public testing::ScratchDirTest {
  protected:
   void SetUp() override {
@@ -114,8 +107,8 @@ class SnapshotRestart : public testing::ScratchDirTest {
     // Killed before the first snapshot (taken after step 4) the restarted job starts over.
     EXPECT_EQ(faulted.out.find("ringgrad-train: resumed from") != std::string::npos, resumes)
         << faulted.out;
-    const std::string a = bytes_of(dir_ / "clean.safetensors");
-    const std::string b = bytes_of(dir_ / "faulted.safetensors");
+    const std::string a = testing::file_contents(dir_ / "clean.safetensors");
+    const std::string b = testing::file_contents(dir_ / "faulted.safetensors");
     EXPECT_FALSE(a.empty());
     EXPECT_TRUE(a == b) << "the final snapshots differ\n" << faulted.out;
     for (const auto& [name, wanted] : expect_in_snapshot_)
@@ -165,7 +158,8 @@ TEST_F(SnapshotRestart, TwoNodesRestartTogetherAndEndBitIdentical) {
   EXPECT_NE(faulted[1].out.find("was killed by SIGKILL"), std::string::npos) << faulted[1].out;
   EXPECT_NE(faulted[0].out.find("ringgrad-train: resumed from"), std::string::npos)
       << faulted[0].out;
-  EXPECT_TRUE(bytes_of(dir_ / "clean.safetensors") == bytes_of(dir_ / "faulted.safetensors"));
+  EXPECT_TRUE(testing::file_contents(dir_ / "clean.safetensors") ==
+              testing::file_contents(dir_ / "faulted.safetensors"));
 }
 
 // PowerSGD (from the third step) carries per-rank error feedback and Q factors between steps; the
@@ -210,12 +204,12 @@ TEST_F(SnapshotRestart, AFinishedRunHasNothingLeftAndAnotherRunShapeIsRefused) {
   ASSERT_EQ(first.exit_code, 0) << first.out;
   // The same command again (a restart after the last snapshot was written): nothing to do, exit 0,
   // the snapshot untouched.
-  const std::string before = bytes_of(dir_ / "s.safetensors");
+  const std::string before = testing::file_contents(dir_ / "s.safetensors");
   const testing::ProcessResult again = run(2, "s.safetensors", "", 0);
   EXPECT_EQ(again.exit_code, 0) << again.out;
   EXPECT_NE(again.out.find("is of a finished run (step 18); nothing left to do"), std::string::npos)
       << again.out;
-  EXPECT_TRUE(bytes_of(dir_ / "s.safetensors") == before);
+  EXPECT_TRUE(testing::file_contents(dir_ / "s.safetensors") == before);
   const testing::ProcessResult other = run(4, "s.safetensors", "", 0);
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.out.find("the checkpoint's batch_size is '16', this run's is '8'"),

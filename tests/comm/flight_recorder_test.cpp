@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "support/scratch_dir.h"
+
 namespace rg::dist {
 namespace {
 
@@ -31,13 +33,6 @@ CollectiveCall all_reduce(uint64_t seq, int64_t n) {
 
 nlohmann::json dump(const FlightRecorder& r) {
   return nlohmann::json::parse(r.dump_json("test", 1, 2));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A fresh directory as RG_FLIGHT_RECORDER_DIR for one test; removed after.
@@ -170,7 +165,7 @@ TEST(FlightRecorder, DumpToFileWritesTheRanksFileAtomically) {
   r.enqueued(all_reduce(1, 4));
   const std::string path = r.dump_to_file("timeout", 3, 4);
   EXPECT_EQ(path, dir.path() + "/rank3.json");
-  const auto j = nlohmann::json::parse(read_file(path));
+  const auto j = nlohmann::json::parse(rg::testing::file_contents(path));
   EXPECT_EQ(j["reason"], "timeout");
   EXPECT_EQ(j["rank"], 3);
   EXPECT_EQ(j["entries"].size(), 1u);
@@ -182,7 +177,7 @@ TEST(FlightRecorder, DumpToFileWritesTheRanksFileAtomically) {
   struct stat after {};
   ASSERT_EQ(::stat(path.c_str(), &after), 0);
   EXPECT_NE(before.st_ino, after.st_ino);
-  EXPECT_EQ(nlohmann::json::parse(read_file(path))["entries"].size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(rg::testing::file_contents(path))["entries"].size(), 2u);
   size_t files = 0;
   for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir.path())) ++files;
   EXPECT_EQ(files, 1u);
@@ -206,7 +201,7 @@ TEST(FlightRecorder, Sigusr1WritesTheDump) {
   while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(std::filesystem::exists(path)) << "no dump within 1 s of SIGUSR1";
-  const auto j = nlohmann::json::parse(read_file(path));
+  const auto j = nlohmann::json::parse(rg::testing::file_contents(path));
   EXPECT_EQ(j["reason"], "signal");
   EXPECT_EQ(j["world_size"], 6);
   ASSERT_FALSE(j["entries"].empty());

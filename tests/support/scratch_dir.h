@@ -1,11 +1,14 @@
 // A fresh directory per test under the system temp dir, named after the process and the running
 // test, removed again when the test ends. Use as a fixture base: `class F : public ScratchDirTest`.
+// Also file_contents(), for tests that compare or parse what a run wrote there.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace rg::testing {
@@ -24,5 +27,13 @@ class ScratchDirTest : public ::testing::Test {
 
   std::filesystem::path dir_;
 };
+
+// The bytes of `path` ("" when it cannot be read).
+inline std::string file_contents(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 }  // namespace rg::testing
