@@ -14,10 +14,27 @@
 
 namespace rg::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    RG_CHECK(params_[i].defined() && params_[i].is_leaf() && params_[i].requires_grad(),
-             "optimizer: parameter ", i, " must be a leaf tensor that requires grad");
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay) {
+  std::set<const TensorImpl*> earlier;  // the parameters of the groups before
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double wd = groups[g].weight_decay.value_or(weight_decay);
+    RG_CHECK(std::isfinite(wd) && wd >= 0, "optimizer: invalid weight_decay ", wd, " of group ",
+             g);
+    GroupInfo info{groups[g].params.size(), 0, wd};
+    std::set<const TensorImpl*> mine;
+    for (Tensor& p : groups[g].params) {
+      const size_t i = params_.size();
+      RG_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: parameter ", i,
+               " must be a leaf tensor that requires grad");
+      RG_CHECK(!earlier.contains(p.impl()), "optimizer: some parameters appear in more than one "
+               "parameter group (parameter ", i, " of group ", g, ")");
+      mine.insert(p.impl());
+      info.numel += p.numel();
+      params_.push_back(std::move(p));
+      weight_decay_.push_back(wd);
+    }
+    earlier.merge(mine);
+    groups_.push_back(info);
   }
   set_lr(lr);
 }
@@ -92,7 +109,12 @@ Tensor Optimizer::state_like(size_t index, const std::string& key, const Tensor&
 }
 
 Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
-    : Optimizer(std::move(params), options.lr), options_(options), momentum_(params_.size()) {
+    : Sgd(std::vector<ParamGroup>{{std::move(params), std::nullopt}}, options) {}
+
+Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay),
+      options_(options),
+      momentum_(params_.size()) {
   RG_CHECK(options.momentum >= 0, "sgd: invalid momentum ", options.momentum);
   RG_CHECK(options.weight_decay >= 0, "sgd: invalid weight_decay ", options.weight_decay);
   RG_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
@@ -101,9 +123,9 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
 
 void Sgd::step() {
   NoGradGuard no_grad;
-  const kernels::SgdParams s{lr_, options_.momentum, options_.dampening, options_.weight_decay,
-                                  options_.nesterov};
+  kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
   for (size_t i = 0; i < params_.size(); ++i) {
+    s.weight_decay = weight_decay(i);
     Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
@@ -139,7 +161,11 @@ bool Sgd::restore_state(size_t index, const std::string& key, const Tensor& valu
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay)
-    : Optimizer(std::move(params), options.lr),
+    : Adam(std::vector<ParamGroup>{{std::move(params), std::nullopt}}, options,
+           decoupled_weight_decay) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay),
       options_(options),
       decoupled_(decoupled_weight_decay),
       m_(params_.size()),
@@ -153,9 +179,9 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weigh
 
 void Adam::step() {
   NoGradGuard no_grad;
-  const kernels::AdamParams a{lr_,          options_.beta1,        options_.beta2,
-                                   options_.eps, options_.weight_decay, decoupled_};
+  kernels::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps, 0.0, decoupled_};
   for (size_t i = 0; i < params_.size(); ++i) {
+    a.weight_decay = weight_decay(i);
     Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
@@ -221,6 +247,10 @@ void Adam::check_state() const {
 
 std::unique_ptr<Optimizer> make_adamw(std::vector<Tensor> params, AdamOptions options) {
   return std::make_unique<Adam>(std::move(params), options, /*decoupled_weight_decay=*/true);
+}
+
+std::unique_ptr<Optimizer> make_adamw(std::vector<ParamGroup> groups, AdamOptions options) {
+  return std::make_unique<Adam>(std::move(groups), options, /*decoupled_weight_decay=*/true);
 }
 
 }  // namespace rg::optim

@@ -1,8 +1,11 @@
 // Optimizers over a list of parameters: SGD (momentum, dampening, Nesterov, weight decay), Adam
 // and AdamW, with PyTorch's update formulas. The learning rate is set by a schedule per step.
+// Parameters come in one list or in groups with their own weight decay (PyTorch's param_groups).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,19 +13,40 @@
 
 namespace rg::optim {
 
+// One of PyTorch's param_groups: parameters with their own weight decay (unset: the optimizer's
+// options). An empty group is allowed; a parameter in two groups is an rg::Error.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> weight_decay;
+};
+
+// What a group became, for printing: how many tensors and elements, and its weight decay.
+struct GroupInfo {
+  size_t tensors = 0;
+  int64_t numel = 0;
+  double weight_decay = 0.0;
+};
+
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> params, double lr);
+  // The groups' parameters in order make the flat list params(); `weight_decay` fills the groups
+  // that leave theirs unset.
+  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay);
   virtual ~Optimizer() = default;
   // Updates every parameter that has a gradient; parameters without one are skipped.
   virtual void step() = 0;
   void zero_grad(bool set_to_none = true);
   double lr() const { return lr_; }
   void set_lr(double lr);
+  // All groups' parameters, in group order.
   const std::vector<Tensor>& params() const { return params_; }
+  const std::vector<GroupInfo>& groups() const { return groups_; }
+  // The weight decay of params()[i], from its group.
+  double weight_decay(size_t i) const { return weight_decay_[i]; }
   virtual std::string name() const = 0;
 
   // The per-parameter state for checkpoints, named "<parameter index>.<key>" with PyTorch's keys
+  // (the index counts over all groups in order, as torch's optimizer.state_dict() numbers them)
   // (sgd: momentum_buffer; adam/adamw: exp_avg, exp_avg_sq, step), on the parameters' devices.
   // Parameters that have not been stepped yet have none.
   virtual NamedTensors state() const = 0;
@@ -44,6 +68,10 @@ class Optimizer {
 
   std::vector<Tensor> params_;
   double lr_;
+
+ private:
+  std::vector<double> weight_decay_;  // per parameter
+  std::vector<GroupInfo> groups_;
 };
 
 struct SgdOptions {
@@ -57,6 +85,7 @@ struct SgdOptions {
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<Tensor> params, SgdOptions options);
+  Sgd(std::vector<ParamGroup> groups, SgdOptions options);
   void step() override;
   std::string name() const override { return "sgd"; }
   const Tensor& momentum_buffer(size_t i) const { return momentum_[i]; }
@@ -75,12 +104,14 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+  double weight_decay = 0.0;  // Adam: L2 added to the gradient; AdamW: decoupled decay.
+                              // The default of groups that leave theirs unset.
 };
 
 class Adam final : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay = false);
+  Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay = false);
   void step() override;
   std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
   NamedTensors state() const override;
@@ -98,5 +129,6 @@ class Adam final : public Optimizer {
 
 // Adam with decoupled weight decay. torch.optim.AdamW defaults to weight_decay 0.01; pass it.
 std::unique_ptr<Optimizer> make_adamw(std::vector<Tensor> params, AdamOptions options);
+std::unique_ptr<Optimizer> make_adamw(std::vector<ParamGroup> groups, AdamOptions options);
 
 }  // namespace rg::optim
