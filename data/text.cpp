@@ -131,7 +131,9 @@ CharVocab CharVocab::from_code_points(std::u32string_view code_points) {
   return CharVocab(std::move(chars));
 }
 
-CharVocab CharVocab::from_text(std::string_view utf8) { return from_code_points(decode_utf8(utf8)); }
+CharVocab CharVocab::from_text(std::string_view utf8) {
+  return from_code_points(decode_utf8(utf8));
+}
 
 CharVocab CharVocab::from_utf8(std::string_view chars) { return CharVocab(decode_utf8(chars)); }
 
@@ -202,8 +204,7 @@ Batch CharDataset::get_batch(std::span<const int64_t> indices, int64_t /*epoch*/
   int64_t* y = batch.targets.data<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t idx = indices[size_t(i)];
-    RG_CHECK(idx >= 0 && idx < size_, "CharDataset: index ", idx, " out of range [0, ", size_,
-             ")");
+    RG_CHECK(idx >= 0 && idx < size_, "CharDataset: index ", idx, " out of range [0, ", size_, ")");
     const int64_t* src = ids_.data() + (split_ == TextSplit::train ? idx : idx * t);
     std::copy(src, src + t, x + i * t);
     std::copy(src + 1, src + t + 1, y + i * t);

@@ -156,7 +156,8 @@ TEST_F(CharDatasetTest, TooShortSplitsAndBadFilesAreErrors) {
   expect_error([&] { CharDataset(missing, 2, TextSplit::train); }, missing + ": cannot open");
   const std::string bad = (dir_ / "bad.txt").string();
   std::ofstream(bad, std::ios::binary) << "abcdef\xC3";
-  expect_error([&] { CharDataset(bad, 2, TextSplit::train); }, bad + ": invalid UTF-8 at byte offset 6");
+  expect_error([&] { CharDataset(bad, 2, TextSplit::train); },
+               bad + ": invalid UTF-8 at byte offset 6");
   expect_error([&] { CharDataset(path_, 0, TextSplit::train); }, "block_size must be positive");
   expect_error([&] { CharDataset(path_, 2, TextSplit::train, 1.5); }, "val_fraction");
 }
