@@ -11,8 +11,8 @@
 namespace rg::data {
 
 struct Batch {
-  Tensor inputs;                 // [B, ...] f32
-  Tensor targets;                // [B] i64 class labels
+  Tensor inputs;                 // [B, ...] f32 images, or [B, T] i64 token ids (text)
+  Tensor targets;                // [B] i64 class labels, or [B, T] i64 next-token ids (text)
   std::vector<int64_t> indices;  // the samples' dataset indices (set by DataLoader)
 };
 

@@ -4,6 +4,7 @@
 #include "data/cifar.h"
 #include "data/mnist.h"
 #include "data/synthetic.h"
+#include "data/text.h"
 #include "kernels/error.h"
 
 namespace rg::data {
@@ -29,8 +30,15 @@ std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::
     return std::make_shared<SyntheticDataset>(train ? 50000 : 10000, Shape{3, 32, 32}, 10,
                                               train ? 3 : 4);
   }
+  if (name == "text") {
+    RG_CHECK(!options.data_file.empty(), "--dataset text needs --data-file FILE");
+    return std::make_shared<CharDataset>(options.data_file, options.block_size,
+                                         train ? TextSplit::train : TextSplit::validation,
+                                         options.val_fraction);
+  }
   RG_FAIL("unknown dataset '", name,
-          "' (expected mnist, fashion-mnist, cifar10, cifar100, synthetic or synthetic-cifar)");
+          "' (expected mnist, fashion-mnist, cifar10, cifar100, synthetic, synthetic-cifar or "
+          "text)");
 }
 
 }  // namespace rg::data

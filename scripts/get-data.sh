@@ -6,20 +6,56 @@
 #   cifar10 / cifar100  the binary archives from www.cs.toronto.edu/~kriz (needs that site to be
 #                  reachable; the unpacked files are checked by size only: no archive checksum is
 #                  pinned here, as none could be verified from our machines)
-# Usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100 [DEST_DIR]
+#   kjv            the King James Bible as one UTF-8 text file, kjv.txt (for --dataset text), printed
+#                  by the `bible` program of Debian's bible-kjv from the text in bible-kjv-text
+# Usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100|kjv [DEST_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 name="${1:-}"
 case "$name" in
-  mnist | fashion-mnist | cifar10 | cifar100) ;;
+  mnist | fashion-mnist | cifar10 | cifar100 | kjv) ;;
   *)
-    echo "usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100 [DEST_DIR]" >&2
+    echo "usage: scripts/get-data.sh mnist|fashion-mnist|cifar10|cifar100|kjv [DEST_DIR]" >&2
     exit 2
     ;;
 esac
 dest="${2:-data/$name}"
 mkdir -p "$dest"
+
+# Installs a Debian package, running apt-get update only when the first attempt fails.
+apt_install() {
+  local SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "get-data: installing Debian's $1"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null ||
+    { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null; }
+}
+
+# KJV: the whole Bible, Genesis 1:1 to Revelation 22:21, as `bible` prints it (stdin closed so
+# that it does not wait for more references), checked by size and SHA-256.
+if [ "$name" = kjv ]; then
+  out="$dest/kjv.txt" want="4404412 cd45f0c9cedab8e4439bd6486c8952c77cc8b0ecc5d1f6ae3513f2039f47229d"
+  kjv_id() { echo "$(wc -c <"$1" | tr -d ' ') $(sha256sum "$1" | cut -d' ' -f1)"; }
+  if [ -f "$out" ] && [ "$(kjv_id "$out")" = "$want" ]; then
+    echo "get-data: kjv already present and verified in $out"
+    exit 0
+  fi
+  if ! command -v bible >/dev/null; then
+    apt_install bible-kjv ||
+      { echo "get-data: could not install Debian's bible-kjv (its bible program prints the text)" >&2; exit 1; }
+  fi
+  bible -f Gen1:1-Rev22:21 </dev/null >"$out.tmp" || { rm -f "$out.tmp"; echo "get-data: 'bible' failed" >&2; exit 1; }
+  got="$(kjv_id "$out.tmp")"
+  if [ "$got" != "$want" ]; then
+    rm -f "$out.tmp"
+    echo "get-data: the text printed by bible does not match: expected bytes/sha256 $want, got $got" >&2
+    exit 1
+  fi
+  mv "$out.tmp" "$out"
+  echo "get-data: kjv ready in $out"
+  exit 0
+fi
 
 # CIFAR: the binary archive, unpacked so that the .bin files lie in DEST_DIR; each file must hold
 # a whole number of records (10000 per CIFAR-10 file of 3073-byte records; 50000/10000 of
@@ -131,13 +167,7 @@ if [ "$name" = mnist ]; then
   done <<<"$files"
 else
   src=/usr/share/datasets/fashion-mnist
-  if [ ! -d "$src" ]; then
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "get-data: installing Debian's dataset-fashion-mnist"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null ||
-      { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; }
-  fi
+  [ -d "$src" ] || apt_install dataset-fashion-mnist
   while read -r f bytes sum; do
     [ -z "$f" ] && continue
     cp "$src/$f.gz" "$dest/$f.gz"
