@@ -76,8 +76,8 @@ Slice slice_layout(const Shape& shape, int64_t dim, int64_t start, int64_t lengt
   int64_t outer = 1, inner = 1;
   for (int64_t k = 0; k < dim; ++k) outer *= shape[k];
   for (size_t k = dim + 1; k < shape.size(); ++k) inner *= shape[k];
-  StridedCopy whole{3, {outer, length, inner}, {shape[dim] * inner, inner, 1},
-                    {length * inner, inner, 1}};
+  StridedCopy whole{
+      3, {outer, length, inner}, {shape[dim] * inner, inner, 1}, {length * inner, inner, 1}};
   StridedCopy back = whole;
   std::swap(back.src_strides, back.dst_strides);
   return {whole, back, start * inner};
@@ -103,10 +103,9 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   }
   RG_CHECK(valid, "permute: dims ", shape_str(dims), " is not a permutation of the ", n,
            " dimensions of shape ", shape_str(x.shape()));
-  return autograd::record(permute_kernel(x, perm), "PermuteBackward", {x},
-                          [inverse](const Tensor& g) {
-                            return std::vector<Tensor>{permute_kernel(g, inverse)};
-                          });
+  return autograd::record(
+      permute_kernel(x, perm), "PermuteBackward", {x},
+      [inverse](const Tensor& g) { return std::vector<Tensor>{permute_kernel(g, inverse)}; });
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {

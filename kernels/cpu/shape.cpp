@@ -1,12 +1,13 @@
 // The shape kernels on the CPU (kernels/shape.h). The strided copy runs over the rows of its box
 // (every dimension but the last) in parallel, copying each row with memcpy when the last
 // dimension is contiguous on both sides and element by element otherwise.
+#include "kernels/shape.h"
+
 #include <algorithm>
 #include <cstring>
 #include <tuple>
 
 #include "kernels/cpu/parallel.h"
-#include "kernels/shape.h"
 
 namespace rg::kernels {
 namespace {
