@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
@@ -32,6 +33,17 @@ struct ShapeCopy {
   template <class T>
   static void strided_copy(const T* src, T* dst, const StridedCopy& layout, Ctx ctx);
 };
+
+// Instantiates ShapeCopy<B> for a backend's float LIST (kernels/backend.h) and i64, through
+// `template <class T> auto fn()` (RG_INSTANTIATE's rules: fn unique to its file, not in an unnamed
+// namespace).
+#define RG_INSTANTIATE_SHAPE_COPY(B, LIST, fn)         \
+  template <class T>                                   \
+  auto fn() {                                          \
+    return std::tuple{&ShapeCopy<B>::strided_copy<T>}; \
+  }                                                    \
+  RG_INSTANTIATE(LIST, fn)                             \
+  RG_INSTANTIATE_ONE_(fn, int64_t)
 
 namespace detail {
 

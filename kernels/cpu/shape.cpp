@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <tuple>
 
 #include "kernels/cpu/parallel.h"
 
@@ -59,12 +58,6 @@ void ShapeCopy<Cpu>::strided_copy(const T* src, T* dst, const StridedCopy& layou
       ctx.threads);
 }
 
-// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h). Copies also run on i64.
-template <class T>
-auto cpu_shape_kernels() {
-  return std::tuple{&ShapeCopy<Cpu>::strided_copy<T>};
-}
-#define RG_CPU_SHAPE_TYPES(X, arg) RG_CPU_FLOAT_TYPES(X, arg) X(arg, int64_t)
-RG_INSTANTIATE(RG_CPU_SHAPE_TYPES, cpu_shape_kernels)
+RG_INSTANTIATE_SHAPE_COPY(Cpu, RG_CPU_FLOAT_TYPES, cpu_shape_kernels)
 
 }  // namespace rg::kernels

@@ -3,7 +3,6 @@
 // sizes and reads and writes at the two offsets. Pure data movement, so f16/bf16 are copied as
 // they are.
 #include <cstdint>
-#include <tuple>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
@@ -20,17 +19,13 @@ using cuda::detail::device_t;
 using cuda::detail::grid_start;
 using cuda::detail::grid_stride;
 using cuda::detail::kThreads;
+using cuda::detail::unravel;
 
 template <class D>
 __global__ void strided_copy_kernel(const D* src, D* dst, StridedCopy layout, int64_t n) {
   for (int64_t e = grid_start(); e < n; e += grid_stride()) {
-    int64_t rest = e, s = 0, d = 0;
-    for (int k = layout.ndim - 1; k >= 0; --k) {
-      const int64_t i = rest % layout.sizes[k];
-      rest /= layout.sizes[k];
-      s += i * layout.src_strides[k];
-      d += i * layout.dst_strides[k];
-    }
+    const auto [s, d] =
+        unravel(e, layout.ndim, layout.sizes, layout.src_strides, layout.dst_strides);
     dst[d] = src[s];
   }
 }
@@ -48,12 +43,6 @@ void ShapeCopy<Cuda>::strided_copy(const T* src, T* dst, const StridedCopy& layo
             dev(dst), layout, n);
 }
 
-// Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h). Copies also run on i64.
-template <class T>
-auto cuda_shape_kernels() {
-  return std::tuple{&ShapeCopy<Cuda>::strided_copy<T>};
-}
-#define RG_CUDA_SHAPE_TYPES(X, arg) RG_CUDA_FLOAT_TYPES(X, arg) X(arg, int64_t)
-RG_INSTANTIATE(RG_CUDA_SHAPE_TYPES, cuda_shape_kernels)
+RG_INSTANTIATE_SHAPE_COPY(Cuda, RG_CUDA_FLOAT_TYPES, cuda_shape_kernels)
 
 }  // namespace rg::kernels
