@@ -3,6 +3,9 @@
 // wraps narrow_copy, so autograd sums a split's chunk gradients like any other fan-out.
 #include "engine/ops/shape.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
@@ -65,8 +68,9 @@ Tensor permute_kernel(const Tensor& x, const std::vector<int64_t>& perm) {
   return out;
 }
 
-// The [outer, length, inner] box of a slice along dim of a tensor of `shape`, with the strides of
-// the whole (`whole`) and of the slice (`slice`) and the slice's offset in the whole.
+// The copies between a tensor of `shape` (the whole) and its slice [start, start + length) along
+// dim, as an [outer, length, inner] box: whole to slice (the forward) and slice to whole (the
+// backward), and the slice's first element's offset in the whole.
 struct Slice {
   StridedCopy whole_to_slice;
   StridedCopy slice_to_whole;
