@@ -80,13 +80,7 @@ template <BinaryOp Op, class D>
 __global__ void binary_broadcast_kernel(const D* a, const D* b, D* out, int64_t n,
                                         BroadcastGeometry g) {
   for (int64_t i = grid_start(); i < n; i += grid_stride()) {
-    int64_t rest = i, ia = 0, ib = 0;
-    for (int d = g.ndim - 1; d >= 0; --d) {
-      const int64_t idx = rest % g.shape[d];
-      rest /= g.shape[d];
-      ia += idx * g.a_strides[d];
-      ib += idx * g.b_strides[d];
-    }
+    const auto [ia, ib] = unravel(i, g.ndim, g.shape, g.a_strides, g.b_strides);
     out[i] = store<D>(apply_binary<Op>(load(a[ia]), load(b[ib])));
   }
 }

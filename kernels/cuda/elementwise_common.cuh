@@ -133,4 +133,22 @@ __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(blockDim.x) * gridDim.x;
 }
 
+// Element i of a row-major box of ndim `sizes`, unravelled into its offsets through two stride
+// arrays (a broadcast's operands, a strided copy's source and destination).
+struct Offsets {
+  int64_t first, second;
+};
+__device__ __forceinline__ Offsets unravel(int64_t i, int ndim, const int64_t* sizes,
+                                           const int64_t* first_strides,
+                                           const int64_t* second_strides) {
+  Offsets o{0, 0};
+  for (int d = ndim - 1; d >= 0; --d) {
+    const int64_t idx = i % sizes[d];
+    i /= sizes[d];
+    o.first += idx * first_strides[d];
+    o.second += idx * second_strides[d];
+  }
+  return o;
+}
+
 }  // namespace rg::kernels::cuda::detail

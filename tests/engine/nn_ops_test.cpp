@@ -18,6 +18,7 @@
 #include "engine/ops/matmul.h"
 #include "engine/ops/metrics.h"
 #include "engine/ops/reduce.h"
+#include "engine/ops/shape.h"
 #include "engine/ops/unary.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/error.h"
@@ -125,6 +126,76 @@ TEST(Embedding, Errors) {
   expect_error([&] { embedding(w, f32({0}, {1})); }, "indices must be an i64 tensor");
   expect_error([&] { embedding(zeros({3}), i64({0})); }, "expected a 2-d tensor");
   expect_error([&] { embedding(w, i64({0}), 3); }, "padding_idx 3 is out of range");
+}
+
+TEST(Shape, SplitLastDimIntoChunksWithASmallerLast) {
+  std::vector<double> v(60);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  const Tensor x = from_vector<double>(v, {2, 5, 6});
+  const std::vector<Tensor> chunks = split(x, 4, -1);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].shape(), (Shape{2, 5, 4}));
+  EXPECT_EQ(chunks[1].shape(), (Shape{2, 5, 2}));
+  std::vector<double> first, second;
+  for (int64_t r = 0; r < 10; ++r) {
+    for (int64_t c = 0; c < 6; ++c) (c < 4 ? first : second).push_back(v[r * 6 + c]);
+  }
+  EXPECT_EQ(chunks[0].to_vector<double>(), first);
+  EXPECT_EQ(chunks[1].to_vector<double>(), second);
+  EXPECT_EQ(split(zeros({0, 3}), 2, 0).size(), 1u);  // an empty dim: one empty chunk
+  EXPECT_EQ(split(zeros({4, 3}), 2, 0).size(), 2u);
+}
+
+TEST(Shape, TransposeMiddleDimsOfBthdMatchesHandIndexing) {
+  const int64_t B = 2, T = 3, H = 4, D = 5;
+  std::vector<float> v(B * T * H * D);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  const Tensor y = transpose(f32(v, {B, T, H, D}), 1, 2);
+  EXPECT_EQ(y.shape(), (Shape{B, H, T, D}));
+  const std::vector<float> got = y.to_vector<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(got[((b * H + h) * T + t) * D + d], v[((b * T + t) * H + h) * D + d])
+              << b << " " << h << " " << t << " " << d;
+  EXPECT_EQ(transpose(f32(v, {B, T, H, D}), -1, 0).shape(), (Shape{D, T, H, B}));
+  // i64 copies too (not differentiable).
+  EXPECT_EQ(permute(from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3}), {1, 0}).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 4, 2, 5, 3, 6}));
+}
+
+TEST(Shape, SplitBackwardOnlyFromTheChunksUsed) {
+  Tensor x = zeros({2, 5});
+  x.set_requires_grad(true);
+  const std::vector<Tensor> c = split(x, 2, 1);  // columns 0-1, 2-3, 4
+  ASSERT_EQ(c.size(), 3u);
+  add(sum(mul(c[0], f32({1, 2, 3, 4}, {2, 2}))), sum(mul(c[2], f32({10, 20}, {2, 1})))).backward();
+  expect_near(x.grad(), {1, 2, 0, 0, 10, 3, 4, 0, 0, 20});
+}
+
+TEST(Shape, PermuteBackwardIsTheInversePermutation) {
+  Tensor x = zeros({2, 3, 4});
+  x.set_requires_grad(true);
+  std::vector<float> up(24);
+  for (size_t i = 0; i < up.size(); ++i) up[i] = static_cast<float>(i);
+  sum(mul(permute(x, {2, 0, 1}), f32(up, {4, 2, 3}))).backward();
+  const std::vector<double> g = x.grad().to_vector<double>();
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(g[(a * 3 + b) * 4 + c], up[(c * 2 + a) * 3 + b]);
+}
+
+TEST(Shape, Errors) {
+  const Tensor x = zeros({2, 3});
+  expect_error([&] { transpose(x, 0, 2); }, "transpose: dim1 2 is out of range for shape [2, 3]");
+  expect_error([&] { split(x, 0, 1); }, "split: split_size must be positive, got 0");
+  expect_error([&] { split(x, 1, -3); }, "split: dim -3 is out of range for shape [2, 3]");
+  expect_error(
+      [&] {
+        permute(x, {1, 1});
+      },
+      "permute: dims [1, 1] is not a permutation of the 2 dimensions of shape [2, 3]");
 }
 
 TEST(Activation, SigmoidAndTanh) {

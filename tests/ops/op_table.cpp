@@ -26,6 +26,7 @@
 #include "engine/ops/orthonormalize.h"
 #include "engine/ops/pool.h"
 #include "engine/ops/reduce.h"
+#include "engine/ops/shape.h"
 #include "engine/ops/sync_batch_norm.h"
 #include "engine/ops/unary.h"
 #include "kernels/error.h"
@@ -1405,6 +1406,99 @@ OpEntry causal_attention_entry() {
   return e;
 }
 
+// ---- shape.h: permute (transpose wraps it) and narrow_copy (split wraps it) ----
+
+OpEntry permute_entry() {
+  OpEntry e;
+  e.name = "permute";
+  auto perm = [](std::vector<int64_t> dims) {
+    return [dims](const V& x) { return permute(x[0], dims); };
+  };
+  e.forward = perm({0, 2, 1, 3});
+  e.samples = [perm] {
+    Generator gen(41);
+    return std::vector<OpSample>{
+        sample("[2, 3, 4, 5] dims {0, 2, 1, 3}", {uniform({2, 3, 4, 5}, gen)}),
+        sample("[2, 3, 4, 5] dims {3, 1, 0, 2}", {uniform({2, 3, 4, 5}, gen)}, perm({3, 1, 0, 2})),
+        sample("[2, 3, 4, 5] dims {-1, -2, -3, -4}", {uniform({2, 3, 4, 5}, gen)},
+               perm({-1, -2, -3, -4})),
+        sample("[7] identity", {uniform({7}, gen)}, perm({0})),
+        sample("[3, 4, 5] identity", {uniform({3, 4, 5}, gen)}, perm({0, 1, 2})),
+        sample("[33, 17] transpose", {uniform({33, 17}, gen)}, perm({1, 0})),
+        sample("0-d", {uniform({}, gen)}, perm({})),
+        sample("[1, 2, 1, 3, 1, 2, 1, 2] 8-d", {uniform({1, 2, 1, 3, 1, 2, 1, 2}, gen)},
+               perm({7, 6, 5, 4, 3, 2, 1, 0})),
+        model_shape("gpt-nano [8, 64, 3, 16] dims {0, 2, 1, 3}", {uniform({8, 64, 3, 16}, gen)}),
+        empty_batch("[0, 3, 4, 5]", {uniform({0, 3, 4, 5}, gen)}),
+    };
+  };
+  e.bad_inputs = [perm] {
+    const Tensor x = zeros({2, 3, 4});
+    return std::vector<OpBadInput>{
+        {"undefined input", {Tensor()}, "permute: input 0 is an undefined tensor"},
+        {"repeated dim",
+         {x},
+         "permute: dims [0, 0, 1] is not a permutation of the 3 dimensions of shape [2, 3, 4]",
+         perm({0, 0, 1})},
+        {"too few dims", {x}, "permute: dims [1, 0] is not a permutation", perm({1, 0})},
+        {"dim out of range", {x}, "permute: dims [0, 1, 3] is not a permutation", perm({0, 1, 3})},
+        {"9-d",
+         {zeros({1, 1, 1, 1, 1, 1, 1, 1, 1})},
+         "permute: at most 8 dimensions",
+         perm({0, 1, 2, 3, 4, 5, 6, 7, 8})},
+    };
+  };
+  return e;
+}
+
+OpEntry narrow_copy_entry() {
+  OpEntry e;
+  e.name = "narrow_copy";
+  auto narrow = [](int64_t dim, int64_t start, int64_t length) {
+    return [=](const V& x) { return narrow_copy(x[0], dim, start, length); };
+  };
+  e.forward = narrow(-1, 1, 3);
+  e.samples = [narrow] {
+    Generator gen(42);
+    return std::vector<OpSample>{
+        sample("[2, 3, 4, 5] last dim 1..4", {uniform({2, 3, 4, 5}, gen)}),
+        sample("[2, 3, 4, 5] dim 1 from 1, 2", {uniform({2, 3, 4, 5}, gen)}, narrow(1, 1, 2)),
+        sample("[2, 3, 4, 5] dim 0 from 1, 1", {uniform({2, 3, 4, 5}, gen)}, narrow(0, 1, 1)),
+        sample("[2, 3, 4, 5] dim -2 whole", {uniform({2, 3, 4, 5}, gen)}, narrow(-2, 0, 4)),
+        sample("[9] from 2, 5", {uniform({9}, gen)}, narrow(0, 2, 5)),
+        sample("[3, 4, 5] zero length", {uniform({3, 4, 5}, gen)}, narrow(1, 4, 0)),
+        model_shape("gpt-nano qkv [8, 64, 144] last dim 48..96", {uniform({8, 64, 144}, gen)},
+                    narrow(2, 48, 48)),
+        empty_batch("[0, 3, 5]", {uniform({0, 3, 5}, gen)}),
+    };
+  };
+  e.bad_inputs = [narrow] {
+    const Tensor x = zeros({2, 3, 4});
+    return std::vector<OpBadInput>{
+        {"undefined input", {Tensor()}, "narrow_copy: input 0 is an undefined tensor"},
+        {"dim out of range",
+         {x},
+         "narrow_copy: dim 3 is out of range for shape [2, 3, 4]",
+         narrow(3, 0, 1)},
+        {"past the end",
+         {x},
+         "narrow_copy: start 2 and length 3 are out of range for size 4 of dim -1 of shape [2, 3, "
+         "4]",
+         narrow(-1, 2, 3)},
+        {"negative start",
+         {x},
+         "narrow_copy: start -1 and length 1 are out of range",
+         narrow(0, -1, 1)},
+        {"negative length",
+         {x},
+         "narrow_copy: start 0 and length -1 are out of range",
+         narrow(0, 0, -1)},
+        {"0-d", {zeros({})}, "narrow_copy: dim 0 is out of range for shape []", narrow(0, 0, 1)},
+    };
+  };
+  return e;
+}
+
 std::vector<OpEntry> build_table() {
   std::vector<OpEntry> t;
   t.push_back(binary_entry("add", &add, &add, -1.0));
@@ -1461,6 +1555,8 @@ std::vector<OpEntry> build_table() {
   t.push_back(orthonormalize_columns_entry());
   t.push_back(embedding_entry());
   t.push_back(causal_attention_entry());
+  t.push_back(permute_entry());
+  t.push_back(narrow_copy_entry());
   return t;
 }
 
