@@ -19,9 +19,22 @@ int main(int argc, char** argv) {
   int threads = 0;
   CLI::App app{"ringgrad-train: train a model with ringgrad"};
   app.option_defaults()->always_capture_default();
-  app.add_option("--model", c.model, "toynet | mlp | resnet18 | resnet18-imagenet");
+  app.add_option("--model", c.model,
+                 "toynet | mlp | resnet18 | resnet18-imagenet | gpt-nano | gpt-micro | gpt-mini");
   app.add_option("--dataset", c.dataset,
-                 "mnist | fashion-mnist | cifar10 | cifar100 | synthetic | synthetic-cifar");
+                 "mnist | fashion-mnist | cifar10 | cifar100 | synthetic | synthetic-cifar | text");
+  app.add_option("--data-file", c.data_file,
+                 "--dataset text: the UTF-8 text to model character by character")
+      ->check(CLI::ExistingFile);
+  app.add_option("--block-size", c.block_size, "--dataset text: tokens per sample (context)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--val-fraction", c.val_fraction,
+                 "--dataset text: the share of the file's end held out for validation")
+      ->check(CLI::Range(0.0, 1.0));
+  bool no_dropout = false;
+  app.add_flag("--no-dropout", no_dropout, "set the model's dropout rates to 0 (toynet, gpt-*)");
+  app.add_flag("--tie-weights", c.tie_weights,
+               "gpt-*: the head's weight is the token embedding's (one parameter)");
   app.add_option("--data-dir", c.data_dir,
                  "directory of the dataset files (default data/<dataset>)");
   app.add_option("--checkpoint", c.checkpoint_path,
@@ -40,6 +53,13 @@ int main(int argc, char** argv) {
   app.add_flag("--no-augment", no_augment,
                "CIFAR: train without the random crop (padding 4) and horizontal flip");
   app.add_option("--epochs", c.epochs, "number of epochs")->check(CLI::PositiveNumber);
+  app.add_option("--steps-per-epoch", c.steps_per_epoch,
+                 "end each epoch after N steps (0: when the data runs out); for data too large "
+                 "for whole epochs")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-samples", c.eval_samples,
+                 "evaluate on the first N test samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--batch-size", c.batch_size, "training batch size")->check(CLI::PositiveNumber);
   app.add_option("--test-batch-size", c.test_batch_size, "evaluation batch size")
       ->check(CLI::PositiveNumber);
@@ -49,6 +69,13 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", c.momentum, "SGD momentum")->check(CLI::NonNegativeNumber);
   app.add_flag("--nesterov", c.nesterov, "Nesterov momentum (SGD)");
   app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay-groups", c.weight_decay_groups,
+                 "which parameters decay: all | linear (Linear weights only, minGPT's rule) | "
+                 "auto (linear for gpt-*, all otherwise)")
+      ->check(CLI::IsMember({"auto", "all", "linear"}));
+  app.add_option("--adam-beta1", c.adam_beta1, "Adam/AdamW beta1")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--adam-beta2", c.adam_beta2, "Adam/AdamW beta2 (minGPT: 0.95)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--lr-schedule", c.lr_schedule, "constant | step | multistep | cosine")
       ->check(CLI::IsMember({"constant", "step", "multistep", "cosine"}));
   app.add_option("--warmup-epochs", c.warmup_epochs,
@@ -173,6 +200,7 @@ int main(int argc, char** argv) {
   }
   c.overlap = !no_overlap;
   c.augment = !no_augment;
+  c.dropout = !no_dropout;
   if (const std::string error = rg::app::config_error(c); !error.empty()) {
     std::cerr << "ringgrad-train: " << error << "\nRun with --help for usage.\n";
     return 2;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/factory.h"
@@ -44,6 +45,17 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requi
   return params_.back().second;
 }
 
+Tensor& Module::replace_parameter(const std::string& name, Tensor t) {
+  auto it = std::find_if(params_.begin(), params_.end(), [&](auto& p) { return p.first == name; });
+  RG_CHECK(it != params_.end(), type_name(), ": no parameter '", name, "' to replace");
+  RG_CHECK(t.defined() && t.is_leaf(), type_name(), ": parameter '", name,
+           "' must be replaced by a defined leaf tensor");
+  RG_CHECK(t.shape() == it->second.shape(), type_name(), ": parameter '", name, "' has shape ",
+           shape_str(it->second.shape()), ", its replacement ", shape_str(t.shape()));
+  it->second = std::move(t);
+  return it->second;
+}
+
 Tensor& Module::register_buffer(const std::string& name, Tensor t) {
   check_new_name(name);
   RG_CHECK(t.defined(), type_name(), ": buffer '", name, "' is undefined");
@@ -77,8 +89,14 @@ void Module::collect(const std::string& prefix, bool params, bool buffers,
 }
 
 NamedTensors Module::named_parameters() const {
+  NamedTensors all;
+  collect("", true, false, all);
+  // A parameter registered in two modules (a tied weight) is listed once, under its first name,
+  // as PyTorch's named_parameters(remove_duplicate=True); state_dict() keeps every name.
   NamedTensors out;
-  collect("", true, false, out);
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.impl()).second) out.emplace_back(std::move(n), std::move(t));
   return out;
 }
 

@@ -84,7 +84,9 @@ class Module {
   // The class name shown when printing ("Conv2d", "ToyNet").
   virtual std::string type_name() const = 0;
 
-  NamedTensors named_parameters() const;  // recursive, "layer1.0.conv1.weight"
+  // Recursive, "layer1.0.conv1.weight"; a tensor registered in two modules (a tied weight) is
+  // listed once, under its first name (PyTorch's remove_duplicate), as is parameters().
+  NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;  // recursive
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
@@ -132,6 +134,10 @@ class Module {
   // only until the next registration (hold a Tensor copy, as the layers do).
   Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   Tensor& register_buffer(const std::string& name, Tensor t);
+  // Makes the registered parameter `name` the tensor t (same shape), as PyTorch's
+  // `lm_head.weight = wte.weight`: weight tying. The module's own member (Linear::weight) must be
+  // set to t as well.
+  Tensor& replace_parameter(const std::string& name, Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);

@@ -31,6 +31,7 @@
 #include "comm/sync_batch_norm.h"
 #include "data/dataloader.h"
 #include "data/registry.h"
+#include "data/text.h"
 #include "engine/autocast.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/cuda/memory.h"
@@ -51,6 +52,7 @@
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
 #include "layers/optim/optimizer.h"
+#include "layers/optim/param_groups.h"
 
 namespace rg::app {
 namespace {
@@ -68,20 +70,38 @@ std::string format_duration(double s) {
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
+// The parameter groups of --weight-decay-groups: one group with every parameter, or minGPT's
+// split (Linear weights decay, the rest not).
+std::vector<optim::ParamGroup> weight_decay_groups(const TrainConfig& c, const nn::Module& model) {
+  const std::string& g = c.weight_decay_groups;
+  const bool linear = g == "linear" || (g == "auto" && c.model.starts_with("gpt-"));
+  if (linear) return optim::linear_weight_decay_groups(model, c.weight_decay);
+  return {optim::ParamGroup{.params = model.parameters(), .weight_decay = c.weight_decay}};
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const nn::Module& model) {
+  std::vector<optim::ParamGroup> groups = weight_decay_groups(c, model);
   if (c.optimizer == "sgd") {
-    return std::make_unique<optim::Sgd>(std::move(params),
+    return std::make_unique<optim::Sgd>(std::move(groups),
                                         optim::SgdOptions{.lr = c.lr,
                                                           .momentum = c.momentum,
                                                           .weight_decay = c.weight_decay,
                                                           .nesterov = c.nesterov});
   }
   if (c.optimizer == "adam" || c.optimizer == "adamw") {
-    optim::AdamOptions o{.lr = c.lr, .weight_decay = c.weight_decay};
-    if (c.optimizer == "adamw") return optim::make_adamw(std::move(params), o);
-    return std::make_unique<optim::Adam>(std::move(params), o);
+    optim::AdamOptions o{
+        .lr = c.lr, .beta1 = c.adam_beta1, .beta2 = c.adam_beta2, .weight_decay = c.weight_decay};
+    if (c.optimizer == "adamw") return optim::make_adamw(std::move(groups), o);
+    return std::make_unique<optim::Adam>(std::move(groups), o);
   }
   RG_FAIL("unknown optimizer '", c.optimizer, "' (expected sgd, adam or adamw)");
+}
+
+// A token model's [B, T, V] logits and [B, T] targets as [B T, V] rows and [B T] targets (every
+// position is a prediction); classifiers' [B, C] and [B] pass through.
+std::pair<Tensor, Tensor> as_rows(const Tensor& logits, const Tensor& targets) {
+  if (logits.dim() != 3) return {logits, targets};
+  return {logits.view({-1, logits.size(2)}), targets.view({-1})};
 }
 
 struct EvalResult {
@@ -99,7 +119,7 @@ void sum_over_ranks(dist::ProcessGroup* pg, std::vector<double>& v) {
 // With a process group each rank evaluates its own shard (no padding, so no sample counts
 // twice) and the counts are summed over ranks.
 EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_size, int workers,
-                    dist::ProcessGroup* pg, Device device) {
+                    dist::ProcessGroup* pg, Device device, int64_t max_samples) {
   model.eval();
   NoGradGuard no_grad;
   if (pg && pg->size() > 1) {
@@ -110,11 +130,13 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
     for (auto& [name, t] : model.named_buffers()) works.push_back(pg->broadcast(t, 0));
     for (auto& w : works) w->wait();
   }
+  // --eval-samples: the same leading samples whatever the world size.
+  const int64_t n_eval = max_samples > 0 ? std::min(max_samples, test.size()) : test.size();
   std::shared_ptr<data::Sampler> sampler;
   if (pg)
-    sampler = std::make_shared<data::StridedSampler>(test.size(), pg->size(), pg->rank());
+    sampler = std::make_shared<data::StridedSampler>(n_eval, pg->size(), pg->rank());
   else
-    sampler = std::make_shared<data::SequentialSampler>(test.size());
+    sampler = std::make_shared<data::SequentialSampler>(n_eval);
   data::DataLoader loader(std::shared_ptr<const data::Dataset>(&test, [](const data::Dataset*) {}),
                           sampler, {.batch_size = batch_size, .workers = workers});
   loader.start_epoch(0);
@@ -122,9 +144,9 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
   int64_t correct1 = 0, correct5 = 0, n = 0;
   const int64_t k5 = std::min<int64_t>(5, test.num_classes());
   while (auto batch = loader.next()) {
-    const Tensor logits = model.forward(batch->inputs.to(device));
-    const Tensor targets = batch->targets.to(device);
-    const int64_t b = batch->targets.numel();
+    const auto [logits, targets] =
+        as_rows(model.forward(batch->inputs.to(device)), batch->targets.to(device));
+    const int64_t b = targets.numel();
     loss_sum += cross_entropy(logits, targets).item() * double(b);
     correct1 += topk_correct(logits, targets, 1);
     correct5 += topk_correct(logits, targets, k5);
@@ -146,14 +168,15 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t batch_
 constexpr std::chrono::hours kEvalOnRank0Wait{24};
 
 EvalResult evaluate_on_rank0(nn::Module& model, const data::Dataset& test, int64_t batch_size,
-                             int workers, const dist::ProcessGroup& pg, Device device, int epoch) {
+                             int workers, const dist::ProcessGroup& pg, Device device, int epoch,
+                             int64_t max_samples) {
   const std::shared_ptr<dist::Store>& store = dist::default_store();
   const std::string key = fmt::format("ringgrad-train/eval_on_rank0/epoch{}", epoch);
   // 'R' and the three doubles, or 'E' and rank 0's error message.
   std::array<double, 3> v{};
   if (pg.rank() == 0) {
     try {
-      const EvalResult r = evaluate(model, test, batch_size, workers, nullptr, device);
+      const EvalResult r = evaluate(model, test, batch_size, workers, nullptr, device, max_samples);
       v = {r.loss, r.top1, r.top5};
     } catch (const Error& e) {
       const std::string what = std::string("E") + e.what();
@@ -212,7 +235,8 @@ void write_trace(const std::string& path, dist::ProcessGroup* pg) {
 // The training loss of --loss: cross-entropy on the class indices, or a regression loss of the
 // logits against one-hot targets (classification as regression). `targets` are the batch's, on
 // the host: the one-hot matrix is built there and copied to the logits' device.
-Tensor training_loss(const TrainConfig& c, const Tensor& logits, const Tensor& targets) {
+Tensor training_loss(const TrainConfig& c, const Tensor& output, const Tensor& batch_targets) {
+  const auto [logits, targets] = as_rows(output, batch_targets);
   if (c.loss == "cross-entropy")
     return cross_entropy(logits, targets.to(logits.device()), c.label_smoothing);
   const int64_t n = logits.size(0), classes = logits.size(1);
@@ -259,6 +283,19 @@ std::string config_error(const TrainConfig& c) {
     return "--join cannot be combined with --snapshot-every (snapshots at epoch ends still work)";
   if (c.join && c.comm_hook == "powersgd")
     return "--join cannot be combined with --comm-hook powersgd";
+  if (c.weight_decay_groups != "auto" && c.weight_decay_groups != "all" &&
+      c.weight_decay_groups != "linear")
+    return "--weight-decay-groups must be auto, all or linear, got '" + c.weight_decay_groups + "'";
+  if (c.steps_per_epoch < 0)
+    return fmt::format("--steps-per-epoch must be >= 0 (0: whole epochs), got {}",
+                       c.steps_per_epoch);
+  if (c.eval_samples < 0)
+    return fmt::format("--eval-samples must be >= 0 (0: all), got {}", c.eval_samples);
+  if (c.dataset == "text" && c.data_file.empty())
+    return "--dataset text needs --data-file FILE (a UTF-8 text; scripts/get-data.sh kjv fetches "
+           "one)";
+  if (c.dataset != "text" && !c.data_file.empty())
+    return "--data-file is for --dataset text (other data sets read --data-dir)";
   if (c.early_stop_patience > 0 && c.eval_every != 1)
     return fmt::format(
         "--early-stop-patience needs an evaluation every epoch: --eval-every must be 1, got {}",
@@ -352,16 +389,25 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   RG_CHECK(c.test_batch_size > 0, "--test-batch-size must be positive");
   RG_CHECK(c.eval_every >= 0, "--eval-every must be >= 0");
   const std::string dir = c.data_dir.empty() ? "data/" + c.dataset : c.data_dir;
-  auto train_set = data::make_dataset(c.dataset, dir, true, {.augment = c.augment, .seed = c.seed});
-  auto test_set = data::make_dataset(c.dataset, dir, false);
-
-  auto model = nn::make_model({.name = c.model,
-                               .sample_shape = train_set->sample_shape(),
-                               .num_classes = train_set->num_classes(),
-                               .seed = c.seed});
+  const data::DatasetOptions data_options{.augment = c.augment,
+                                          .seed = c.seed,
+                                          .data_file = c.data_file,
+                                          .block_size = c.block_size,
+                                          .val_fraction = c.val_fraction};
+  auto train_set = data::make_dataset(c.dataset, dir, true, data_options);
+  auto test_set = data::make_dataset(c.dataset, dir, false, data_options);
+  // The text data set's vocabulary: part of the run's shape, and what ringgrad-sample decodes with.
+  const auto* text_set = dynamic_cast<const data::CharDataset*>(train_set.get());
+  const nn::ModelSpec model_spec{.name = c.model,
+                                 .sample_shape = train_set->sample_shape(),
+                                 .num_classes = train_set->num_classes(),
+                                 .seed = c.seed,
+                                 .dropout = c.dropout,
+                                 .tie_weights = c.tie_weights};
+  auto model = nn::make_model(model_spec);
   model->to(device);
   model->train();
-  auto opt = make_optimizer(c, model->parameters());
+  auto opt = make_optimizer(c, *model);
   RG_CHECK(c.amp == "off" || c.amp == "f16" || c.amp == "bf16",
            "--amp must be off, f16 or bf16, got '", c.amp, "'");
   // f16's narrow range needs loss scaling; bf16 has f32's range and runs without (as PyTorch's
@@ -382,12 +428,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     sampler = std::make_shared<data::RandomSampler>(train_set->size(), c.seed);
   data::DataLoader loader(train_set, sampler,
                           {.batch_size = c.batch_size, .drop_last = false, .workers = c.workers});
-  const int64_t steps_per_epoch = loader.num_batches();
+  const int64_t steps_per_epoch = c.steps_per_epoch > 0
+                                      ? std::min(c.steps_per_epoch, loader.num_batches())
+                                      : loader.num_batches();
 
   // What must match for a checkpoint to continue this run, causes before consequences
   // (steps_per_epoch follows from the others). Paths, workers, tracing and --max-steps may differ;
   // so may the world size (and with it steps_per_epoch): see the resume below.
-  const std::vector<std::pair<std::string, std::string>> run_shape = {
+  std::vector<std::pair<std::string, std::string>> run_shape = {
       {"model", c.model},
       {"dataset", c.dataset},
       {"augment", c.augment ? "1" : "0"},
@@ -407,7 +455,17 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       {"comm_hook", c.comm_hook},
       {"amp", c.amp},
       {"sync_bn", c.sync_bn ? "1" : "0"},
+      {"model.dropout", c.dropout ? "1" : "0"},
+      {"model.tie_weights", c.tie_weights ? "1" : "0"},
+      {"optimizer.groups", c.weight_decay_groups},
+      {"optimizer.betas", fmt::format("{},{}", c.adam_beta1, c.adam_beta2)},
       {"steps_per_epoch", std::to_string(steps_per_epoch)}};
+  if (text_set) {
+    run_shape.emplace_back("text.block_size", std::to_string(c.block_size));
+    run_shape.emplace_back("text.val_fraction", fmt::format("{}", c.val_fraction));
+    run_shape.emplace_back("text.vocab", text_set->vocab().to_utf8());
+  }
+
   int first_epoch = 1;
   int64_t step = 0;
   // Early stopping's state; rank 0 decides and every rank follows (see below). Saved in every
@@ -439,8 +497,13 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     const auto check_run = [&](const nn::Metadata& saved) {
       const std::string where = (from_snapshot ? "--snapshot " : "--resume ") + resume_from;
       // Keys added after the first checkpoints: one that is missing was the default.
-      const std::map<std::string, std::string> added_later = {
-          {"loss", "cross-entropy"}, {"clip_grad", "norm=0 value=0"}, {"sync_bn", "0"}};
+      const std::map<std::string, std::string> added_later = {{"loss", "cross-entropy"},
+                                                              {"clip_grad", "norm=0 value=0"},
+                                                              {"sync_bn", "0"},
+                                                              {"model.dropout", "1"},
+                                                              {"model.tie_weights", "0"},
+                                                              {"optimizer.groups", "auto"},
+                                                              {"optimizer.betas", "0.9,0.999"}};
       const auto saved_world_entry = saved.find("run.world_size");
       if (saved_world_entry != saved.end())
         saved_world = int(std::strtol(saved_world_entry->second.c_str(), nullptr, 10));
@@ -538,6 +601,13 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // rebuilds the same re-split and continues it, so restarts there are exact too.
   std::optional<data::RankBatches> resplit;
   if (resume_epoch_steps > 0 && (saved_world != world || resplit_from >= 0)) {
+    RG_CHECK(c.steps_per_epoch == 0, "--snapshot ", resume_from,
+             ": resuming an epoch at another "
+             "world size (",
+             saved_world, " ranks, now ", world,
+             ") re-splits the rest of the "
+             "whole epoch, which --steps-per-epoch cuts short; resume at ",
+             saved_world, " ranks or from an epoch end");
     if (saved_world != world) resplit_from = resume_consumed;
     const std::vector<int64_t> order =
         data::epoch_order(train_set->size(), c.seed, first_epoch - 1);
@@ -589,12 +659,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     std::vector<Device> devices;
     for (int k = 0; k < n; ++k) devices.push_back(Device::cuda(k));
     RG_CHECK(device == devices[0], "--mode dp keeps the module on cuda:0 (got ", device.str(), ")");
-    dp = std::make_unique<nn::DataParallel>(model, devices, [&] {
-      return nn::make_model({.name = c.model,
-                             .sample_shape = train_set->sample_shape(),
-                             .num_classes = train_set->num_classes(),
-                             .seed = c.seed});
-    });
+    dp = std::make_unique<nn::DataParallel>(model, devices,
+                                            [&] { return nn::make_model(model_spec); });
     out << fmt::format(
         "ringgrad-train: DataParallel over {} devices (batch {} split along dim 0)\n", n,
         c.batch_size);
@@ -664,6 +730,22 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       "{} lr={} batch={} epochs={} on {}\n",
       c.model, c.dataset, train_set->size(), test_set->size(), model->parameter_count(),
       opt->name(), c.lr, c.batch_size, c.epochs, device.str());
+  if (text_set)
+    out << fmt::format(
+        "ringgrad-train: text {}: vocabulary of {} characters, blocks of {} tokens ({} per step "
+        "in all), {} steps per epoch\n",
+        c.data_file, text_set->vocab().size(), c.block_size, c.batch_size * c.block_size * world,
+        steps_per_epoch);
+  if (const auto groups = weight_decay_groups(c, *model); groups.size() > 1 && c.weight_decay > 0) {
+    std::vector<std::string> parts;
+    for (const auto& g : groups) {
+      int64_t n = 0;
+      for (const Tensor& p : g.params) n += p.numel();
+      parts.push_back(fmt::format("{} on {} tensors ({} values)", g.weight_decay.value_or(0),
+                                  g.params.size(), n));
+    }
+    out << fmt::format("ringgrad-train: weight decay {}\n", fmt::join(parts, ", "));
+  }
   if (pg)
     out << fmt::format(
         "ringgrad-train: DDP over {} ranks ({} {}, buckets {} MiB / first {} MiB, "
@@ -797,6 +879,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     scaler.step(*opt);  // opt->step() unless f16 gradients overflowed
     scaler.update();
   };
+  // Rates count targets: images, or with token data every predicted token.
+  const char* const rate_unit = text_set ? "tok/s" : "img/s";
   TrainResult result;
   const auto run_start = Clock::now();
   for (int epoch = first_epoch; epoch <= c.epochs && step < planned_steps; ++epoch) {
@@ -948,14 +1032,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         // Until the first all-reduced window, no loss to show.
         const std::string shown =
             std::isnan(shown_loss) ? std::string("--") : fmt::format("{:.4f}", shown_loss);
-        out << fmt::format("\repoch {} [{}{}] {}/{} loss {} {:.0f} img/s ETA {}  ", epoch,
+        out << fmt::format("\repoch {} [{}{}] {}/{} loss {} {:.0f} {} ETA {}  ", epoch,
                            std::string(size_t(filled), '='),
                            std::string(size_t(width - filled), ' '), epoch_steps, epoch_planned,
-                           shown, ips, format_duration(eta));
+                           shown, ips, rate_unit, format_duration(eta));
         out.flush();
       } else if (report) {
-        out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} img/s ETA {}\n", epoch,
-                           epoch_steps, epoch_planned, shown_loss, ips, format_duration(eta));
+        out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} {} ETA {}\n", epoch, epoch_steps,
+                           epoch_planned, shown_loss, ips, rate_unit, format_duration(eta));
         out.flush();
       }
     }
@@ -980,11 +1064,11 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
     if ((c.eval_every > 0 && epoch % c.eval_every == 0) || last) {
       test_fault("eval", epoch);
       const auto amp_scope = autocast();  // evaluated as trained
-      const EvalResult e =
-          pg && c.eval_on_rank0
-              ? evaluate_on_rank0(*model, *test_set, c.test_batch_size, c.workers, *pg, device,
-                                  epoch)
-              : evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(), device);
+      const EvalResult e = pg && c.eval_on_rank0
+                               ? evaluate_on_rank0(*model, *test_set, c.test_batch_size, c.workers,
+                                                   *pg, device, epoch, c.eval_samples)
+                               : evaluate(*model, *test_set, c.test_batch_size, c.workers, pg.get(),
+                                          device, c.eval_samples);
       s.evaluated = true;
       s.test_loss = e.loss;
       s.top1 = e.top1;
@@ -995,12 +1079,13 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
       out << fmt::format(" | test loss {:.4f} | top-1 {:.2f}% | top-5 {:.2f}%", s.test_loss,
                          100 * s.top1, 100 * s.top5);
     }
-    out << fmt::format(" | {:.0f} img/s | {:.1f} s\n", s.img_per_s, s.seconds);
+    out << fmt::format(" | {:.0f} {} | {:.1f} s\n", s.img_per_s, rate_unit, s.seconds);
     out.flush();
     if (metrics) {
-      nlohmann::json j = {{"type", "epoch"},          {"epoch", epoch},
-                          {"steps", s.steps},         {"train_loss", s.train_loss},
-                          {"img_per_s", s.img_per_s}, {"seconds", s.seconds}};
+      nlohmann::json j = {{"type", "epoch"},  {"epoch", epoch},
+                          {"steps", s.steps}, {"train_loss", s.train_loss},
+                          {"step", step},     {"seconds", s.seconds}};
+      j[text_set ? "tokens_per_s" : "img_per_s"] = s.img_per_s;
       if (s.evaluated) {
         j["test_loss"] = s.test_loss;
         j["top1"] = s.top1;

@@ -14,6 +14,14 @@ struct TrainConfig {
   std::string dataset = "mnist";
   std::string data_dir;  // default: data/<dataset>
   bool augment = true;   // CIFAR training sets: random crop and flip (false: --no-augment)
+  // --dataset text (a character-level language model's data, data/text.h): the UTF-8 file, the
+  // block size (tokens per sample) and the share of the file's end held out for validation.
+  std::string data_file;
+  int64_t block_size = 128;
+  double val_fraction = 0.1;
+  // The model's dropout (toynet, gpt-*); false (--no-dropout) sets every rate to 0.
+  bool dropout = true;
+  bool tie_weights = false;  // gpt-*: lm_head.weight is the token embedding's (--tie-weights)
   int epochs = 1;
   int64_t batch_size = 64;
   int64_t test_batch_size = 1000;
@@ -21,6 +29,11 @@ struct TrainConfig {
   double lr = 0.01;
   double momentum = 0.9;
   double weight_decay = 0.0;
+  // Which parameters weight decay applies to: all, linear (the weights of Linear layers only:
+  // minGPT's configure_optimizers, biases, norms and embeddings get none) or auto (linear for
+  // gpt-*, all otherwise).
+  std::string weight_decay_groups = "auto";
+  double adam_beta1 = 0.9, adam_beta2 = 0.999;  // adam, adamw (minGPT: 0.9, 0.95)
   bool nesterov = false;
   std::string lr_schedule = "constant";  // constant | step | multistep | cosine
   double warmup_epochs = 0.0;
@@ -32,6 +45,12 @@ struct TrainConfig {
   int workers = 2;
   int eval_every = 1;         // epochs; 0 = only after the last epoch
   int64_t max_steps = -1;     // stop training after this many steps in total (-1: no limit)
+  // An epoch ends after this many steps (0: when the data runs out). For data sets too large for
+  // whole epochs (the text data set has a sample at every character): epochs become the units of
+  // evaluation, checkpoints and the LR schedule's horizon, each a fresh shuffle of all samples.
+  int64_t steps_per_epoch = 0;
+  // Evaluate on the first N samples of the test set only (0: all of them).
+  int64_t eval_samples = 0;
   std::string metrics_path;   // JSONL, one line per epoch and a final line
   bool progress_bar = false;  // \r-updated bar (terminals); otherwise plain lines
   // cpu, cuda or cuda:N; under a launcher "cuda" is the rank's GPU (NCCL's choice: rank % GPUs).

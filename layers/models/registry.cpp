@@ -3,6 +3,7 @@
 
 #include "engine/generator.h"
 #include "kernels/error.h"
+#include "layers/models/gpt.h"
 #include "layers/models/mlp.h"
 #include "layers/models/resnet.h"
 #include "layers/models/toynet.h"
@@ -27,7 +28,17 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec) {
              " expects 3-channel images, got samples of shape ", shape_str(spec.sample_shape));
     return std::make_shared<ResNet18>(spec.num_classes, gen, spec.name == "resnet18-imagenet");
   }
-  RG_FAIL("unknown model '", spec.name, "' (expected toynet, mlp, resnet18 or resnet18-imagenet)");
+  if (spec.name.starts_with("gpt-")) {
+    RG_CHECK(spec.sample_shape.size() == 1, "model ", spec.name,
+             " expects token sequences (samples of shape [block_size], e.g. --dataset text), got ",
+             shape_str(spec.sample_shape));
+    GptConfig config = gpt_config(spec.name, spec.num_classes, spec.sample_shape[0]);
+    config.tie_weights = spec.tie_weights;
+    if (!spec.dropout) config.embd_pdrop = config.resid_pdrop = 0.0;
+    return std::make_shared<GPT>(config, gen, dropout_gen);
+  }
+  RG_FAIL("unknown model '", spec.name,
+          "' (expected toynet, mlp, resnet18, resnet18-imagenet, gpt-nano, gpt-micro or gpt-mini)");
 }
 
 }  // namespace rg::nn

@@ -18,6 +18,8 @@ struct ModelSpec {
   // "resnet18": ResNet18 with the CIFAR stem (3x3 conv, stride 1, no max-pool); needs 3-channel
   //   samples {3, H, W}. "resnet18-imagenet": the same with the ImageNet stem (7x7 conv, stride 2,
   //   3x3 max-pool).
+  // "gpt-nano", "gpt-micro", "gpt-mini": minGPT (layers/models/gpt.h) over token ids; needs
+  //   sample_shape {block_size} and num_classes = the vocabulary size (the text dataset's).
   // Any other name is an rg::Error listing these.
   std::string name;
   Shape sample_shape;        // one sample without the batch dimension, e.g. {1, 28, 28}
@@ -29,6 +31,9 @@ struct ModelSpec {
   // so training is deterministic for exact comparisons. mlp and resnet18 have no dropout and ignore
   // it.
   bool dropout = true;
+  // gpt-*: minGPT's embedding and residual dropout of 0.1 (0 without `dropout`), and a head tied to
+  // the token embedding when set.
+  bool tie_weights = false;
 };
 
 // Builds spec.name for spec's sample shape and classes, checking the shape up front (rg::Error

@@ -21,6 +21,7 @@
 #include "layers/linear.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
+#include "layers/optim/param_groups.h"
 #include "support/errors.h"
 #include "support/parameter_difference.h"
 
@@ -172,6 +173,71 @@ TEST(Ddp, ClipGradNormAfterBackwardClipsTheAveragedGradients) {
     s.clip_grad_norm = 0.05;
     s.ddp.gradient_as_bucket_view = view;
     EXPECT_LE(ddp_vs_single_process(s), kExactTolerance) << "gradient_as_bucket_view=" << view;
+  }
+}
+
+// minGPT's recipe under DDP: GPT on token ids, AdamW with weight decay on the Linear weights only
+// (betas 0.9, 0.95), gradient clipping at 1 on the averaged gradients; N ranks of B sequences
+// equal one process with the N*B sequences, in f64, with and without a tied head (the shared
+// parameter gets both uses' gradients in one bucket slot).
+TEST(Ddp, GptRecipeMatchesOneProcessWithTheWholeBatch) {
+  constexpr int64_t T = 8, V = 11, B = 3, kSteps = 4;
+  for (bool tie : {false, true}) {
+    auto& pg = *default_group();
+    const int n = pg.size(), r = pg.rank();
+    const auto make = [&] {
+      auto m = nn::make_model({.name = "gpt-nano",
+                               .sample_shape = {T},
+                               .num_classes = V,
+                               .seed = 3,
+                               .dropout = false,
+                               .tie_weights = tie});
+      m->to(DType::f64);
+      return m;
+    };
+    auto ref = make(), model = make();
+    DdpOptions ddp_options;
+    ddp_options.bucket_cap_mb = 0.05;  // several buckets
+    DistributedDataParallel ddp(model, default_group(), ddp_options);
+    const optim::AdamOptions o{.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
+    auto ref_opt = optim::make_adamw(optim::linear_weight_decay_groups(*ref, 0.1), o);
+    auto opt = optim::make_adamw(optim::linear_weight_decay_groups(*model, 0.1), o);
+    // Random token sequences of T + 1 ids: inputs are the first T, targets the last T.
+    Generator gen(5);
+    const int64_t global = int64_t(n) * B;
+    const std::vector<double> u =
+        rand({kSteps * global * (T + 1)}, gen, DType::f64).to_vector<double>();
+    const auto sequences = [&](int64_t first, int64_t count) {
+      std::vector<int64_t> x, y;
+      for (int64_t s = first; s < first + count; ++s)
+        for (int64_t t = 0; t <= T; ++t) {
+          const int64_t id =
+              std::min<int64_t>(V - 1, int64_t(u[size_t(s * (T + 1) + t)] * double(V)));
+          if (t < T) x.push_back(id);
+          if (t > 0) y.push_back(id);
+        }
+      return std::pair{from_vector(x, {count, T}), from_vector(y, {count * T})};
+    };
+    const auto loss_of = [&](const Tensor& logits, const Tensor& y) {
+      return cross_entropy(logits.view({-1, V}), y);
+    };
+    for (int64_t step = 0; step < kSteps; ++step) {
+      const auto [xa, ya] = sequences(step * global, global);
+      ref_opt->zero_grad();
+      loss_of(ref->forward(xa), ya).backward();
+      const double norm = nn::utils::clip_grad_norm_(ref->parameters(), 1.0).item();
+      ref_opt->step();
+      const auto [xm, ym] = sequences(step * global + r * B, B);
+      opt->zero_grad();
+      loss_of(ddp(xm), ym).backward();
+      nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+      opt->step();
+      if (r == 0 && step == 0)
+        std::cout << "gpt tie=" << tie << " first gradient norm " << norm << "\n";
+    }
+    const double d = testing::relative_parameter_difference(*model, *ref);
+    EXPECT_LE(d, kExactTolerance) << "tie_weights=" << tie;
+    if (r == 0) std::cout << "gpt-nano recipe tie=" << tie << ": " << d << "\n";
   }
 }
 
