@@ -259,6 +259,19 @@ TEST_F(GptSample, BadPromptsAndFilesAreClearErrors) {
   r = sample({"--checkpoint", path("missing.safetensors")});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("File does not exist"), std::string::npos) << r.out;
+
+  // Runtime errors with the reason, exit 1: an empty prompt, a prompt that is not UTF-8, a file
+  // that is not safetensors.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> errors = {
+      {{"--checkpoint", checkpoint_, "--prompt", ""}, "the prompt is empty"},
+      {{"--checkpoint", checkpoint_, "--prompt", "the \xff"},
+       "invalid UTF-8 at byte offset 4: byte 0xFF cannot start a character"},
+      {{"--checkpoint", text_file_}, "not a safetensors file"}};
+  for (const auto& [args, message] : errors) {
+    r = sample(args);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << "expected '" << message << "'\n" << r.out;
+  }
 }
 
 // A rank killed after step 5 (two steps after the snapshot of step 4, mid-epoch) under ringgrad-run
@@ -286,6 +299,11 @@ TEST_F(GptApp, KilledRankResumesFromTheSnapshotBitIdentical) {
               testing::file_contents(path("faulted.safetensors")))
       << "the final snapshots differ\n"
       << faulted.out;
+  // ringgrad-sample reads snapshots too (their DDP state is left aside).
+  const ProcessResult sampled =
+      sample({"--checkpoint", path("faulted.safetensors"), "--prompt", "sea", "--tokens", "20"});
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.out;
+  EXPECT_TRUE(sampled.out.starts_with("sea")) << sampled.out;
 }
 
 // --amp bf16 on the CPU: autocast's bf16 GEMMs in the forward, f32 master weights; the run
