@@ -86,26 +86,12 @@ class GptApp : public testing::ScratchDirTest {
   // gpt-nano on the text: blocks of 16, batch 8 per rank, `steps` steps per epoch, the whole
   // validation split (24 blocks) evaluated in one batch, then `more`.
   std::vector<std::string> gpt_args(int steps, int epochs, std::vector<std::string> more) const {
-    std::vector<std::string> args = {"--model",
-                                     "gpt-nano",
-                                     "--dataset",
-                                     "text",
-                                     "--data-file",
-                                     text_file_,
-                                     "--block-size",
-                                     "16",
-                                     "--batch-size",
-                                     "8",
-                                     "--test-batch-size",
-                                     "64",
-                                     "--steps-per-epoch",
-                                     std::to_string(steps),
-                                     "--epochs",
-                                     std::to_string(epochs),
-                                     "--workers",
-                                     "0",
-                                     "--seed",
-                                     "3"};
+    std::vector<std::string> args = {"--data-file",         text_file_, "--steps-per-epoch",
+                                     std::to_string(steps), "--epochs", std::to_string(epochs)};
+    std::istringstream fixed(
+        "--model gpt-nano --dataset text --block-size 16 --batch-size 8 --test-batch-size 64 "
+        "--workers 0 --seed 3");
+    for (std::string w; fixed >> w;) args.push_back(w);
     args.insert(args.end(), more.begin(), more.end());
     return args;
   }
