@@ -2,7 +2,8 @@
 // arrays viewed as [bh, t, d] (batch * heads, sequence, head size), contiguous:
 //   out[r, i] = sum_{j <= i} P[r, i, j] v[r, j],  P = softmax_j(scale * q[r, i] . k[r, j]), j <= i.
 // The forward keeps the per-row log-sum-exp of the scaled scores over the allowed keys, so the
-// backward recomputes P row by row and never stores a t x t matrix (FlashAttention's scheme).
+// backward recomputes P from it (FlashAttention's scheme): CUDA never stores more than a tile of
+// P, the CPU a block of 64 query rows by the keys they see, per worker.
 // kernels/cpu/attention.cpp defines CausalAttention<Cpu> (f32, f64), kernels/cuda/attention.cu
 // CausalAttention<Cuda> (f32, f64, f16, bf16).
 //

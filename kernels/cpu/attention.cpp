@@ -1,30 +1,38 @@
-// The causal self-attention kernels on the CPU (kernels/attention.h): a reference path. The
-// forward and the query gradient run (head, query row) pairs in parallel, the key and value
-// gradients (head, key row) pairs, each recomputing its row of P from the saved log-sum-exp and
-// summing in a fixed order.
+// The causal self-attention kernels on the CPU (kernels/attention.h). Heads run in parallel, one
+// worker per head with single-threaded OpenBLAS, and each head goes through blocks of kRows query
+// rows: the block's scores against the keys it may see (one GEMM, at most kRows x t of scratch),
+// the causal softmax row by row (Eigen's vectorized exp), then GEMMs for the output or, in the
+// backward, for dV, dP, dQ and dK (dK and dV accumulate over the blocks in block order). A head's
+// arithmetic does not depend on the number of threads, so neither do the results.
 #include "kernels/attention.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
 namespace rg::kernels {
 namespace {
 
-// Rows per parallel task: enough work that a task outweighs its scheduling.
-int64_t grain_for(int64_t per_row) {
-  return per_row >= (1 << 12) ? 1 : (1 << 12) / (per_row + 1) + 1;
-}
+constexpr int64_t kRows = 64;  // query rows per block: the scratch is 2 x kRows x t per worker
 
-template <class A, class T>
-A dot(const T* a, const T* b, int64_t d) {
-  A s = 0;
-  for (int64_t c = 0; c < d; ++c) s += A(a[c]) * A(b[c]);
-  return s;
+template <class T>
+using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// s = alpha * q[rows] k[0:n]^T: the scores of `rows` queries against the first n keys (all zero
+// when d is 0, which BLAS need not handle).
+template <class T>
+void scores(const T* q, const T* k, int64_t rows, int64_t n, int64_t d, T alpha, T* s) {
+  if (d == 0) {
+    std::fill_n(s, rows * n, T(0));
+    return;
+  }
+  cpu::gemm<T>(false, true, rows, n, d, alpha, q, d, k, d, T(0), s, n);
 }
 
 }  // namespace
@@ -33,36 +41,33 @@ template <>
 template <class T>
 void CausalAttention<Cpu>::forward(const T* q, const T* k, const T* v, int64_t bh, int64_t t,
                                    int64_t d, double scale, T* out, AttentionAcc<T>* lse, Ctx ctx) {
-  using A = AttentionAcc<T>;
   detail::check_attention_sizes("causal_attention", bh, t, d, scale);
-  const A sc = A(scale);
+  if (bh == 0 || t == 0) return;
+  cpu::SingleThreadedBlas single;
   cpu::parallel_for(
-      0, bh * t, grain_for(t * (d + 1)),
+      0, bh, 1,
       [&](int64_t lo, int64_t hi) {
-        std::vector<A> p(static_cast<size_t>(t)), acc(static_cast<size_t>(d));
-        for (int64_t row = lo; row < hi; ++row) {
-          const int64_t r = row / t, i = row % t;
-          const T* qi = q + row * d;
-          const T* kr = k + r * t * d;
-          const T* vr = v + r * t * d;
-          A m = -std::numeric_limits<A>::infinity();
-          for (int64_t j = 0; j <= i; ++j) {
-            p[size_t(j)] = sc * dot<A>(qi, kr + j * d, d);
-            m = std::max(m, p[size_t(j)]);
+        std::vector<T> s(static_cast<size_t>(std::min(kRows, t) * t));
+        for (int64_t r = lo; r < hi; ++r) {
+          const T *qr = q + r * t * d, *kr = k + r * t * d, *vr = v + r * t * d;
+          for (int64_t i0 = 0; i0 < t; i0 += kRows) {
+            const int64_t rows = std::min(kRows, t - i0), n = i0 + rows;  // keys 0 .. n-1
+            scores(qr + i0 * d, kr, rows, n, d, T(scale), s.data());
+            for (int64_t ii = 0; ii < rows; ++ii) {
+              T* row = s.data() + ii * n;
+              const int64_t valid = i0 + ii + 1;  // keys j <= i
+              Row<T> p(row, valid);
+              const T m = p.maxCoeff();
+              p = (p - m).exp();
+              const T sum = p.sum();
+              p *= T(1) / sum;
+              std::fill(row + valid, row + n, T(0));
+              lse[r * t + i0 + ii] = m + std::log(sum);
+            }
+            if (d > 0)
+              cpu::gemm<T>(false, false, rows, d, n, T(1), s.data(), n, vr, d, T(0),
+                           out + (r * t + i0) * d, d);
           }
-          A sum = 0;
-          for (int64_t j = 0; j <= i; ++j) {
-            p[size_t(j)] = std::exp(p[size_t(j)] - m);
-            sum += p[size_t(j)];
-          }
-          std::fill(acc.begin(), acc.end(), A(0));
-          for (int64_t j = 0; j <= i; ++j) {
-            const T* vj = vr + j * d;
-            for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += p[size_t(j)] * A(vj[c]);
-          }
-          T* o = out + row * d;
-          for (int64_t c = 0; c < d; ++c) o[c] = T(acc[size_t(c)] / sum);
-          lse[row] = m + std::log(sum);
         }
       },
       ctx.threads);
@@ -78,63 +83,51 @@ template <class T>
 void CausalAttention<Cpu>::backward(const T* gout, const T* q, const T* k, const T* v, const T* out,
                                     const AttentionAcc<T>* lse, int64_t bh, int64_t t, int64_t d,
                                     double scale, T* gq, T* gk, T* gv, Workspace, Ctx ctx) {
-  using A = AttentionAcc<T>;
   detail::check_attention_sizes("causal_attention_backward", bh, t, d, scale);
-  const A sc = A(scale);
-  std::vector<A> delta(static_cast<size_t>(bh * t));
+  if (bh == 0 || t == 0 || d == 0) return;  // d == 0: every gradient is empty
+  cpu::SingleThreadedBlas single;
   cpu::parallel_for(
-      0, bh * t, grain_for(d),
+      0, bh, 1,
       [&](int64_t lo, int64_t hi) {
-        for (int64_t row = lo; row < hi; ++row)
-          delta[size_t(row)] = dot<A>(gout + row * d, out + row * d, d);
-      },
-      ctx.threads);
-  // P_ij and dS_ij of head r.
-  const auto p_ds = [&](int64_t r, int64_t i, int64_t j, A& p, A& ds) {
-    const int64_t qi = (r * t + i) * d, kj = (r * t + j) * d;
-    p = std::exp(sc * dot<A>(q + qi, k + kj, d) - lse[r * t + i]);
-    ds = p * (dot<A>(gout + qi, v + kj, d) - delta[size_t(r * t + i)]);
-  };
-  // gq, by query row.
-  cpu::parallel_for(
-      0, bh * t, grain_for(t * (d + 1)),
-      [&](int64_t lo, int64_t hi) {
-        std::vector<A> acc(static_cast<size_t>(d));
-        for (int64_t row = lo; row < hi; ++row) {
-          const int64_t r = row / t, i = row % t;
-          std::fill(acc.begin(), acc.end(), A(0));
-          for (int64_t j = 0; j <= i; ++j) {
-            A p, ds;
-            p_ds(r, i, j, p, ds);
-            const T* kj = k + (r * t + j) * d;
-            for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += ds * A(kj[c]);
+        const size_t block = static_cast<size_t>(std::min(kRows, t) * t);
+        std::vector<T> p(block), dp(block), delta(static_cast<size_t>(t));
+        for (int64_t r = lo; r < hi; ++r) {
+          const int64_t off = r * t * d;
+          const T *qr = q + off, *kr = k + off, *vr = v + off, *gr = gout + off;
+          T *gqr = gq + off, *gkr = gk + off, *gvr = gv + off;
+          std::fill_n(gkr, t * d, T(0));
+          std::fill_n(gvr, t * d, T(0));
+          for (int64_t i = 0; i < t; ++i) {  // delta_i = gout_i . out_i
+            T acc = 0;
+            for (int64_t c = 0; c < d; ++c) acc += gr[i * d + c] * out[off + i * d + c];
+            delta[size_t(i)] = acc;
           }
-          for (int64_t c = 0; c < d; ++c) gq[row * d + c] = T(sc * acc[size_t(c)]);
-        }
-      },
-      ctx.threads);
-  // gk and gv, by key row.
-  cpu::parallel_for(
-      0, bh * t, grain_for(t * (d + 1)),
-      [&](int64_t lo, int64_t hi) {
-        std::vector<A> ak(static_cast<size_t>(d)), av(static_cast<size_t>(d));
-        for (int64_t row = lo; row < hi; ++row) {
-          const int64_t r = row / t, j = row % t;
-          std::fill(ak.begin(), ak.end(), A(0));
-          std::fill(av.begin(), av.end(), A(0));
-          for (int64_t i = j; i < t; ++i) {
-            A p, ds;
-            p_ds(r, i, j, p, ds);
-            const T* qi = q + (r * t + i) * d;
-            const T* gi = gout + (r * t + i) * d;
-            for (int64_t c = 0; c < d; ++c) {
-              ak[size_t(c)] += ds * A(qi[c]);
-              av[size_t(c)] += p * A(gi[c]);
+          for (int64_t i0 = 0; i0 < t; i0 += kRows) {
+            const int64_t rows = std::min(kRows, t - i0), n = i0 + rows;
+            // P from the saved log-sum-exp, zero above the diagonal.
+            scores(qr + i0 * d, kr, rows, n, d, T(scale), p.data());
+            for (int64_t ii = 0; ii < rows; ++ii) {
+              T* row = p.data() + ii * n;
+              const int64_t valid = i0 + ii + 1;
+              Row<T> pr(row, valid);
+              pr = (pr - T(lse[r * t + i0 + ii])).exp();
+              std::fill(row + valid, row + n, T(0));
             }
-          }
-          for (int64_t c = 0; c < d; ++c) {
-            gk[row * d + c] = T(sc * ak[size_t(c)]);
-            gv[row * d + c] = T(av[size_t(c)]);
+            const T* gb = gr + i0 * d;
+            // dV[0:n] += P^T gout_block;  dP = gout_block V[0:n]^T.
+            cpu::gemm<T>(true, false, n, d, rows, T(1), p.data(), n, gb, d, T(1), gvr, d);
+            cpu::gemm<T>(false, true, rows, n, d, T(1), gb, d, vr, d, T(0), dp.data(), n);
+            // dS = P (dP - delta), in place of dP (zero where P is).
+            for (int64_t ii = 0; ii < rows; ++ii) {
+              Row<T> ds(dp.data() + ii * n, n);
+              const Row<T> pr(p.data() + ii * n, n);
+              ds = pr * (ds - delta[size_t(i0 + ii)]);
+            }
+            // dQ_block = scale dS K[0:n];  dK[0:n] += scale dS^T Q_block.
+            cpu::gemm<T>(false, false, rows, d, n, T(scale), dp.data(), n, kr, d, T(0),
+                         gqr + i0 * d, d);
+            cpu::gemm<T>(true, false, n, d, rows, T(scale), dp.data(), n, qr + i0 * d, d, T(1), gkr,
+                         d);
           }
         }
       },

@@ -136,36 +136,39 @@ TEST(CausalAttention, HeadsAreIndependent) {
 
 TEST(CausalAttention, MatchesTheComposedOps) {
   // One head as softmax(q k^T * scale + mask) v from linear (q k^T), add, softmax and matmul,
-  // the mask -1e30 above the diagonal; outputs and gradients of sum(out * w) in f64.
-  Generator gen(13);
-  const int64_t t = 9, d = 5;
-  const double scale = 1 / std::sqrt(double(d));
-  std::vector<double> mask(size_t(t * t), 0.0);
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = i + 1; j < t; ++j) mask[size_t(i * t + j)] = -1e30;
-  const Tensor w = randn({t, d}, gen, DType::f64);
-  std::vector<Tensor> leaves;
-  for (int n = 0; n < 6; ++n) {  // q, k, v for the op, then copies for the composition
-    if (n < 3)
-      leaves.push_back(randn({t, d}, gen, DType::f64));
-    else
-      leaves.push_back(leaves[size_t(n - 3)].clone().detach());
-    leaves.back().set_requires_grad(true);
+  // the mask -1e30 above the diagonal; outputs and gradients of sum(out * w) in f64. T = 150
+  // crosses the CPU kernel's blocks of 64 query rows (the last one partial).
+  for (const int64_t t : {9, 150}) {
+    Generator gen(13);
+    const int64_t d = 5;
+    const double scale = 1 / std::sqrt(double(d));
+    std::vector<double> mask(size_t(t * t), 0.0);
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = i + 1; j < t; ++j) mask[size_t(i * t + j)] = -1e30;
+    const Tensor w = randn({t, d}, gen, DType::f64);
+    std::vector<Tensor> leaves;
+    for (int n = 0; n < 6; ++n) {  // q, k, v for the op, then copies for the composition
+      if (n < 3)
+        leaves.push_back(randn({t, d}, gen, DType::f64));
+      else
+        leaves.push_back(leaves[size_t(n - 3)].clone().detach());
+      leaves.back().set_requires_grad(true);
+    }
+    const Shape four = {1, 1, t, d};
+    const Tensor out =
+        causal_attention(leaves[0].reshape(four), leaves[1].reshape(four), leaves[2].reshape(four))
+            .reshape({t, d});
+    sum(mul(out, w)).backward();
+    const Tensor scores =
+        add(mul(linear(leaves[3], leaves[4]), scale), from_vector<double>(mask, {t, t}));
+    const Tensor composed = matmul(softmax(scores, 1), leaves[5]);
+    sum(mul(composed, w)).backward();
+    expect_near(out.to_vector<double>(), composed.to_vector<double>(), 1e-14, "out");
+    const char* names[] = {"gq", "gk", "gv"};
+    for (size_t n = 0; n < 3; ++n)
+      expect_near(leaves[n].grad().to_vector<double>(), leaves[n + 3].grad().to_vector<double>(),
+                  1e-13, names[n]);
   }
-  const Shape four = {1, 1, t, d};
-  const Tensor out =
-      causal_attention(leaves[0].reshape(four), leaves[1].reshape(four), leaves[2].reshape(four))
-          .reshape({t, d});
-  sum(mul(out, w)).backward();
-  const Tensor scores =
-      add(mul(linear(leaves[3], leaves[4]), scale), from_vector<double>(mask, {t, t}));
-  const Tensor composed = matmul(softmax(scores, 1), leaves[5]);
-  sum(mul(composed, w)).backward();
-  expect_near(out.to_vector<double>(), composed.to_vector<double>(), 1e-14, "out");
-  const char* names[] = {"gq", "gk", "gv"};
-  for (size_t n = 0; n < 3; ++n)
-    expect_near(leaves[n].grad().to_vector<double>(), leaves[n + 3].grad().to_vector<double>(),
-                1e-13, names[n]);
 }
 
 TEST(CausalAttention, ShapeErrors) {
