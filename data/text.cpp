@@ -125,9 +125,16 @@ CharVocab::CharVocab(std::u32string chars) : chars_(std::move(chars)) {
 }
 
 CharVocab CharVocab::from_code_points(std::u32string_view code_points) {
-  std::u32string chars(code_points);
-  std::sort(chars.begin(), chars.end());
-  chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
+  // One pass marking the code points seen (a text has few distinct ones), then the marks in order:
+  // linear in the text, where sorting it all took a noticeable part of a run's start.
+  std::vector<bool> seen;
+  for (const char32_t c : code_points) {
+    if (size_t(c) >= seen.size()) seen.resize(std::max<size_t>(size_t(c) + 1, 2 * seen.size()));
+    seen[size_t(c)] = true;
+  }
+  std::u32string chars;
+  for (size_t c = 0; c < seen.size(); ++c)
+    if (seen[c]) chars.push_back(char32_t(c));
   return CharVocab(std::move(chars));
 }
 

@@ -268,8 +268,7 @@ Tensor& Tensor::fill_(double value) {
   }
   dispatch_all(dtype(), [&]<class T>() {
     const T v = kernels::cpu::convert<T>(value);
-    T* p = data<T>();
-    for (int64_t i = 0; i < numel(); ++i) p[i] = v;
+    std::fill_n(data<T>(), numel(), v);
   });
   bump_version();
   return *this;

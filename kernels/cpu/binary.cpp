@@ -60,6 +60,26 @@ void apply_scalar(BinaryOp op, const ConstArrayMap<T>& x, T s, bool scalar_first
   }
 }
 
+// o = x op y elementwise over arrays of one length (Eigen-vectorized).
+template <class T>
+void apply_arrays(BinaryOp op, const ConstArrayMap<T>& x, const ConstArrayMap<T>& y,
+                  ArrayMap<T>& o) {
+  switch (op) {
+    case BinaryOp::add:
+      o = x + y;
+      break;
+    case BinaryOp::sub:
+      o = x - y;
+      break;
+    case BinaryOp::mul:
+      o = x * y;
+      break;
+    case BinaryOp::div:
+      o = x / y;
+      break;
+  }
+}
+
 }  // namespace
 
 template <>
@@ -71,20 +91,7 @@ void Binary<Cpu>::binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
       [&](int64_t lo, int64_t hi) {
         ConstArrayMap<T> x(a + lo, hi - lo), y(b + lo, hi - lo);
         ArrayMap<T> o(out + lo, hi - lo);
-        switch (op) {
-          case BinaryOp::add:
-            o = x + y;
-            break;
-          case BinaryOp::sub:
-            o = x - y;
-            break;
-          case BinaryOp::mul:
-            o = x * y;
-            break;
-          case BinaryOp::div:
-            o = x / y;
-            break;
-        }
+        apply_arrays(op, x, y, o);
       },
       ctx.threads);
 }
@@ -112,6 +119,20 @@ void Binary<Cpu>::binary_per_channel(BinaryOp op, const T* a, const T* b, T* out
   detail::check_per_channel(outer, channels, inner);
   const int64_t planes = outer * channels;
   if (planes == 0 || inner == 0) return;
+  if (inner == 1) {  // b is a row repeated over outer (a [B, T, C] + [T, C] broadcast): row by row
+    parallel_for(
+        0, outer, std::max<int64_t>(1, kGrain / channels),
+        [&](int64_t lo, int64_t hi) {
+          const ConstArrayMap<T> y(b, channels);
+          for (int64_t row = lo; row < hi; ++row) {
+            const ConstArrayMap<T> x(a + row * channels, channels);
+            ArrayMap<T> o(out + row * channels, channels);
+            apply_arrays(op, b_first ? y : x, b_first ? x : y, o);
+          }
+        },
+        ctx.threads);
+    return;
+  }
   parallel_for(
       0, planes, std::max<int64_t>(1, kGrain / inner),
       [&](int64_t lo, int64_t hi) {

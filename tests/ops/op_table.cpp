@@ -120,6 +120,8 @@ OpEntry binary_entry(const std::string& name, Tensor (*op)(const Tensor&, const 
         {{}, {7, 5}},               // 0-d first operand
         {{17, 33}, {33}},           // bias
         {{4, 5}, {5}},              // bias, small
+        {{5}, {4, 5}},              // bias first (rsub/rdiv order)
+        {{2, 6, 4}, {6, 4}},        // GPT's token + position embeddings
         {{4, 3, 5, 7}, {3, 1, 1}},  // per channel
         {{3, 1, 1}, {4, 3, 5, 7}},  // per channel, broadcast operand first
         {{6, 1, 5}, {1, 4, 1}},     // both broadcast: the general kernel
