@@ -223,8 +223,10 @@ def main():
                 print("ours:", " ".join(cmd), flush=True)
             ours.append(rows)
             theirs.append(run_torch(a, os.path.join(tmp, f"torch{r}.jsonl")))
+            # The 1-minute load average after the pair: above the 2 ranks' 2, something else ran.
             print(f"run {r + 1}: ours {tokens_per_s(ours[-1]):.0f} tok/s, PyTorch "
-                  f"{tokens_per_s(theirs[-1]):.0f} tok/s", flush=True)
+                  f"{tokens_per_s(theirs[-1]):.0f} tok/s (load average {os.getloadavg()[0]:.2f})",
+                  flush=True)
     print(f"\n{'epoch':>5} | {'step':>6} | {'val loss ours':>13} | {'val loss PyTorch':>16}")
     for e in range(a.epochs):
         o = statistics.median(run[e]["val_loss"] for run in ours)
