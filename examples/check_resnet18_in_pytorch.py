@@ -13,41 +13,18 @@ needed): an 8-byte little-endian header length, a JSON header, then the raw tens
 
 Exit status 0 when the outputs agree within the tolerance, 1 otherwise.
 """
-import json
 import os
-import struct
 import sys
 
 import torch
 
+from safetensors_io import load_safetensors  # plain-Python safetensors (same directory)
 from torch_models import ResNet18  # ringgrad's ResNet-18 in plain PyTorch (same directory)
 
 # Float32 results of the same network on two implementations differ by rounding only (the
 # convolutions sum in different orders); 20 layers of it stay far below this.
 ATOL = 1e-4
 RTOL = 1e-4
-
-DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16,
-          "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8}
-
-
-def load_safetensors(path):
-    """{name: tensor} from a safetensors file (the "__metadata__" entry is skipped)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + header_len])
-    body = data[8 + header_len:]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        dtype = DTYPES[info["dtype"]]
-        raw = bytearray(body[begin:end])  # a writable copy: frombuffer shares the memory
-        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-        tensors[name] = t.reshape(info["shape"])
-    return tensors
 
 
 def main():

@@ -5,6 +5,11 @@
 # figure as ours / PyTorch's, the median of alternating runs. Takes about 20 minutes on 2 cores;
 # --quick for a smoke test, --only/--models/--threads/--isa to narrow it (see --help).
 # Usage: scripts/bench-vs-pytorch.sh [--build DIR] [--repeats N] [--quick] [...]
+# minGPT's character-level recipe on the King James Bible (2-rank DDP, validation loss per epoch
+# and training tokens/s of both sides; about 15 minutes, so only when asked; fetches data/kjv):
+#   scripts/bench-vs-pytorch.sh --only gpt [--quick]
+# or bench/pytorch/gpt_bench.py directly for its own options (--model gpt-micro, --epochs,
+# --steps-per-epoch, --batch-size; see --help). Results: bench/results/gpt/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,10 +21,11 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
     { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch >/dev/null; }
 fi
 BUILD=build/ci
-if [ ! -x "$BUILD/apps/ringgrad-bench" ]; then
+if [[ " $* " == *gpt* && ! -f data/kjv/kjv.txt ]]; then scripts/get-data.sh kjv; fi
+if [ ! -x "$BUILD/apps/ringgrad-bench" ] || [ ! -x "$BUILD/apps/ringgrad-train" ]; then
   scripts/setup-deps.sh
   export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
   cmake --preset ci >/dev/null
-  cmake --build --preset ci -j "$(nproc)" --target ringgrad-bench ringgrad-run
+  cmake --build --preset ci -j "$(nproc)" --target ringgrad-bench ringgrad-run ringgrad-train
 fi
 exec /usr/bin/python3 bench/pytorch/compare.py "$@"

@@ -15,6 +15,10 @@ better for img/s and bandwidth, lower for RSS). Configurations:
           situation of a second job, or of a DDP rank's neighbour, on the same machine)
   allreduce  64 MiB f32 all-reduce, 2 and 4 ranks: our ring and shared memory against Gloo's own, all
           inside ringgrad-bench allreduce (same processes, same transport)
+  gpt     not in the default list (about 15 minutes on 2 cores; --quick: under a minute): minGPT's
+          character-level recipe on data/kjv/kjv.txt, 2-rank DDP, validation loss per epoch and
+          training tokens/s of both sides (bench/pytorch/gpt_bench.py, which also runs alone with
+          more options: --model, --epochs, --steps-per-epoch, --batch-size)
 """
 import argparse
 import itertools
@@ -27,6 +31,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_BENCH = os.path.join(ROOT, "bench", "pytorch", "train_bench.py")
+GPT_BENCH = os.path.join(ROOT, "bench", "pytorch", "gpt_bench.py")
 SUMMARY = re.compile(r"median ([0-9.]+) img/s \| peak RSS ([0-9.]+) MB")
 AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2",
             "DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -79,7 +84,8 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build", "ci"), help="ringgrad build dir")
     p.add_argument("--repeats", type=int, default=3, help="runs per side and configuration")
     p.add_argument("--only", default="train,ddp,busy,allreduce",
-                   help="comma list: train,ddp,busy,allreduce")
+                   help="comma list: train,ddp,busy,allreduce,gpt (gpt, about 15 minutes, only "
+                   "when named)")
     p.add_argument("--models", default="toynet,resnet18")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--isa", default="native,avx2")
@@ -174,8 +180,11 @@ def main():
                 for line in out.splitlines():
                     if "gloo" in line and ("64" in line or "M" in line):
                         print("   ", line)
-    if not rows:
-        return
+    if "gpt" in only:
+        # Its own table (losses per epoch as well as rates): gpt_bench.py prints it.
+        print("gpt: minGPT recipe on KJV, 2 ranks x 1T (bench/pytorch/gpt_bench.py)", flush=True)
+        subprocess.run(["/usr/bin/python3", GPT_BENCH, "--build", a.build, "--repeats",
+                        str(a.repeats)] + (["--quick"] if a.quick else []), check=True)
 
 
 if __name__ == "__main__":
