@@ -7,6 +7,8 @@
 #                    check_resnet18_in_pytorch.py when /usr/bin/python3 can import torch
 #   ddp              with the installed ringgrad-run, 2 processes
 #   custom_function  its gradient check
+#   mingpt_char      20 steps of gpt-nano on a small text written here, then a sample (and 4
+#                    steps with ringgrad-run, 2 processes), and its error for a missing file
 # Variables: BUILD_DIR, SOURCE_DIR (examples/), WORK_DIR, GENERATOR, MNIST_DIR.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -68,3 +70,32 @@ run(${prefix}/bin/ringgrad-run --nproc-per-node 2 --master-port 0 ${bin}/ddp --s
 
 # custom_function
 run(${bin}/custom_function)
+
+# mingpt_char: gpt-nano for 20 steps on a small text (its characters include the prompt's), then a
+# sample; one thread per process, as a busy 2-core machine needs. Under ringgrad-run, 2 ranks.
+string(REPEAT "In the beginning God created the heaven and the earth.\n\
+And God said, Let there be light: and there was light.\n" 40 text)
+file(WRITE ${WORK_DIR}/text.txt "${text}")
+set(gpt_flags --data-file ${WORK_DIR}/text.txt --block-size 32 --batch-size 16 --eval-every 10
+  --sample-tokens 40 --prompt "And God said")
+# check_mingpt(OUT_DIR): the last run printed a validation loss and a sample (under ringgrad-run
+# with its "[rank 0] " prefix) and saved the weights into OUT_DIR.
+function(check_mingpt out_dir)
+  if(NOT run_output MATCHES "validation loss [0-9.]+\n"
+     OR NOT run_output MATCHES "--- sample ---\n(\\[rank 0\\] )?And God said[^\n]"
+     OR NOT EXISTS ${out_dir}/gpt.safetensors)
+    message(FATAL_ERROR "mingpt_char: no validation loss, sample or ${out_dir}/gpt.safetensors:\n"
+                        "${run_output}")
+  endif()
+endfunction()
+run(${CMAKE_COMMAND} -E env RG_NUM_THREADS=1
+  ${bin}/mingpt_char ${gpt_flags} --steps 20 --out ${WORK_DIR}/mingpt)
+check_mingpt(${WORK_DIR}/mingpt)
+run(${prefix}/bin/ringgrad-run --nproc-per-node 2 --master-port 0
+  ${bin}/mingpt_char ${gpt_flags} --steps 4 --out ${WORK_DIR}/mingpt-ddp)
+check_mingpt(${WORK_DIR}/mingpt-ddp)
+execute_process(COMMAND ${bin}/mingpt_char --data-file ${WORK_DIR}/no-such-file.txt
+  RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "no-such-file.txt: no such file; run scripts/get-data.sh kjv")
+  message(FATAL_ERROR "mingpt_char with a missing text file: exit ${rc}, stderr: ${err}")
+endif()
