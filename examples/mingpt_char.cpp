@@ -8,8 +8,9 @@
 //
 // Under ringgrad-run each rank trains on its own share of every epoch (DistributedSampler) and
 // DistributedDataParallel averages the gradients; only rank 0 prints, saves and samples.
-// <out>/gpt.safetensors holds the state_dict under minGPT's names: PyTorch's minGPT loads it
-// (examples/check_gpt_in_pytorch.py from-ringgrad <out> with <out>/gpt_io.safetensors does).
+// <out>/gpt.safetensors holds the state_dict under minGPT's names, for PyTorch's
+// safetensors.torch.load_file + load_state_dict (minGPT's causal-mask buffers aside; see
+// check_gpt_in_pytorch.py). ringgrad-train --model gpt-nano --dataset text is this recipe as an app.
 #include <ringgrad/comm/ddp.h>
 #include <ringgrad/comm/env.h>
 #include <ringgrad/comm/init.h>
