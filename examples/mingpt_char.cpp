@@ -1,6 +1,6 @@
 // minGPT's chargpt from C++: a character-level GPT trained on a text file, then asked to continue
 // a prompt. The recipe is minGPT's (projects/chargpt): AdamW (betas 0.9/0.95, weight decay 0.1 on
-// the Linear weights only), gradient clipping at norm 1, here with a warm-up + cosine learning rate.
+// the Linear weights only), gradient clipping at norm 1, here with warm-up and cosine decay.
 //
 //   scripts/get-data.sh kjv                 # puts the King James Bible into data/kjv/kjv.txt
 //   ./mingpt_char --steps 2000 --out gpt-run
@@ -10,7 +10,7 @@
 // DistributedDataParallel averages the gradients; only rank 0 prints, saves and samples.
 // <out>/gpt.safetensors holds the state_dict under minGPT's names, for PyTorch's
 // safetensors.torch.load_file + load_state_dict (minGPT's causal-mask buffers aside; see
-// check_gpt_in_pytorch.py). ringgrad-train --model gpt-nano --dataset text is this recipe as an app.
+// check_gpt_in_pytorch.py). ringgrad-train --model gpt-nano --dataset text: this recipe as an app.
 #include <ringgrad/comm/ddp.h>
 #include <ringgrad/comm/env.h>
 #include <ringgrad/comm/init.h>
@@ -75,8 +75,7 @@ int run(int argc, char** argv) {
   const double lr = args.real("lr");
   const std::string text = args.str("data-file");
   if (!std::filesystem::exists(text))
-    throw Error(text + ": no such file; run scripts/get-data.sh kjv (it puts the King James Bible "
-                       "into data/kjv/kjv.txt) or pass --data-file");
+    throw Error(text + ": no such file; run scripts/get-data.sh kjv or pass --data-file");
 
   // Under ringgrad-run (WORLD_SIZE > 1) join the job; alone, train without DDP.
   const dist::LaunchEnv env = dist::read_launch_env();
@@ -102,8 +101,9 @@ int run(int argc, char** argv) {
   Generator init_gen(42);  // the same initial weights on every rank and every run
   auto model = std::make_shared<nn::GPT>(
       nn::gpt_config(args.str("model"), vocab.size(), block_size), init_gen);
-  std::optional<dist::DistributedDataParallel> ddp;  // broadcasts rank 0's weights, then
-  if (distributed) ddp.emplace(model);                // averages gradients in every backward
+  // DDP broadcasts rank 0's weights, then averages the gradients in every backward.
+  std::optional<dist::DistributedDataParallel> ddp;
+  if (distributed) ddp.emplace(model);
   auto forward = [&](const Tensor& x) { return ddp ? ddp->forward(x) : model->forward(x); };
 
   // AdamW, decaying only the Linear weights (minGPT's configure_optimizers); warm-up, then cosine.
@@ -116,8 +116,8 @@ int run(int argc, char** argv) {
   for (const Tensor& p : model->parameters()) n_params += p.numel();
   if (lead)
     std::printf("%s: %lld parameters, vocabulary %lld, %lld training samples, %d rank(s)\n",
-                args.str("model").c_str(), (long long)n_params,
-                (long long)vocab.size(), (long long)train_set->size(), world);
+                args.str("model").c_str(), (long long)n_params, (long long)vocab.size(),
+                (long long)train_set->size(), world);
 
   model->train();
   int64_t step = 0;
