@@ -297,27 +297,29 @@ TEST_F(GptApp, KilledRankResumesFromTheSnapshotBitIdentical) {
   EXPECT_TRUE(sampled.out.starts_with("sea")) << sampled.out;
 }
 
-// --amp bf16 on the CPU: autocast's bf16 compute in the forward, f32 master weights; the run
-// trains, its losses are finite and its final one is near (not equal to) the f32 run's.
-TEST_F(GptApp, Bf16AutocastOnTheCpuTrains) {
+// --amp bf16 and f16 on the CPU: autocast's half compute in the forward, f32 master weights (f16
+// with the dynamic GradScaler); the run trains, its losses are finite and its final one is near
+// (not equal to) the f32 run's.
+TEST_F(GptApp, HalfAutocastOnTheCpuTrains) {
+  std::ostringstream log;
   TrainConfig c = gpt_config(8, 10);
   c.epochs = 2;
-  c.amp = "bf16";
-  std::ostringstream log;
-  const TrainResult r = train(c, log);
-  ASSERT_EQ(r.epochs.size(), 2u);
-  for (const EpochSummary& e : r.epochs) {
-    EXPECT_TRUE(std::isfinite(e.train_loss)) << log.str();
-    EXPECT_TRUE(std::isfinite(e.test_loss)) << log.str();
-  }
-  // Below the untrained model's loss, about ln(vocabulary size).
-  const double vocab_size = double(data::decode_utf8(sorted_vocab(text_)).size());
-  EXPECT_LT(r.final_test_loss, std::log(vocab_size) - 0.3) << log.str();
-  // Rounded differently from the f32 run (autocast took effect), but close to it.
-  c.amp = "off";
   const TrainResult f32 = train(c, log);
-  EXPECT_NE(r.final_test_loss, f32.final_test_loss);
-  EXPECT_NEAR(r.final_test_loss, f32.final_test_loss, 0.05 * f32.final_test_loss);
+  for (const char* amp : {"bf16", "f16"}) {
+    c.amp = amp;
+    const TrainResult r = train(c, log);
+    ASSERT_EQ(r.epochs.size(), 2u) << amp;
+    for (const EpochSummary& e : r.epochs) {
+      EXPECT_TRUE(std::isfinite(e.train_loss)) << amp << log.str();
+      EXPECT_TRUE(std::isfinite(e.test_loss)) << amp << log.str();
+    }
+    // Below the untrained model's loss, about ln(vocabulary size).
+    const double vocab_size = double(data::decode_utf8(sorted_vocab(text_)).size());
+    EXPECT_LT(r.final_test_loss, std::log(vocab_size) - 0.3) << amp << log.str();
+    // Rounded differently from the f32 run (autocast took effect), but close to it.
+    EXPECT_NE(r.final_test_loss, f32.final_test_loss) << amp;
+    EXPECT_NEAR(r.final_test_loss, f32.final_test_loss, 0.05 * f32.final_test_loss) << amp;
+  }
 }
 
 // The CUDA code path (embedding, fused attention, layer norm, GELU, cuBLAS GEMMs, fused AdamW,
