@@ -14,8 +14,8 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/check.h"
-#include "kernels/dropout.h"
 #include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/dropout.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 

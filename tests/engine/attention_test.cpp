@@ -187,7 +187,8 @@ std::vector<double> dropout_mask(uint64_t seed, uint64_t offset, int64_t r, int6
   const auto threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
   for (int64_t i = 0; i < t; ++i)
     for (int64_t j = 0; j < t; ++j) {
-      const philox::U32x4 w = philox::block(seed, offset + uint64_t(r * t + i) * per_row + uint64_t(j / 4));
+      const philox::U32x4 w =
+          philox::block(seed, offset + uint64_t(r * t + i) * per_row + uint64_t(j / 4));
       m[size_t(i * t + j)] = (w.v[j % 4] >> 8) >= threshold ? 1 / (1 - p) : 0.0;
     }
   return m;
@@ -272,9 +273,9 @@ TEST(CausalAttention, DropoutMatchesTheComposedOpsWithThePhiloxMask) {
     expect_near(leaves[n].grad().to_vector<double>(), leaves[n + 3].grad().to_vector<double>(),
                 1e-13, names[n]);
   // Without the mask the composition is far off: the mask matters.
-  const Tensor undropped = causal_attention(leaves[0].reshape(four).detach(),
-                                            leaves[1].reshape(four).detach(),
-                                            leaves[2].reshape(four).detach());
+  const Tensor undropped =
+      causal_attention(leaves[0].reshape(four).detach(), leaves[1].reshape(four).detach(),
+                       leaves[2].reshape(four).detach());
   const std::vector<double> u = undropped.to_vector<double>(), o = out.to_vector<double>();
   double far = 0;
   for (size_t i = 0; i < u.size(); ++i) far = std::max(far, std::abs(u[i] - o[i]));
