@@ -132,12 +132,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """minGPT's GPT: model_type one of GPT_CONFIGS; dropout 0.1 (embeddings and residuals) as
-    minGPT's default; attn_pdrop 0 because ringgrad's fused attention has no attention dropout.
+    """minGPT's GPT: model_type one of GPT_CONFIGS; dropout 0.1 (embeddings, residuals and the
+    attention probabilities, the last on the materialised `att` as minGPT's) as minGPT's default.
     tie_weights: lm_head.weight is transformer.wte.weight (both names in the state_dict)."""
 
     def __init__(self, model_type, vocab_size, block_size, embd_pdrop=0.1, resid_pdrop=0.1,
-                 attn_pdrop=0.0, tie_weights=False):
+                 attn_pdrop=0.1, tie_weights=False):
         super().__init__()
         n_layer, n_head, n_embd = GPT_CONFIGS[model_type]
         self.block_size = block_size

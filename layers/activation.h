@@ -37,6 +37,7 @@ class Dropout final : public Module {
   std::string type_name() const override { return "Dropout"; }
   // The mask stream (shared by a model's dropout layers); checkpoints save and restore it.
   Generator& generator() const { return *gen_; }
+  double p() const { return p_; }
 
  protected:
   std::string extra_repr() const override { return "p=" + std::to_string(p_); }

@@ -5,9 +5,10 @@ DDP on this host (scripts/bench-vs-pytorch.sh --only gpt runs it; so can this sc
 Both sides train the same model (gpt-nano by default) with the same recipe: AdamW, lr 5e-4 (minGPT
 chargpt's), weight decay 0.1 on the Linear weights only, betas (0.9, 0.95), gradient-norm clipping
 at 1.0, linear warm-up (from 0.1 x lr) then cosine decay to 0 per step, per-rank batch 32 of blocks
-of 128 characters, dropout 0.1 on the embeddings and residuals (no attention dropout on either side:
-ringgrad's fused attention has none), 2 ranks x 1 compute thread, Gloo, and evaluation on the first
---eval-samples non-overlapping validation blocks after each epoch of --steps-per-epoch steps.
+of 128 characters, dropout 0.1 on the embeddings, the residuals and the attention probabilities
+(minGPT's attn_pdrop: ours inside the fused attention, PyTorch's on the materialised matrix),
+2 ranks x 1 compute thread, Gloo, and evaluation on the first --eval-samples non-overlapping
+validation blocks after each epoch of --steps-per-epoch steps.
   ours     ringgrad-run --nproc-per-node 2 ringgrad-train --model M --dataset text ... --threads 1
            --workers 0 (batches made on the training thread, as PyTorch's side does)
   PyTorch  torch.multiprocessing.spawn of 2 ranks, DistributedDataParallel over Gloo, minGPT's
@@ -76,7 +77,7 @@ def torch_rank(rank, a):
     steps = torch.arange(T)
 
     torch.manual_seed(a.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's)
-    model = GPT(a.model, len(chars), T, embd_pdrop=0.1, resid_pdrop=0.1, attn_pdrop=0.0)
+    model = GPT(a.model, len(chars), T, embd_pdrop=0.1, resid_pdrop=0.1, attn_pdrop=0.1)
     torch.manual_seed(a.seed + 1 + rank)  # each rank its own dropout masks
     net = DistributedDataParallel(model)
     opt = model.configure_optimizers(a.lr, 0.1, betas=(0.9, 0.95))

@@ -4,7 +4,9 @@
 // tile x tile block of scores in shared memory at a time. The backward recomputes P from the saved
 // log-sum-exp: a row pass for delta = rowsum(gout * out), then one block per query tile for gq and
 // one block per key tile (looping over the query tiles at or after it) for gk and gv. Every output
-// element is summed by one thread in a fixed order: deterministic, no atomics.
+// element is summed by one thread in a fixed order: deterministic, no atomics. Dropout multiplies
+// each probability by its mask value, regenerated from Philox where the probability is computed
+// (kernels/attention.h's layout: the same bits as the CPU's).
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
@@ -13,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/dropout.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -43,6 +46,32 @@ int64_t tile_for(int64_t d, int64_t acc_bytes) {
   RG_CHECK(shared_values(tile, d) * acc_bytes <= kMaxShared, "causal_attention: head size ", d,
            " is too large for the CUDA kernels");
   return tile;
+}
+
+// Attention dropout as the kernels see it: on is false for p = 0 (the dropout-free arithmetic).
+template <class A>
+struct DropMask {
+  bool on;
+  uint32_t threshold;
+  A keep;  // 1 / (1 - p)
+  uint64_t seed, offset;
+
+  // M[r, i, j] from the word of Philox block `w` (drawn for j's group).
+  __device__ A of(const philox::U32x4& w, int64_t j) const {
+    return (w.v[j % 4] >> 8) >= threshold ? keep : A(0);
+  }
+  __device__ philox::U32x4 block(int64_t r, int64_t i, int64_t j, int64_t t) const {
+    return philox::block(seed, attention_dropout_group(offset, r, i, j, t));
+  }
+  __device__ A at(int64_t r, int64_t i, int64_t j, int64_t t) const {
+    return on ? of(block(r, i, j, t), j) : A(1);
+  }
+};
+
+template <class A>
+DropMask<A> drop_mask(double p, uint64_t seed, uint64_t offset) {
+  return DropMask<A>{p > 0, detail::dropout_keep_threshold(p), static_cast<A>(1.0 / (1.0 - p)),
+                     seed, offset};
 }
 
 template <class A, class D>
@@ -79,7 +108,8 @@ __device__ void add_tile_product(A* acc, int64_t rows, int64_t d, const A* w, in
 // Block (query tile blockIdx.x, head blockIdx.y + multiples of gridDim.y).
 template <class D>
 __global__ void forward_kernel(const D* q, const D* k, const D* v, int64_t bh, int64_t t, int64_t d,
-                               int64_t tile, compute_t<D> scale, D* out, compute_t<D>* lse) {
+                               int64_t tile, compute_t<D> scale, DropMask<compute_t<D>> mask,
+                               D* out, compute_t<D>* lse) {
   using A = compute_t<D>;
   RG_DYNAMIC_SHARED(A, shared);
   A* acc = shared;         // [tile, d]
@@ -131,6 +161,13 @@ __global__ void forward_kernel(const D* q, const D* k, const D* v, int64_t bh, i
         l[i] = l[i] * c + sum;
         m[i] = mx;
         corr[i] = c;
+        if (mask.on) {  // the sum is P's; the values are weighted by P M
+          philox::U32x4 w{};
+          for (int64_t j = 0; j < keys; ++j) {
+            if (j == 0 || (k_lo + j) % 4 == 0) w = mask.block(r, q_lo + i, k_lo + j, t);
+            s[i * tile + j] *= mask.of(w, k_lo + j);
+          }
+        }
       }
       __syncthreads();
       add_tile_product(acc, rows, d, s, tile, keys, vt, corr);
@@ -155,24 +192,27 @@ __global__ void delta_kernel(const D* gout, const D* out, int64_t rows, int64_t 
   delta[row] = dot<A>(gout + row * d, out + row * d, d);
 }
 
-// P_ij and dS_ij for query row qrow (its gout row grow) against key and value tile rows krow, vrow.
+// P_ij M_ij and dS_ij for query row qrow (its gout row grow) against key and value tile rows krow,
+// vrow; mij is M_ij (1 without dropout, which leaves the arithmetic exact).
 template <class A, class D>
 __device__ void p_ds(const D* qrow, const D* grow, const A* krow, const A* vrow, int64_t d, A scale,
-                     A lse_i, A delta_i, A& p, A& ds) {
+                     A lse_i, A delta_i, A mij, A& pm, A& ds) {
   A sv = 0, dp = 0;
   for (int64_t c = 0; c < d; ++c) {
     sv += load(qrow[c]) * krow[c];
     dp += load(grow[c]) * vrow[c];
   }
-  p = exp_(scale * sv - lse_i);
-  ds = p * (dp - delta_i);
+  const A p = exp_(scale * sv - lse_i);
+  ds = p * (dp * mij - delta_i);
+  pm = p * mij;
 }
 
 // gq for query tile blockIdx.x: loops over the key tiles at or before it.
 template <class D>
 __global__ void query_grad_kernel(const D* gout, const D* q, const D* k, const D* v,
                                   const compute_t<D>* lse, const compute_t<D>* delta, int64_t bh,
-                                  int64_t t, int64_t d, int64_t tile, compute_t<D> scale, D* gq) {
+                                  int64_t t, int64_t d, int64_t tile, compute_t<D> scale,
+                                  DropMask<compute_t<D>> mask, D* gq) {
   using A = compute_t<D>;
   RG_DYNAMIC_SHARED(A, shared);
   A* acc = shared;         // [tile, d]
@@ -196,7 +236,7 @@ __global__ void query_grad_kernel(const D* gout, const D* q, const D* k, const D
         if (j < keys && k_lo + j <= q_lo + i) {
           const int64_t qi = q_lo + i;
           p_ds(q + base + qi * d, gout + base + qi * d, kt + j * d, vt + j * d, d, scale,
-               lse[r * t + qi], delta[r * t + qi], p, g);
+               lse[r * t + qi], delta[r * t + qi], mask.at(r, qi, k_lo + j, t), p, g);
         }
         ds[e] = g;
       }
@@ -215,7 +255,8 @@ template <class D>
 __global__ void key_value_grad_kernel(const D* gout, const D* q, const D* k, const D* v,
                                       const compute_t<D>* lse, const compute_t<D>* delta,
                                       int64_t bh, int64_t t, int64_t d, int64_t tile,
-                                      compute_t<D> scale, D* gk, D* gv) {
+                                      compute_t<D> scale, DropMask<compute_t<D>> mask, D* gk,
+                                      D* gv) {
   using A = compute_t<D>;
   RG_DYNAMIC_SHARED(A, shared);
   A* ak = shared;            // [tile, d]
@@ -244,7 +285,7 @@ __global__ void key_value_grad_kernel(const D* gout, const D* q, const D* k, con
         if (i < rows && j < keys && k_lo + j <= q_lo + i) {
           const int64_t qi = q_lo + i;
           p_ds(q + base + qi * d, gout + base + qi * d, kt + j * d, vt + j * d, d, scale,
-               lse[r * t + qi], delta[r * t + qi], p, g);
+               lse[r * t + qi], delta[r * t + qi], mask.at(r, qi, k_lo + j, t), p, g);
         }
         pt[e] = p;
         ds[e] = g;
@@ -281,18 +322,18 @@ dim3 tile_grid(int64_t bh, int64_t t, int64_t tile) {
 template <>
 template <class T>
 void CausalAttention<Cuda>::forward(const T* q, const T* k, const T* v, int64_t bh, int64_t t,
-                                    int64_t d, double scale, T* out, AttentionAcc<T>* lse,
-                                    Ctx ctx) {
+                                    int64_t d, double scale, double dropout_p, uint64_t seed,
+                                    uint64_t offset, T* out, AttentionAcc<T>* lse, Ctx ctx) {
   using D = device_t<T>;
   using A = compute_t<D>;
   static_assert(std::is_same_v<A, AttentionAcc<T>>);
-  detail::check_attention_sizes("causal_attention", bh, t, d, scale);
+  detail::check_attention_sizes("causal_attention", bh, t, d, scale, dropout_p);
   if (bh == 0 || t == 0) return;
   const int64_t tile = tile_for(d, sizeof(A));
   const int64_t shared = (3 * tile * d + tile * tile + 3 * tile) * int64_t(sizeof(A));
   RG_LAUNCH(forward_kernel<D>, tile_grid(bh, t, tile), kThreads, static_cast<size_t>(shared),
             as_stream(ctx.stream), dev(q), dev(k), dev(v), bh, t, d, tile, static_cast<A>(scale),
-            dev(out), lse);
+            drop_mask<A>(dropout_p, seed, offset), dev(out), lse);
 }
 
 template <>
@@ -304,11 +345,12 @@ template <>
 template <class T>
 void CausalAttention<Cuda>::backward(const T* gout, const T* q, const T* k, const T* v,
                                      const T* out, const AttentionAcc<T>* lse, int64_t bh,
-                                     int64_t t, int64_t d, double scale, T* gq, T* gk, T* gv,
+                                     int64_t t, int64_t d, double scale, double dropout_p,
+                                     uint64_t seed, uint64_t offset, T* gq, T* gk, T* gv,
                                      Workspace workspace, Ctx ctx) {
   using D = device_t<T>;
   using A = compute_t<D>;
-  detail::check_attention_sizes("causal_attention_backward", bh, t, d, scale);
+  detail::check_attention_sizes("causal_attention_backward", bh, t, d, scale, dropout_p);
   if (bh == 0 || t == 0) return;
   RG_ASSERT(workspace.data != nullptr && workspace.bytes >= backward_workspace_bytes(bh, t),
             "causal_attention_backward: needs a workspace of ", backward_workspace_bytes(bh, t),
@@ -320,13 +362,15 @@ void CausalAttention<Cuda>::backward(const T* gout, const T* q, const T* k, cons
             0, stream, dev(gout), dev(out), rows, d, delta);
   const int64_t tile = tile_for(d, sizeof(A));
   const A sc = static_cast<A>(scale);
+  const DropMask<A> mask = drop_mask<A>(dropout_p, seed, offset);
   const int64_t q_shared = (3 * tile * d + tile * tile) * int64_t(sizeof(A));
   RG_LAUNCH(query_grad_kernel<D>, tile_grid(bh, t, tile), kThreads, static_cast<size_t>(q_shared),
-            stream, dev(gout), dev(q), dev(k), dev(v), lse, delta, bh, t, d, tile, sc, dev(gq));
+            stream, dev(gout), dev(q), dev(k), dev(v), lse, delta, bh, t, d, tile, sc, mask,
+            dev(gq));
   const int64_t kv_shared = (4 * tile * d + 2 * tile * tile) * int64_t(sizeof(A));
   RG_LAUNCH(key_value_grad_kernel<D>, tile_grid(bh, t, tile), kThreads,
             static_cast<size_t>(kv_shared), stream, dev(gout), dev(q), dev(k), dev(v), lse, delta,
-            bh, t, d, tile, sc, dev(gk), dev(gv));
+            bh, t, d, tile, sc, mask, dev(gk), dev(gv));
 }
 
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).

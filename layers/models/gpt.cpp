@@ -44,9 +44,8 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& c, Generator& gen,
     : n_head_(c.n_head), n_embd_(c.n_embd) {
   RG_CHECK(c.n_embd % c.n_head == 0, "GPT: n_embd ", c.n_embd, " is not a multiple of n_head ",
            c.n_head);
-  RG_CHECK(c.attn_pdrop == 0.0, "GPT: attn_pdrop ", c.attn_pdrop,
-           " is not supported (the fused causal attention never materialises the attention "
-           "probabilities to drop them); use 0");
+  RG_CHECK(c.attn_pdrop >= 0.0 && c.attn_pdrop < 1.0, "GPT: attn_pdrop must be in [0, 1), got ",
+           c.attn_pdrop);
   c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, gen));
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, gen));
   attn_dropout = register_module("attn_dropout", make_dropout(c.attn_pdrop, dropout_gen));
@@ -60,8 +59,11 @@ Tensor CausalSelfAttention::forward_impl(const Tensor& x) {
   // q, k, v for all heads in one matmul, then [B, T, H, Dh] -> [B, H, T, Dh].
   std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
   for (Tensor& t : qkv) t = transpose(t.view({B, T, H, C / H}), 1, 2);
-  Tensor y = causal_attention(qkv[0], qkv[1], qkv[2]);  // scale 1 / sqrt(Dh)
-  y = transpose(y, 1, 2).view({B, T, C});               // heads side by side again
+  // Scale 1 / sqrt(Dh); attn_dropout's rate and mask stream drop probabilities inside the kernel
+  // (minGPT's attn_dropout(att)), in training mode only.
+  const double p = attn_dropout->is_training() ? attn_dropout->p() : 0.0;
+  Tensor y = causal_attention(qkv[0], qkv[1], qkv[2], 0.0, p, &attn_dropout->generator());
+  y = transpose(y, 1, 2).view({B, T, C});  // heads side by side again
   return resid_dropout->forward(c_proj->forward(y));
 }
 

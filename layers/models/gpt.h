@@ -25,9 +25,9 @@ namespace rg::nn {
 struct GptConfig {
   int64_t n_layer = 3, n_head = 3, n_embd = 48;
   int64_t vocab_size = 0, block_size = 0;
-  // minGPT's dropout rates (0.1 each there). Attention-probability dropout is not implemented:
-  // the fused attention never materialises the probabilities, so attn_pdrop must be 0.
-  double embd_pdrop = 0.1, resid_pdrop = 0.1, attn_pdrop = 0.0;
+  // minGPT's dropout rates (0.1 each). attn_pdrop drops attention probabilities inside the fused
+  // causal attention (engine/ops/attention.h), with attn_dropout's generator.
+  double embd_pdrop = 0.1, resid_pdrop = 0.1, attn_pdrop = 0.1;
   // lm_head.weight is transformer.wte.weight (one parameter, both names in the state_dict).
   bool tie_weights = false;
 };
@@ -36,7 +36,8 @@ struct GptConfig {
 // gpt-mini (6, 6, 192). Any other name is an rg::Error listing them.
 GptConfig gpt_config(const std::string& model_type, int64_t vocab_size, int64_t block_size);
 
-// The attention block: c_attn (C -> 3C: q, k, v), causal_attention over n_head heads, c_proj.
+// The attention block: c_attn (C -> 3C: q, k, v), causal_attention over n_head heads (its
+// probabilities dropped at attn_pdrop in training mode, attn_dropout's p and generator), c_proj.
 class CausalSelfAttention final : public Module {
  public:
   CausalSelfAttention(const GptConfig& config, Generator& gen,

@@ -34,7 +34,7 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec) {
              shape_str(spec.sample_shape));
     GptConfig config = gpt_config(spec.name, spec.num_classes, spec.sample_shape[0]);
     config.tie_weights = spec.tie_weights;
-    if (!spec.dropout) config.embd_pdrop = config.resid_pdrop = 0.0;
+    if (!spec.dropout) config.embd_pdrop = config.resid_pdrop = config.attn_pdrop = 0.0;
     return std::make_shared<GPT>(config, gen, dropout_gen);
   }
   RG_FAIL("unknown model '", spec.name,

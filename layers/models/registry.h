@@ -31,8 +31,8 @@ struct ModelSpec {
   // so training is deterministic for exact comparisons. mlp and resnet18 have no dropout and ignore
   // it.
   bool dropout = true;
-  // gpt-*: minGPT's embedding and residual dropout of 0.1 (0 without `dropout`), and a head tied to
-  // the token embedding when set.
+  // gpt-*: minGPT's embedding, residual and attention dropout of 0.1 (0 without `dropout`), and a
+  // head tied to the token embedding when set.
   bool tie_weights = false;
 };
 

@@ -34,7 +34,7 @@ bool torch_available() {
 
 GptConfig nano(bool tie) {
   GptConfig c = gpt_config("gpt-nano", kVocab, kBlock);
-  c.embd_pdrop = c.resid_pdrop = 0.0;
+  c.embd_pdrop = c.resid_pdrop = c.attn_pdrop = 0.0;
   c.tie_weights = tie;
   return c;
 }

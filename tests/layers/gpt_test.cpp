@@ -14,6 +14,7 @@
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
+#include "kernels/attention.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
 
@@ -25,7 +26,7 @@ GptConfig tiny_config(int64_t n_layer = 2, int64_t n_head = 2, int64_t n_embd = 
   GptConfig c;
   c.n_layer = n_layer, c.n_head = n_head, c.n_embd = n_embd;
   c.vocab_size = vocab, c.block_size = block;
-  c.embd_pdrop = c.resid_pdrop = 0.0;
+  c.embd_pdrop = c.resid_pdrop = c.attn_pdrop = 0.0;
   return c;
 }
 
@@ -268,13 +269,48 @@ TEST(Gpt, TiedHeadIsOneParameterWithBothGradients) {
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], ge[i] + gh[i], 1e-12) << i;
 }
 
+TEST(Gpt, AttentionDropoutDrawsFromTheModelsGeneratorInTrainingOnly) {
+  // Only attention dropout (embd/resid 0): training forwards differ call to call, repeat from the
+  // same generator state, and draw n_layer x attention_dropout_groups(B * H, T) counters; eval
+  // mode equals the model without attention dropout, drawing nothing.
+  GptConfig c = tiny_config();
+  c.attn_pdrop = 0.3;
+  EXPECT_EQ(gpt_config("gpt-nano", 5, 6).attn_pdrop, 0.1);  // minGPT's default
+  auto drop = std::make_shared<Generator>(77);
+  Generator init(4), init_plain(4);
+  GPT model(c, init, drop);
+  GPT plain(tiny_config(), init_plain);
+  randomize(model, 9);
+  randomize(plain, 9);
+  const Tensor idx = from_vector<int64_t>({0, 3, 1, 4, 4, 2, 2, 2, 0, 1, 3, 0}, {2, 6});
+  model.train();
+  const std::vector<double> a = model.forward(idx).to_vector<double>();
+  EXPECT_EQ(drop->offset(), 2 * kernels::attention_dropout_groups(2 * 2, 6));
+  const std::vector<double> b = model.forward(idx).to_vector<double>();
+  EXPECT_NE(a, b);
+  drop->set_state(77, 0);
+  EXPECT_EQ(model.forward(idx).to_vector<double>(), a);
+  const uint64_t before = drop->offset();
+  model.eval();
+  plain.eval();
+  const std::vector<double> e = model.forward(idx).to_vector<double>();
+  EXPECT_EQ(drop->offset(), before);
+  EXPECT_EQ(e, plain.forward(idx).to_vector<double>());
+  EXPECT_NE(e, a);
+  // Training mode with attn_pdrop 0 is the eval result too (no other dropout here).
+  plain.train();
+  EXPECT_EQ(plain.forward(idx).to_vector<double>(), e);
+}
+
 TEST(Gpt, BadInputsAreNamed) {
   Generator gen(1);
   GPT model(tiny_config(), gen);
   EXPECT_THROW(model.forward(zeros({1, 7}, DType::i64)), Error);  // longer than block_size 6
   EXPECT_THROW(model.forward(zeros({1, 3})), Error);              // not token ids
   GptConfig c = tiny_config();
-  c.attn_pdrop = 0.1;
+  c.attn_pdrop = 1.0;  // the kernel's dropout keeps no probability at 1
+  EXPECT_THROW(GPT(c, gen), Error);
+  c.attn_pdrop = -0.1;
   EXPECT_THROW(GPT(c, gen), Error);
   c = tiny_config(1, 3, 4);  // 4 is not a multiple of 3 heads
   EXPECT_THROW(GPT(c, gen), Error);

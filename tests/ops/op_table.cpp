@@ -1370,6 +1370,16 @@ OpFn attn(double scale = 0) {
   return [=](const V& v) { return causal_attention(v[0], v[1], v[2], scale); };
 }
 
+// With dropout: a generator reset per call (at a non-zero offset), so every finite-difference
+// probe and every device sees one mask.
+OpFn attn_dropout(double p, double scale = 0) {
+  return [=](const V& v) {
+    Generator g;
+    g.set_state(71, 1000);
+    return causal_attention(v[0], v[1], v[2], scale, p, &g);
+  };
+}
+
 OpEntry causal_attention_entry() {
   OpEntry e;
   e.name = "causal_attention";
@@ -1388,6 +1398,10 @@ OpEntry causal_attention_entry() {
         sample("[2, 3, 16, 16]", qkv({2, 3, 16, 16})),
         model_shape("gpt-nano [2, 3, 16, 16]", qkv({2, 3, 16, 16}, -3, 3)),
         model_shape("[1, 2, 70, 64]", qkv({1, 2, 70, 64})),
+        sample("[2, 2, 33, 8] dropout 0.3", qkv({2, 2, 33, 8}), attn_dropout(0.3)),
+        sample("[1, 1, 7, 3] dropout 0.5 scale 0.7", qkv({1, 1, 7, 3}, -2, 2),
+               attn_dropout(0.5, 0.7)),
+        model_shape("[1, 2, 70, 64] dropout 0.1", qkv({1, 2, 70, 64}), attn_dropout(0.1)),
         empty_batch("[0, 2, 3, 4]", qkv({0, 2, 3, 4})),
     };
   };
@@ -1403,6 +1417,10 @@ OpEntry causal_attention_entry() {
     bad.push_back({"v of another head size",
                    {zeros({1, 2, 3, 4}), zeros({1, 2, 3, 4}), zeros({1, 2, 3, 5})},
                    "causal_attention: q, k and v must have one shape"});
+    bad.push_back({"dropout_p 1", good, "causal_attention: dropout_p must be in [0, 1), got 1",
+                   attn_dropout(1.0)});
+    bad.push_back({"dropout_p -0.5", good,
+                   "causal_attention: dropout_p must be in [0, 1), got -0.5", attn_dropout(-0.5)});
     return bad;
   };
   return e;
