@@ -32,38 +32,9 @@ inline T apply(BinaryOp op, T x, T y) {
   return T(0);
 }
 
-// o = x op s, or s op x when scalar_first, over a contiguous array (Eigen-vectorized).
-template <class T>
-void apply_scalar(BinaryOp op, const ConstArrayMap<T>& x, T s, bool scalar_first,
-                  ArrayMap<T>& o) {
-  switch (op) {
-    case BinaryOp::add:
-      o = x + s;
-      break;
-    case BinaryOp::sub:
-      if (scalar_first) {
-        o = s - x;
-      } else {
-        o = x - s;
-      }
-      break;
-    case BinaryOp::mul:
-      o = x * s;
-      break;
-    case BinaryOp::div:
-      if (scalar_first) {
-        o = s / x;
-      } else {
-        o = x / s;
-      }
-      break;
-  }
-}
-
-// o = x op y elementwise over arrays of one length (Eigen-vectorized).
-template <class T>
-void apply_arrays(BinaryOp op, const ConstArrayMap<T>& x, const ConstArrayMap<T>& y,
-                  ArrayMap<T>& o) {
+// o = x op y with x and y arrays of o's length or scalars (Eigen-vectorized either way).
+template <class X, class Y, class T>
+void apply(BinaryOp op, const X& x, const Y& y, ArrayMap<T>& o) {
   switch (op) {
     case BinaryOp::add:
       o = x + y;
@@ -80,6 +51,17 @@ void apply_arrays(BinaryOp op, const ConstArrayMap<T>& x, const ConstArrayMap<T>
   }
 }
 
+// o = x op s, or s op x when scalar_first, over a contiguous array.
+template <class T>
+void apply_scalar(BinaryOp op, const ConstArrayMap<T>& x, T s, bool scalar_first,
+                  ArrayMap<T>& o) {
+  if (scalar_first) {
+    apply(op, s, x, o);
+  } else {
+    apply(op, x, s, o);
+  }
+}
+
 }  // namespace
 
 template <>
@@ -91,7 +73,7 @@ void Binary<Cpu>::binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
       [&](int64_t lo, int64_t hi) {
         ConstArrayMap<T> x(a + lo, hi - lo), y(b + lo, hi - lo);
         ArrayMap<T> o(out + lo, hi - lo);
-        apply_arrays(op, x, y, o);
+        apply(op, x, y, o);
       },
       ctx.threads);
 }
@@ -127,7 +109,7 @@ void Binary<Cpu>::binary_per_channel(BinaryOp op, const T* a, const T* b, T* out
           for (int64_t row = lo; row < hi; ++row) {
             const ConstArrayMap<T> x(a + row * channels, channels);
             ArrayMap<T> o(out + row * channels, channels);
-            apply_arrays(op, b_first ? y : x, b_first ? x : y, o);
+            apply(op, b_first ? y : x, b_first ? x : y, o);
           }
         },
         ctx.threads);
