@@ -10,8 +10,12 @@ op's threads wait for: before each op the script waits for the machine to be idl
 op again (up to --tries times, then gives up) when other processes used more than --max-other of a
 CPU during the run (CPU time of the whole machine from /proc/stat, less the benchmark's own).
 
+With --ops NAME,... only those ops are measured; the other figures are kept from --out, and the
+file lists the partial run (date, ops, command) under "partial_runs", each new figure with its date.
+
 Usage: scripts/ops-bench.py [--bench build/ci/bench/rg_op_table_bench] [--out docs/ops-bench.json]
                             [--repetitions 3] [--min-time SECONDS] [--tries 8] [--max-other 0.1]
+                            [--ops NAME,...]
 """
 import argparse
 import datetime
@@ -87,6 +91,7 @@ def main():
     parser.add_argument("--min-time", type=float, help="seconds per repetition (default: 0.5)")
     parser.add_argument("--tries", type=int, default=8)
     parser.add_argument("--max-other", type=float, default=0.1)
+    parser.add_argument("--ops", help="comma-separated op names: measure only these, keep the rest")
     args = parser.parse_args()
 
     flags = ["--benchmark_format=json", f"--benchmark_repetitions={args.repetitions}",
@@ -96,9 +101,17 @@ def main():
     names = subprocess.run([args.bench, "--benchmark_list_tests"], stdout=subprocess.PIPE,
                            check=True, text=True).stdout.split()
     ops = list(dict.fromkeys(name.split("/")[1] for name in names))
-    print(f"running {shown(args.bench)}: {len(names)} benchmarks of {len(ops)} ops",
-          file=sys.stderr)
+    previous = {}
+    if args.ops:
+        wanted = args.ops.split(",")
+        unknown = [op for op in wanted if op not in ops]
+        if unknown:
+            sys.exit(f"ops-bench: --ops: no benchmarks for {', '.join(unknown)}")
+        ops = wanted
+        previous = json.loads(pathlib.Path(args.out).read_text())
+    print(f"running {shown(args.bench)}: {len(ops)} ops", file=sys.stderr)
 
+    today = datetime.date.today().isoformat()
     figures, context = {}, {}
     for op in ops:
         report = json.loads(run_undisturbed(
@@ -113,6 +126,8 @@ def main():
                 "ns": round(b["real_time"] * NS_PER_UNIT[b["time_unit"]], 1),
                 "sample": b.get("label", ""),
             }
+            if args.ops:
+                figures[b["run_name"]]["date"] = today
 
     options = [("--repetitions", args.repetitions, 3), ("--min-time", args.min_time, None),
                ("--tries", args.tries, 8), ("--max-other", args.max_other, 0.1)]
@@ -122,11 +137,21 @@ def main():
         "cpu": cpu_name(),
         "rg_threads": context.get("rg_threads", "?"),
         "blas_core": context.get("blas_core", "?"),
-        "date": datetime.date.today().isoformat(),
+        "date": today,
         "command": command,
         "bench_command": " ".join([shown(args.bench), "--benchmark_filter=^op/<name>/"] + flags),
         "statistic": f"median real time per call of {args.repetitions} repetitions",
     }
+    if args.ops:
+        # The full run's description stays; this run is listed after the earlier partial ones.
+        for key in out:
+            out[key] = previous.get(key, out[key])
+        out["partial_runs"] = previous.get("partial_runs", []) + [
+            {"date": today, "ops": args.ops, "command": command + f" --ops {args.ops}",
+             "cpu": cpu_name(), "rg_threads": context.get("rg_threads", "?")}]
+        kept = {k: v for k, v in previous.get("figures", {}).items()
+                if k.split("/")[1] not in ops}
+        figures = {**kept, **figures}
     # One line per benchmark, so that a new measurement reads as a diff of figures.
     lines = [f" {json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}"
              for k, v in out.items()]

@@ -104,8 +104,15 @@ std::string generate(const json& bench) {
     << "    " << bench.at("bench_command").get<std::string>() << "\n\n"
     << "and rewrites `docs/ops-bench.json`; `cmake --build build/ci --target ops-bench` runs it "
        "and then\n"
-    << "rewrites this file.\n\n"
-    << "| op | backward | CPU dtypes | CUDA dtypes | samples | bad inputs | CPU f32 fwd+bwd | "
+    << "rewrites this file.\n\n";
+  // Runs of `scripts/ops-bench.py --ops` re-measured some ops and kept the other figures.
+  for (const json& run : bench.value("partial_runs", json::array())) {
+    o << "Measured again on " << run.at("date").get<std::string>() << " on "
+        << run.at("cpu").get<std::string>() << ", " << run.at("rg_threads").get<std::string>()
+        << " threads: " << run.at("ops").get<std::string>() << ", by `"
+        << run.at("command").get<std::string>() << "`.\n\n";
+  }
+  o << "| op | backward | CPU dtypes | CUDA dtypes | samples | bad inputs | CPU f32 fwd+bwd | "
        "timed sample |\n"
     << "| --- | --- | --- | --- | ---: | ---: | ---: | --- |\n";
   for (const OpEntry& e : op_table()) {
