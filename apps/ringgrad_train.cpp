@@ -185,6 +185,10 @@ int main(int argc, char** argv) {
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
                "CUDA: choose cuDNN convolution algorithms by timing them, once per shape "
                "(torch.backends.cudnn.benchmark; a no-op with a note on the CPU)");
+  app.add_option("--tf32", c.tf32,
+                 "CUDA f32 precision: default (convolutions may use TF32, matrix products not, "
+                 "as PyTorch), on (both may), off (full f32 everywhere)")
+      ->check(CLI::IsMember({"default", "on", "off"}));
   app.add_flag("--eval-on-rank0", c.eval_on_rank0,
                "DDP: rank 0 evaluates the whole test set while the others wait (default: each "
                "rank its shard, sums all-reduced)");

@@ -43,6 +43,7 @@
 #include "engine/ops/loss.h"
 #include "engine/ops/metrics.h"
 #include "engine/serialization.h"
+#include "engine/tf32.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
 #include "layers/amp/grad_scaler.h"
@@ -373,6 +374,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   // The run's algorithm switches, restored on every way out (tests run several trainings).
   struct AlgorithmSwitches {
     bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
+    cuda::Tf32Guard tf32{cuda::allow_tf32_conv(), cuda::allow_tf32_matmul()};
     ~AlgorithmSwitches() {
       set_deterministic_algorithms(deterministic);
       set_cudnn_benchmark(benchmark);
@@ -380,6 +382,12 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
   } restore_switches;
   set_deterministic_algorithms(c.deterministic);
   set_cudnn_benchmark(c.cudnn_benchmark);
+  RG_CHECK(c.tf32 == "default" || c.tf32 == "on" || c.tf32 == "off",
+           "--tf32 must be on, off or default, got ", c.tf32);
+  if (c.tf32 != "default") {
+    cuda::set_allow_tf32_conv(c.tf32 == "on");
+    cuda::set_allow_tf32_matmul(c.tf32 == "on");
+  }
   // Under DDP "cuda" is the GPU the rank's NCCL group uses.
   if (pg && device.is_cuda() && c.device == "cuda") device = pg->tensor_device();
   // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
@@ -754,6 +762,14 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         c.overlap ? "overlapped with backward" : "after backward", c.comm_hook, c.batch_size,
         c.batch_size * world,
         c.grad_accum_steps > 1 ? fmt::format(", {} accumulation steps", c.grad_accum_steps) : "");
+  if (device.is_cuda())
+    out << fmt::format(
+        "ringgrad-train: f32 precision on CUDA (--tf32 {}): convolutions {}, "
+        "matrix products {}\n",
+        c.tf32, cuda::allow_tf32_conv() ? "TF32" : "f32",
+        cuda::allow_tf32_matmul() ? "TF32" : "f32");
+  else if (c.tf32 != "default")
+    out << "ringgrad-train: note: --tf32 has no effect on the CPU (TF32 is a CUDA precision)\n";
   if (c.cudnn_benchmark && !device.is_cuda())
     out << "ringgrad-train: note: --cudnn-benchmark has no effect on the CPU (cuDNN is CUDA's)\n";
   if (c.cudnn_benchmark && c.deterministic && device.is_cuda())

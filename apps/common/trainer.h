@@ -43,8 +43,8 @@ struct TrainConfig {
   double label_smoothing = 0.0;
   uint64_t seed = 1;
   int workers = 2;
-  int eval_every = 1;         // epochs; 0 = only after the last epoch
-  int64_t max_steps = -1;     // stop training after this many steps in total (-1: no limit)
+  int eval_every = 1;      // epochs; 0 = only after the last epoch
+  int64_t max_steps = -1;  // stop training after this many steps in total (-1: no limit)
   // An epoch ends after this many steps (0: when the data runs out). For data sets too large for
   // whole epochs (the text data set has a sample at every character): epochs become the units of
   // evaluation, checkpoints and the LR schedule's horizon, each a fresh shuffle of all samples.
@@ -119,6 +119,10 @@ struct TrainConfig {
   // convolution algorithms chosen by timing (no effect on the CPU).
   bool deterministic = false;
   bool cudnn_benchmark = false;
+  // TF32 for f32 work on CUDA (engine/tf32.h): "default" (PyTorch's: convolutions may use TF32,
+  // matrix products may not), "on" (both may) or "off" (neither: full f32). Set for the run and
+  // restored after it; no effect on the CPU.
+  std::string tf32 = "default";
   // With DDP: rank 0 evaluates the whole test set while the others wait, instead of each rank
   // its shard with the sums all-reduced (the default); the metrics are the same.
   bool eval_on_rank0 = false;

@@ -3,13 +3,12 @@
 // call that produces only the gradients the inputs need.
 #include "engine/ops/conv2d.h"
 
-#include <atomic>
-
 #include "engine/autocast.h"
 #include "engine/autograd/function.h"
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
+#include "engine/tf32.h"
 #include "kernels/conv2d.h"
 #include "kernels/error.h"
 
@@ -65,23 +64,18 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tens
   return g;
 }
 
-std::atomic<bool> cudnn_tf32{true};
-
 // A u8 scratch tensor on t's device for `pass` of geometry g (on CUDA cuDNN's algorithm choice,
 // cached; empty on the CPU).
 template <class T, class B>
 Tensor conv_workspace(const Conv2dGeometry& g, kernels::ConvPass pass, const Tensor& t) {
-  return Tensor::empty(
-      {kernels::Conv2d<B>::template workspace_bytes<T>(g, pass, cudnn_tf32.load(), kernel_ctx(t))},
-      DType::u8, t.device());
+  return Tensor::empty({kernels::Conv2d<B>::template workspace_bytes<T>(
+                           g, pass, cuda::allow_tf32_conv(), kernel_ctx(t))},
+                       DType::u8, t.device());
 }
 
 kernels::Workspace as_workspace(const Tensor& ws) { return {ws.raw_data(), ws.numel()}; }
 
 }  // namespace
-
-void set_cudnn_allow_tf32(bool allow) { cudnn_tf32.store(allow); }
-bool cudnn_allow_tf32() { return cudnn_tf32.load(); }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
@@ -90,7 +84,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation);
   const Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
   if (cpu_half_inputs({x, weight, bias})) {  // f32 accumulation over the half-rounded inputs
-    const NoAutocastGuard f32_route;          // (it would cast the f32 copies back)
+    const NoAutocastGuard f32_route;         // (it would cast the f32 copies back)
     return conv2d(half_to_f32(x), half_to_f32(weight), half_to_f32(bias), stride, padding, dilation)
         .to(x.dtype());
   }
@@ -99,7 +93,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     const Tensor ws = conv_workspace<T, B>(g, kernels::ConvPass::forward, x);
     kernels::Conv2d<B>::forward(g, x.data<T>(), weight.data<T>(),
                                 bias.defined() ? bias.data<T>() : nullptr, out.data<T>(),
-                                cudnn_tf32.load(), as_workspace(ws), kernel_ctx(x));
+                                cuda::allow_tf32_conv(), as_workspace(ws), kernel_ctx(x));
   });
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
@@ -119,7 +113,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
           kernels::Conv2d<B>::backward(g, gw ? xv.data<T>() : nullptr, gx ? wv.data<T>() : nullptr,
                                        grad.data<T>(), gx ? dx.data<T>() : nullptr,
                                        gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr,
-                                       cudnn_tf32.load(), as_workspace(ws), kernel_ctx(grad));
+                                       cuda::allow_tf32_conv(), as_workspace(ws), kernel_ctx(grad));
         });
         return {dx, dw, db};
       });

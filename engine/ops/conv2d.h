@@ -14,9 +14,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
               std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
               std::array<int64_t, 2> dilation = {1, 1});
 
-// Whether CUDA f32 convolutions may use TF32 tensor cores, like torch.backends.cudnn.allow_tf32
-// (on by default, as in PyTorch).
-void set_cudnn_allow_tf32(bool allow);
-bool cudnn_allow_tf32();
+// On CUDA, f32 convolutions may use TF32 tensor cores: rg::cuda::set_allow_tf32_conv
+// (engine/tf32.h), on by default as in PyTorch.
 
 }  // namespace rg

@@ -3,7 +3,6 @@
 #include "engine/ops/matmul.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "engine/autocast.h"
 #include "engine/autograd/function.h"
@@ -11,6 +10,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
+#include "engine/tf32.h"
 #include "kernels/binary.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
@@ -21,8 +21,6 @@ namespace rg {
 using autograd::SavedTensor;
 
 namespace {
-
-std::atomic<bool> allow_tf32{false};
 
 // Where the GEMMs of one op run: the CPU (OpenBLAS), or the current stream of a CUDA device
 // (cuBLAS) with a workspace from the caching allocator, freed in stream order after the op.
@@ -44,7 +42,7 @@ template <class T, class B>
 void gemm_dense(const GemmDevice& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                 const T* a, const T* b, T* c, bool accumulate) {
   kernels::Gemm<B>::gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, accumulate ? 1.0 : 0.0,
-                         c, n, allow_tf32.load(), dev.scratch(), dev.ctx);
+                         c, n, cuda::allow_tf32_matmul(), dev.scratch(), dev.ctx);
 }
 
 // c_i = op(a_i) op(b_i) for i < batch, matrices `s*` elements apart. A stride of 0 for a or b
@@ -102,9 +100,6 @@ Shape drop_dim(Shape s, int64_t d) {
 }
 
 }  // namespace
-
-void set_matmul_allow_tf32(bool allow) { allow_tf32.store(allow); }
-bool matmul_allow_tf32() { return allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (auto c = autocast_inputs(AutocastPolicy::lower, {a, b})) return matmul((*c)[0], (*c)[1]);
@@ -180,7 +175,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
            shape_str(has_bias ? bias.shape() : Shape{}), " does not match weight ",
            shape_str(weight.shape()), " (expected [", out_f, "])");
   if (cpu_half_inputs({x, weight, bias})) {  // f32 accumulation over the half-rounded inputs
-    const NoAutocastGuard f32_route;          // (it would cast the f32 copies back)
+    const NoAutocastGuard f32_route;         // (it would cast the f32 copies back)
     return linear(half_to_f32(x), half_to_f32(weight), half_to_f32(bias)).to(x.dtype());
   }
   int64_t lead = 1;  // rows of the GEMM: the product of x's leading dimensions

@@ -20,9 +20,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // as PowerSGD's factors of a gradient bucket.
 void matmul_out(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out);
 
-// Whether CUDA f32 matmul/linear may use TF32 tensor cores (10-bit mantissa inputs, f32
-// accumulation), like torch.backends.cuda.matmul.allow_tf32; off by default, as in PyTorch.
-void set_matmul_allow_tf32(bool allow);
-bool matmul_allow_tf32();
+// On CUDA, f32 products may use TF32 tensor cores with rg::cuda::set_allow_tf32_matmul(true)
+// (engine/tf32.h); off by default, as in PyTorch.
 
 }  // namespace rg

@@ -1,5 +1,6 @@
 // The emulated cuBLAS subset of kernels/emu/shim/cublas_v2.h on kernels/cpu/gemm (OpenBLAS),
-// queued on the handle's stream like any other work of the emulated device.
+// queued on the handle's stream like any other work of the emulated device. TF32 compute rounds
+// the f32 operands to TF32 first (kernels/emu/tf32.h).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/emu/shim/cublas_v2.h"
+#include "kernels/emu/tf32.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -82,6 +84,20 @@ std::vector<float> widen(const void* p, int ld, int rows, int cols) {
   return out;
 }
 
+// f32 operands rounded to TF32 (copies of what cuBLAS may read), then the f32 product.
+void gemm_tf32(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+               const float* b, int ldb, float beta, float* c, int ldc) {
+  auto rounded = [](const float* p, int ld, int rows, int cols) {
+    const size_t extent = cols == 0 || rows == 0 ? 0 : size_t(ld) * size_t(cols - 1) + size_t(rows);
+    std::vector<float> out(p, p + extent);
+    rg::emu::round_to_tf32(out.data(), out.size());
+    return out;
+  };
+  const std::vector<float> at = rounded(a, lda, ta ? k : m, ta ? m : k);
+  const std::vector<float> bt = rounded(b, ldb, tb ? n : k, tb ? k : n);
+  gemm_col_major<float>(ta, tb, m, n, k, alpha, at.data(), lda, bt.data(), ldb, beta, c, ldc);
+}
+
 template <class H>
 void gemm_half(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                const void* b, int ldb, float beta, void* c, int ldc) {
@@ -111,8 +127,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const bool f64 = computeType == CUBLAS_COMPUTE_64F;
-  if (f64 ? Ctype != CUDA_R_64F : computeType != CUBLAS_COMPUTE_32F &&
-                                      computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
+  if (f64 ? Ctype != CUDA_R_64F
+          : computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if ((!f64 && Ctype == CUDA_R_64F) ||
@@ -127,20 +143,26 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   auto extent = [elem](int ld, int rows, int cols) {
     return cols == 0 || rows == 0 ? 0 : (size_t(ld) * size_t(cols - 1) + size_t(rows)) * elem;
   };
-  std::vector<rg::emu::MemAccess> accesses = {
-      {A, extent(lda, ta ? k : m, ta ? m : k), false},
-      {B, extent(ldb, tb ? n : k, tb ? k : n), false},
-      {C, extent(ldc, m, n), true}};
+  const bool tf32 = computeType == CUBLAS_COMPUTE_32F_FAST_TF32 && Ctype == CUDA_R_32F &&
+                    !rg::emu::tf32_overridden_off();
+  std::vector<rg::emu::MemAccess> accesses = {{A, extent(lda, ta ? k : m, ta ? m : k), false},
+                                              {B, extent(ldb, tb ? n : k, tb ? k : n), false},
+                                              {C, extent(ldc, m, n), true}};
   rg::emu::enqueue(
       handle->stream, rg::detail::cat("cublasGemmEx(m=", m, ", n=", n, ", k=", k, ")"),
       std::move(accesses), [=] {
         switch (Ctype) {
           case CUDA_R_64F:
             gemm_col_major<double>(ta, tb, m, n, k, al, static_cast<const double*>(A), lda,
-                                   static_cast<const double*>(B), ldb, be,
-                                   static_cast<double*>(C), ldc);
+                                   static_cast<const double*>(B), ldb, be, static_cast<double*>(C),
+                                   ldc);
             break;
           case CUDA_R_32F:
+            if (tf32) {
+              gemm_tf32(ta, tb, m, n, k, float(al), static_cast<const float*>(A), lda,
+                        static_cast<const float*>(B), ldb, float(be), static_cast<float*>(C), ldc);
+              break;
+            }
             gemm_col_major<float>(ta, tb, m, n, k, float(al), static_cast<const float*>(A), lda,
                                   static_cast<const float*>(B), ldb, float(be),
                                   static_cast<float*>(C), ldc);

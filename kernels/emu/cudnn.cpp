@@ -1,5 +1,6 @@
 // The emulated cuDNN subset of kernels/emu/shim/cudnn.h on the CPU kernels: convolution on
-// kernels/cpu/conv2d, batch normalization on kernels/cpu/batch_norm, pooling on kernels/cpu/pool.
+// kernels/cpu/conv2d (f32 inputs rounded to TF32 where the math type allows it,
+// kernels/emu/tf32.h), batch normalization on kernels/cpu/batch_norm, pooling on kernels/cpu/pool.
 // Every call is queued on its handle's stream with the memory it reads and writes declared to the
 // race detector.
 #include "kernels/emu/shim/cudnn.h"
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "kernels/conv2d.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/emu/device_runtime.h"
+#include "kernels/emu/tf32.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/pool.h"
@@ -41,6 +44,8 @@ struct cudnnFilterStruct {
 struct cudnnConvolutionStruct {
   bool set = false;
   int ph = 0, pw = 0, sh = 1, sw = 1, dh = 1, dw = 1;
+  // cuDNN's default for f32 data on Ampere and later allows TF32; CUDNN_FMA_MATH forbids it.
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 struct cudnnPoolingStruct {
   bool set = false;
@@ -149,11 +154,16 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
   if (pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dilation_h <= 0 || dilation_w <= 0) {
     return CUDNN_STATUS_BAD_PARAM;
   }
-  *desc = {true, pad_h, pad_w, u, v, dilation_h, dilation_w};
+  *desc = {true, pad_h, pad_w, u, v, dilation_h, dilation_w, desc->math};
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cudnnMathType_t) {
-  return desc == nullptr ? CUDNN_STATUS_BAD_PARAM : CUDNN_STATUS_SUCCESS;
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cudnnMathType_t math) {
+  if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (math != CUDNN_DEFAULT_MATH && math != CUDNN_TENSOR_OP_MATH && math != CUDNN_FMA_MATH) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  desc->math = math;
+  return CUDNN_STATUS_SUCCESS;
 }
 
 namespace {
@@ -241,16 +251,22 @@ std::vector<C> widen(const void* p, int64_t n) {
 enum class Pass { forward, data, weight };
 
 // Runs one pass in the compute type C on operands of storage type T: the half types are widened
-// to f32 and the result rounded once.
+// to f32 and the result rounded once; with tf32 both operands are rounded to TF32 first.
 template <class T, class C>
-void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void* out) {
+void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void* out, bool tf32) {
   namespace cpu = rg::kernels::cpu;
   const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * g.c * g.kh * g.kw,
                 ny = g.n * g.o * g.ho * g.wo;
   // (a, b) = (x, w) forward, (w, gy) data, (x, gy) weight.
   const int64_t na = pass == Pass::data ? nw : nx, nb = pass == Pass::forward ? nw : ny;
   const int64_t nout = pass == Pass::forward ? ny : pass == Pass::data ? nx : nw;
-  const std::vector<C> av = widen<T, C>(a, na), bv = widen<T, C>(b, nb);
+  std::vector<C> av = widen<T, C>(a, na), bv = widen<T, C>(b, nb);
+  if constexpr (std::is_same_v<T, float>) {
+    if (tf32) {
+      rg::emu::round_to_tf32(av.data(), av.size());
+      rg::emu::round_to_tf32(bv.data(), bv.size());
+    }
+  }
   std::vector<C> o(static_cast<size_t>(nout));
   switch (pass) {
     case Pass::forward:
@@ -270,9 +286,9 @@ void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void*
 
 // Queues the pass on the handle's stream (the geometry is copied: the caller may destroy its
 // descriptors as soon as the call returns, as cuDNN allows).
-cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, Pass pass,
+cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, cudnnMathType_t math, Pass pass,
                        const Conv2dGeometry& g, const void* a, const void* b, void* out) {
-  void (*run_pass)(Pass, const Conv2dGeometry&, const void*, const void*, void*) = nullptr;
+  void (*run_pass)(Pass, const Conv2dGeometry&, const void*, const void*, void*, bool) = nullptr;
   size_t elem = 0;
   switch (type) {
     case CUDNN_DATA_FLOAT:
@@ -302,8 +318,10 @@ cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, Pass pass,
   const char* name = pass == Pass::forward ? "cudnnConvolutionForward"
                      : pass == Pass::data  ? "cudnnConvolutionBackwardData"
                                            : "cudnnConvolutionBackwardFilter";
+  const bool tf32 =
+      type == CUDNN_DATA_FLOAT && math != CUDNN_FMA_MATH && !rg::emu::tf32_overridden_off();
   queue(handle, name, {{a, na, false}, {b, nb, false}, {out, nout, true}},
-        [=] { run_pass(pass, g, a, b, out); });
+        [=] { run_pass(pass, g, a, b, out, tf32); });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -376,7 +394,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
   if (!geometry(x_desc, w_desc, conv, y_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(x_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
   count_call("cudnnConvolutionForward#" + std::to_string(int(algo)));
-  return dispatch(handle, x_desc->type, Pass::forward, g, x, w, y);
+  return dispatch(handle, x_desc->type, conv->math, Pass::forward, g, x, w, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
                                            cudnnFilterDescriptor_t w_desc, const void* w,
@@ -390,7 +408,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
   if (!geometry(dx_desc, w_desc, conv, dy_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(dx_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
   count_call("cudnnConvolutionBackwardData#" + std::to_string(int(algo)));
-  return dispatch(handle, dx_desc->type, Pass::data, g, w, dy, dx);
+  return dispatch(handle, dx_desc->type, conv->math, Pass::data, g, w, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
                                              cudnnTensorDescriptor_t x_desc, const void* x,
@@ -404,7 +422,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   if (!geometry(x_desc, dw_desc, conv, dy_desc, g)) return CUDNN_STATUS_BAD_PARAM;
   if (!unit_scales(x_desc->type, alpha, beta)) return CUDNN_STATUS_NOT_SUPPORTED;
   count_call("cudnnConvolutionBackwardFilter#" + std::to_string(int(algo)));
-  return dispatch(handle, x_desc->type, Pass::weight, g, x, dy, dw);
+  return dispatch(handle, x_desc->type, conv->math, Pass::weight, g, x, dy, dw);
 }
 
 // Batch normalization and pooling.

@@ -35,10 +35,12 @@ namespace {
 using testing::kCuda;
 using testing::random_tensor;
 
-// Restores the switches (and the emulated cuDNN's offer) after each test.
+// Restores the switches (and the emulated cuDNN's offer) after each test. TF32 is off: these tests
+// compare f32 convolutions with the CPU's as f32 (engine/tf32.h).
 class Determinism : public ::testing::Test {
  protected:
   void SetUp() override { RG_REQUIRE_DEVICE(); }
+  const cuda::Tf32Guard full_f32_{false, false};
   void TearDown() override {
     set_deterministic_algorithms(false);
     set_cudnn_benchmark(false);

@@ -16,6 +16,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/reduce.h"
 #include "engine/tensor.h"
+#include "engine/tf32.h"
 
 namespace rg::testing {
 
@@ -46,6 +47,18 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double at
   }
 }
 
+// ||actual - truth|| / ||truth|| over all elements, in f64 (||actual - truth|| when truth is 0):
+// the normwise error, for results whose elements round too differently to compare one by one.
+inline double relative_error(const Tensor& actual, const Tensor& truth) {
+  const std::vector<double> a = actual.to_vector<double>(), t = truth.to_vector<double>();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    diff += (a[i] - t[i]) * (a[i] - t[i]);
+    norm += t[i] * t[i];
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
 // Tolerances for comparing the CUDA path with the CPU one: summation orders differ.
 struct Tolerance {
   double atol, rtol;
@@ -62,6 +75,11 @@ inline Tolerance tolerance_for(DType t) {
       return {2e-5, 2e-4};
   }
 }
+
+// f32 on CUDA with TF32 allowed (engine/tf32.h) against the CPU's f32: each product's inputs lose
+// 13 of their 23 mantissa bits (relative rounding up to 2^-11 each), so sums of products carry
+// errors of about 1e-3 of their terms' magnitude; PyTorch's own TF32 tests use 5e-3 to 1e-2.
+inline constexpr Tolerance kTf32Tolerance{1e-2, 1e-2};
 
 // Random inputs: uniform in [low, high), f32 or f64, on the CPU.
 inline Tensor random_tensor(const Shape& shape, Generator& gen, DType dtype = DType::f32,

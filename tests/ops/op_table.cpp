@@ -271,6 +271,7 @@ OpSample conv_sample(const ConvCase& c, Generator& gen, bool gradcheck = true) {
 OpEntry conv2d_entry() {
   OpEntry e;
   e.name = "conv2d";
+  e.tf32 = OpEntry::Tf32::conv;
   e.forward = [](const V& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
   e.half_tolerance_scale = 4;  // cuDNN's half convolutions accumulate 27..144 products
   e.samples = [] {
@@ -451,7 +452,7 @@ OpEntry batch_norm_entry() {
   OpEntry e;
   e.name = "batch_norm";
   e.forward = bn(true, true, false);
-  e.half_tolerance_scale = 4;        // statistics over a batch, normalized by them
+  e.half_tolerance_scale = 4;  // statistics over a batch, normalized by them
   e.samples = [] {
     Generator gen(18);
     auto affine = [&](const Shape& x, int64_t c, double lo = -2, double hi = 3) {
@@ -684,8 +685,10 @@ OpEntry softmax_entry(const std::string& name, Tensor (*op)(const Tensor&, int64
   };
   e.bad_inputs = [name, op] {
     std::vector<OpBadInput> bad = common_bad_inputs(name, {zeros({2, 3})});
-    bad.push_back({"dim out of range", {zeros({2, 3})}, name + ": dim 2 is out of range",
-                   [op](const V& x) { return op(x[0], 2); }});
+    bad.push_back(
+        {"dim out of range", {zeros({2, 3})}, name + ": dim 2 is out of range", [op](const V& x) {
+           return op(x[0], 2);
+         }});
     return bad;
   };
   return e;
@@ -710,7 +713,8 @@ OpEntry mse_loss_entry() {
   };
   e.bad_inputs = [] {
     std::vector<OpBadInput> bad = common_bad_inputs("mse_loss", {zeros({2, 3}), zeros({2, 3})});
-    bad.push_back({"shape mismatch", {zeros({2, 3}), zeros({3, 2})},
+    bad.push_back({"shape mismatch",
+                   {zeros({2, 3}), zeros({3, 2})},
                    "mse_loss: input shape [2, 3] does not match target shape [3, 2]"});
     bad.push_back({"no broadcasting", {zeros({2, 3}), zeros({3})}, "does not match target shape"});
     return bad;
@@ -729,7 +733,7 @@ V smooth_l1_pair(const Shape& shape, Generator& gen, double beta) {
   Tensor input = target.clone();
   double* x = input.data<double>();
   for (size_t i = 0; i < u.size(); ++i) {
-    double d = beta == 0.0 ? 0.1 + 2.4 * u[i]
+    double d = beta == 0.0     ? 0.1 + 2.4 * u[i]
                : side[i] < 0.5 ? 0.05 + (0.8 * beta - 0.05) * u[i]
                                : 1.2 * beta + (2.5 - 1.2 * beta) * u[i];
     x[i] += sign[i] < 0.5 ? -d : d;
@@ -761,7 +765,8 @@ OpEntry smooth_l1_loss_entry() {
   e.bad_inputs = [] {
     std::vector<OpBadInput> bad =
         common_bad_inputs("smooth_l1_loss", {zeros({2, 3}), zeros({2, 3})});
-    bad.push_back({"shape mismatch", {zeros({2, 3}), zeros({3, 2})},
+    bad.push_back({"shape mismatch",
+                   {zeros({2, 3}), zeros({3, 2})},
                    "smooth_l1_loss: input shape [2, 3] does not match target shape [3, 2]"});
     bad.push_back({"no broadcasting", {zeros({2, 3}), zeros({3})}, "does not match target shape"});
     bad.push_back({"negative beta",
@@ -855,6 +860,7 @@ OpEntry cross_entropy_entry() {
 OpEntry matmul_entry() {
   OpEntry e;
   e.name = "matmul";
+  e.tf32 = OpEntry::Tf32::matmul;
   e.forward = [](const V& x) { return matmul(x[0], x[1]); };
   e.half_tolerance_scale = 4;  // dot products of up to 784 terms
   e.samples = [] {
@@ -888,6 +894,7 @@ OpEntry matmul_entry() {
 OpEntry linear_entry() {
   OpEntry e;
   e.name = "linear";
+  e.tf32 = OpEntry::Tf32::matmul;
   e.forward = [](const V& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
   e.half_tolerance_scale = 4;
   e.samples = [] {
@@ -936,6 +943,7 @@ OpFn matmul_out_fn(bool ta, bool tb) {
 OpEntry matmul_out_entry() {
   OpEntry e;
   e.name = "matmul_out";
+  e.tf32 = OpEntry::Tf32::matmul;
   e.forward = matmul_out_fn(false, false);
   e.differentiable = false;
   e.cpu_dtypes = {f32, f64};  // writes into a given tensor: no f32 route for the half types
@@ -1208,8 +1216,11 @@ OpEntry clamp_entry() {
   };
   e.bad_inputs = [] {
     std::vector<OpBadInput> bad = common_bad_inputs("clamp_", {zeros({2, 3})});
-    bad.push_back({"min > max", {zeros({3})}, "clamp_: needs min <= max (neither NaN), got min 1 "
-                   "and max -1", clamp_to(1, -1)});
+    bad.push_back({"min > max",
+                   {zeros({3})},
+                   "clamp_: needs min <= max (neither NaN), got min 1 "
+                   "and max -1",
+                   clamp_to(1, -1)});
     bad.push_back({"NaN bound", {zeros({3})}, "clamp_: needs min <= max", clamp_to(NAN, 1)});
     return bad;
   };
@@ -1330,10 +1341,9 @@ OpEntry embedding_entry() {
                {uniform({7, 5}, gen), from_vector<int64_t>({3, 1, 3, 0, 3, 6}, {6})}),
         // The padding row's gradient is zero by definition, not the finite difference (as in
         // PyTorch): device comparisons only (tests/engine/nn_ops_test.cpp checks the values).
-        without_gradcheck(
-            sample("[7, 5], padding_idx 2",
-                   {uniform({7, 5}, gen), from_vector<int64_t>({2, 1, 2, 4, 1, 2}, {2, 3})},
-                   padding(2))),
+        without_gradcheck(sample(
+            "[7, 5], padding_idx 2",
+            {uniform({7, 5}, gen), from_vector<int64_t>({2, 1, 2, 4, 1, 2}, {2, 3})}, padding(2))),
         sample("[7, 5], padding_idx 0 never used",
                {uniform({7, 5}, gen), from_vector<int64_t>({5, 5, 6}, {3})}, padding(0)),
         sample("[33, 17], indices [4, 9]", {uniform({33, 17}, gen), indices({4, 9}, 33, gen)}),
@@ -1357,7 +1367,9 @@ OpEntry embedding_entry() {
     bad.push_back({"negative index",
                    {w, from_vector<int64_t>({-1, 2}, {2})},
                    "embedding: index -1 at position 0 is out of range for 5 embeddings"});
-    bad.push_back({"padding_idx out of range", {w, i}, "embedding: padding_idx 5 is out of range",
+    bad.push_back({"padding_idx out of range",
+                   {w, i},
+                   "embedding: padding_idx 5 is out of range",
                    [](const V& x) { return embedding(x[0], x[1], 5); }});
     return bad;
   };

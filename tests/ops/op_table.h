@@ -50,6 +50,10 @@ struct OpEntry {
   // this, for ops whose result rounds more than once in the half type (reductions, GEMM).
   double half_tolerance_scale = 1.0;
   bool host_result = false;  // the result is a host value even for CUDA inputs (counts)
+  // Which TF32 switch (engine/tf32.h) lets f32 run on TF32 tensor cores on CUDA: the harness
+  // compares f32 with TF32 off at f32's tolerance and again with it on at kTf32Tolerance.
+  enum class Tf32 { none, conv, matmul };
+  Tf32 tf32 = Tf32::none;
 };
 
 // Every entry, in a fixed order; names are unique.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "device/device_test_util.h"
@@ -107,9 +108,10 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) { return 
 // input after the call (running statistics) within tolerance_for(dtype) (device_test_util.h). The
 // half types run against the CPU in f32 on the same rounded inputs and upstream gradient, with the
 // entry's half_tolerance_scale.
-void expect_matches_cpu(const OpEntry& e, DType dtype, Device device) {
+void expect_matches_cpu(const OpEntry& e, DType dtype, Device device,
+                        std::optional<Tolerance> tolerance = std::nullopt) {
   const bool half = is_half(dtype);
-  Tolerance tol = tolerance_for(dtype);
+  Tolerance tol = tolerance.value_or(tolerance_for(dtype));
   if (half) tol = {tol.atol * e.half_tolerance_scale, tol.rtol * e.half_tolerance_scale};
   for (const OpSample& original : e.samples()) {
     SCOPED_TRACE(original.name + " in " + dtype_name(dtype) + " on " + device.str());
@@ -152,9 +154,8 @@ void expect_matches_cpu(const OpEntry& e, DType dtype, Device device) {
 const std::set<std::string> kPytorchLowerPrecision = {"conv2d", "linear", "matmul",
                                                       "causal_attention"};
 const std::set<std::string> kPytorchF32 = {
-    "softmax",        "log_softmax", "nll_loss", "cross_entropy", "mse_loss",
-    "smooth_l1_loss", "sum",         "exp",      "log",           "pow",
-    "layer_norm"};
+    "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss",  "smooth_l1_loss",
+    "sum",     "exp",         "log",      "pow",           "layer_norm"};
 
 // The entry's first sample under AutocastGuard(device, low): the dtype its output has for f32 and
 // for `low` inputs, and f32 for a mixed f32/low pair; gradients reach every input in its own dtype.
@@ -344,6 +345,8 @@ TEST_P(OpTableDevice, MatchesTheCpu) {
         << e.name << " in " << dtype_name(dtype()) << " on CUDA: expected an rg::Error";
     return;
   }
+  // f32 is compared as f32: TF32 off (OpTableDeviceTf32 below compares it with TF32 on).
+  const cuda::Tf32Guard full_f32(false, false);
   expect_matches_cpu(e, dtype(), kCuda);
 }
 
@@ -368,6 +371,29 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpTableDevice,
                                             ::testing::Values(DType::f32, DType::f64, DType::f16,
                                                               DType::bf16)),
                          device_name);
+
+// f32 with TF32 allowed, for the ops whose f32 may run on TF32 tensor cores (cuDNN convolutions,
+// cuBLAS products): within TF32's stated tolerance (kTf32Tolerance) of the CPU's f32. The emulator
+// rounds their inputs to TF32 as the tensor cores do (kernels/emu/tf32.h).
+class OpTableDeviceTf32 : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { RG_REQUIRE_DEVICE(); }
+};
+
+TEST_P(OpTableDeviceTf32, MatchesTheCpuWithinTf32Tolerance) {
+  const OpEntry& e = op_entry(GetParam());
+  const cuda::Tf32Guard tf32(e.tf32 == OpEntry::Tf32::conv, e.tf32 == OpEntry::Tf32::matmul);
+  expect_matches_cpu(e, DType::f32, kCuda, kTf32Tolerance);
+}
+
+std::vector<std::string> tf32_op_names() {
+  std::vector<std::string> names;
+  for (const OpEntry& e : op_table())
+    if (e.tf32 != OpEntry::Tf32::none) names.push_back(e.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTableDeviceTf32, ::testing::ValuesIn(tf32_op_names()), name_of);
 
 class OpTableDeviceErrors : public ::testing::TestWithParam<std::string> {
  protected:

@@ -42,6 +42,17 @@ std::string dtypes(const std::vector<DType>& list) {
   return s.empty() ? "none" : s;
 }
 
+// CUDA's dtypes, f32 marked where TF32 may replace it (engine/tf32.h).
+std::string cuda_dtypes(const OpEntry& e) {
+  std::string s = dtypes(e.cuda_dtypes);
+  const char* mark = e.tf32 == OpEntry::Tf32::conv     ? "f32 (TF32 by default)"
+                     : e.tf32 == OpEntry::Tf32::matmul ? "f32 (TF32 if allowed)"
+                                                       : nullptr;
+  if (const size_t at = s.find("f32"); mark != nullptr && at != std::string::npos)
+    s.replace(at, 3, mark);
+  return s;
+}
+
 std::string cell(std::string s) {
   for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
   return s;
@@ -84,6 +95,16 @@ std::string generate(const json& bench) {
     << "*CPU dtypes*: f16 and bf16 on the CPU compute in f32 on converted copies and round the "
        "result\n"
     << "(engine/ops/autocast_policy.h); the harness checks them against f32 as it checks CUDA's.\n"
+    << "*CUDA dtypes*: f32 (TF32 by default) and f32 (TF32 if allowed) name the ops whose f32 "
+       "may run on\n"
+    << "TF32 tensor cores (inputs rounded to a 10-bit mantissa, f32 accumulation): convolutions "
+       "unless\n"
+    << "`rg::cuda::set_allow_tf32_conv(false)`, matrix products only after\n"
+    << "`rg::cuda::set_allow_tf32_matmul(true)` (PyTorch's defaults; `ringgrad-train --tf32 "
+       "on|off|default`,\n"
+    << "`engine/tf32.h`). The harness compares CUDA's f32 with TF32 off against the CPU at f32's "
+       "tolerance\n"
+    << "(2e-5 + 2e-4 |x|) and, for these ops, with TF32 on at TF32's (1e-2 + 1e-2 |x|).\n"
     << "*samples*: the calls the harness checks (gradients, determinism, CPU against CUDA); "
        "*bad inputs*:\n"
     << "the calls that must fail with a clear error. *CPU f32 fwd+bwd*: the benchmark\n"
@@ -108,9 +129,9 @@ std::string generate(const json& bench) {
   // Runs of `scripts/ops-bench.py --ops` re-measured some ops and kept the other figures.
   for (const json& run : bench.value("partial_runs", json::array())) {
     o << "Measured again on " << run.at("date").get<std::string>() << " on "
-        << run.at("cpu").get<std::string>() << ", " << run.at("rg_threads").get<std::string>()
-        << " threads: " << run.at("ops").get<std::string>() << ", by `"
-        << run.at("command").get<std::string>() << "`.\n\n";
+      << run.at("cpu").get<std::string>() << ", " << run.at("rg_threads").get<std::string>()
+      << " threads: " << run.at("ops").get<std::string>() << ", by `"
+      << run.at("command").get<std::string>() << "`.\n\n";
   }
   o << "| op | backward | CPU dtypes | CUDA dtypes | samples | bad inputs | CPU f32 fwd+bwd | "
        "timed sample |\n"
@@ -118,9 +139,9 @@ std::string generate(const json& bench) {
   for (const OpEntry& e : op_table()) {
     const std::string sample = largest_sample(e).name;
     o << "| " << cell(e.name) << " | " << (e.differentiable ? "yes" : "no") << " | "
-      << dtypes(e.cpu_dtypes) << " | " << dtypes(e.cuda_dtypes) << " | " << e.samples().size()
-      << " | " << e.bad_inputs().size() << " | " << f32_time(e, sample, figures) << " | "
-      << cell(sample) << " |\n";
+      << dtypes(e.cpu_dtypes) << " | " << cuda_dtypes(e) << " | " << e.samples().size() << " | "
+      << e.bad_inputs().size() << " | " << f32_time(e, sample, figures) << " | " << cell(sample)
+      << " |\n";
   }
   return o.str();
 }

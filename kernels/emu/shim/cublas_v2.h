@@ -1,7 +1,7 @@
 // Stands in for <cublas_v2.h> in emulated builds: the subset of cuBLAS that kernels/cuda uses
 // (handles, streams, workspaces and cublasGemmEx), computed on the CPU by kernels/cpu/gemm
-// (kernels/emu/cublas.cpp). Matrices are column-major, as in cuBLAS. TF32 compute is computed in
-// full f32 (the emulator does not round inputs to TF32); f16/bf16 operands are converted to f32,
+// (kernels/emu/cublas.cpp). Matrices are column-major, as in cuBLAS. TF32 compute rounds the f32
+// operands to TF32 and multiplies them in f32 (NVIDIA_TF32_OVERRIDE=0 turns it off); f16/bf16 operands are converted to f32,
 // multiplied with f32 accumulation, and the result rounded once.
 #pragma once
 
