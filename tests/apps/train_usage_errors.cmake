@@ -20,7 +20,8 @@ set(cases
   "--join,--sync-bn|--join cannot be combined with --sync-bn"
   "--join,--check-consistency,5|--join cannot be combined with --check-consistency"
   "--join,--snapshot-every,10|--join cannot be combined with --snapshot-every"
-  "--join,--comm-hook,powersgd|--join cannot be combined with --comm-hook powersgd")
+  "--join,--comm-hook,powersgd|--join cannot be combined with --comm-hook powersgd"
+  "--tf32,fast|--tf32: fast not in")
 foreach(case IN LISTS cases)
   string(REPLACE "|" ";" parts "${case}")
   list(POP_BACK parts fragment)

@@ -7,10 +7,12 @@
 
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "apps/common/trainer.h"
 #include "engine/serialization.h"
+#include "engine/tf32.h"
 #include "support/errors.h"
 #include "support/idx_files.h"
 #include "support/mnist_dir.h"
@@ -63,6 +65,30 @@ TEST(EmulatedDeviceE2E, ToyNetTrainsOnCudaLikeOnTheCpu) {
   EXPECT_NEAR(dev.final_test_loss, cpu.final_test_loss, 0.02);
   std::cout << "toynet, 30 steps: top-1 " << dev.final_top1 << " on the emulated device, "
             << cpu.final_top1 << " on the CPU\n";
+}
+
+// --tf32: the run header says which f32 precision each kind of op gets, "on" really changes the
+// MLP's products (TF32 GEMMs, emulated), and the process's switches are restored afterwards.
+TEST(EmulatedDeviceE2E, Tf32FlagSetsTheRunsPrecisionAndIsRestored) {
+  TrainConfig c = mlp_config("cuda");
+  c.dataset = "synthetic";
+  c.max_steps = 3;
+  std::map<std::string, TrainResult> results;
+  for (const std::string tf32 : {"default", "on", "off"}) {
+    c.tf32 = tf32;
+    std::ostringstream log;
+    results[tf32] = train(c, log);
+    const std::string header = "f32 precision on CUDA (--tf32 " + tf32 + "): convolutions " +
+                               (tf32 == "off" ? "f32" : "TF32") + ", matrix products " +
+                               (tf32 == "on" ? "TF32" : "f32");
+    EXPECT_NE(log.str().find(header), std::string::npos) << log.str();
+    EXPECT_TRUE(cuda::allow_tf32_conv()) << "restored after --tf32 " << tf32;
+    EXPECT_FALSE(cuda::allow_tf32_matmul()) << "restored after --tf32 " << tf32;
+  }
+  // The MLP has no convolution: default and off are the same f32 run, on rounds its GEMMs.
+  EXPECT_EQ(results["default"].final_test_loss, results["off"].final_test_loss);
+  EXPECT_NE(results["on"].final_test_loss, results["default"].final_test_loss);
+  EXPECT_NEAR(results["on"].final_test_loss, results["default"].final_test_loss, 0.01);
 }
 
 // --amp on the device: cuBLAS in f16 (with the GradScaler) or bf16 (emulated), autocast's f32
