@@ -108,6 +108,7 @@ json_str() {
   s="${s//$'\t'/ }"
   s="${s//$'\r'/}"
   s="${s//$'\n'/\\n}"
+  s="$(printf '%s' "$s" | tr -d '\000-\010\013-\037')"  # other control characters (colours)
   printf '"%s"' "$s"
 }
 
