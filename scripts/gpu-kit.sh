@@ -8,7 +8,8 @@
 #     Without --build-dir: configures and builds Release with CUDA for the architectures (default
 #     90: H100/H200) in build/kit-sm<archs>. With --build-dir: packs that existing CUDA build as it
 #     is (CI packs the build it already has; --archs is then ignored). Writes FILE (default
-#     <build dir>/ringgrad-gpu-kit.tar.gz) and prints its size (target: at most 60 MiB):
+#     <build dir>/ringgrad-gpu-kit.tar.gz; relative paths are taken from the current directory)
+#     and prints its size (target: at most 60 MiB):
 #       bin/      ringgrad-train, ringgrad-run, ringgrad-bench, ringgrad-sample (stripped)
 #       tests/    every test program with the ctest label gpu (rg_gpu_tests, rg_gpu_device_tests)
 #       bench/    rg_micro_bench, and bench/pytorch/*.py (PyTorch's side of the comparisons)
@@ -23,6 +24,7 @@
 #     kernels/cuda/dynload.h), they are several hundred MiB, and the GPU machine has them with
 #     PyTorch; `run` finds them there.
 set -euo pipefail
+CALLER="$PWD"  # relative --build-dir and --out are taken from here
 cd "$(dirname "$0")/.."
 SRC="$PWD"
 
@@ -57,6 +59,8 @@ die() {
   echo "gpu-kit pack: $*" >&2
   exit 1
 }
+case "$build_dir" in "" | /*) ;; *) build_dir="$CALLER/$build_dir" ;; esac
+case "$out" in "" | /*) ;; *) out="$CALLER/$out" ;; esac
 
 command -v patchelf >/dev/null ||
   die "patchelf is needed to point the programs at the kit's libraries (apt-get install patchelf; scripts/setup-deps.sh installs it)"
@@ -75,7 +79,6 @@ fi
 build_dir="$(cd "$build_dir" && pwd)" || die "no build directory $build_dir"
 [ -f "$build_dir/CMakeCache.txt" ] || die "$build_dir is not a CMake build directory"
 out="${out:-$build_dir/ringgrad-gpu-kit.tar.gz}"
-case "$out" in /*) ;; *) out="$SRC/$out" ;; esac
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" | head -1; }
 build_type="$(cached CMAKE_BUILD_TYPE)"
 built_archs="$(cached RG_CUDA_ARCHS)"
