@@ -97,7 +97,11 @@ def train(rank, a):
         batches = [(torch.randn(a.batch_size, *shape).to(device, memory_format=memory_format),
                     torch.randint(0, 10, (a.batch_size,)).to(device)) for _ in range(4)]
     amp_dtype = torch.float16 if a.amp == "f16" else torch.bfloat16
-    scaler = torch.cuda.amp.GradScaler(enabled=a.amp == "f16") if cuda else None
+    scaler = None
+    if cuda:  # torch.amp.GradScaler from 2.3; torch.cuda.amp's before (deprecated since)
+        scaler = (torch.amp.GradScaler("cuda", enabled=a.amp == "f16")
+                  if hasattr(torch.amp, "GradScaler") else
+                  torch.cuda.amp.GradScaler(enabled=a.amp == "f16"))
 
     def step(i):
         x, y = batches[i % 4]
