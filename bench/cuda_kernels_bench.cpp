@@ -1,8 +1,8 @@
 // Google Benchmark entries for the CUDA kernels (kernels/cuda), timed with CUDA events. Each
 // reports the bytes it reads and writes as GB/s, to compare with the card's memory bandwidth
 // (these kernels are memory-bound); the cuBLAS GEMM and cuDNN convolution entries report GFLOP/s.
-// Without a GPU every entry is skipped with a message. Only built with CUDA; scripts/gpu-check.sh
-// runs them.
+// Without a GPU every entry is skipped with a message. Only built with CUDA; the GPU kit's `run`
+// runs them (scripts/gpu-kit-run.sh, stage micro).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

