@@ -9,6 +9,7 @@
 //   flight: what the ranks' flight recorder dumps say happened (apps/flight_analyzer.h).
 //   compare: single device, DataParallel and DDP on one model (apps/compare_bench.h).
 //   scale: predicted step time and scaling efficiency at 1-1024 GPUs (apps/scale_sim.h).
+//   profile: per-op GPU time per step of a ringgrad-train --trace file (apps/profile_table.h).
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "apps/compare_bench.h"
 #include "apps/flight_analyzer.h"
 #include "apps/overlap_bench.h"
+#include "apps/profile_table.h"
 #include "apps/scale_sim.h"
 #include "apps/timeline_plot.h"
 #include "apps/train_bench.h"
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
   CLI::App* timeline = rg::apps::add_timeline_command(app, tl);
   rg::apps::scale::ScaleOptions sc;
   CLI::App* scale = rg::apps::scale::add_scale_command(app, sc);
+  rg::apps::ProfileOptions pf;
+  CLI::App* profile = rg::apps::add_profile_command(app, pf);
   std::vector<std::string> flight_files;
   CLI::App* flight = app.add_subcommand(
       "flight", "what the ranks' flight recorder dumps say happened (exit code 2: a bad file)");
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
     if (timeline->parsed()) return rg::apps::run_timeline(tl);
     if (flight->parsed()) return rg::apps::run_flight(flight_files);
     if (scale->parsed()) return rg::apps::scale::run_scale(sc);
+    if (profile->parsed()) return rg::apps::run_profile(pf);
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
     std::cerr << "ringgrad-bench: " << e.what() << "\n";
     return 70;

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "apps/common/plot.h"
+#include "apps/trace_file.h"
 #include "comm/bucket_assignment.h"
 #include "kernels/error.h"
 
@@ -121,35 +122,22 @@ StepProfile parse_step_profile(const std::string& text, const std::string& file)
 
 StepProfile profile_from_trace(const std::string& text, const std::string& file, int step,
                                int rank) {
-  const json j = json::parse(text, nullptr, false);
-  RG_CHECK(!j.is_discarded(), file, " is not JSON, so neither a trace nor a step profile");
-  RG_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), file,
-           " is not a Chrome trace (no \"traceEvents\")");
+  const Trace trace = parse_trace(text, file);
   struct Ev {
     std::string name, cat;
     double ts, dur;
     int64_t bytes;
   };
   std::vector<Ev> evs;
-  std::vector<double> forwards;
-  int ranks = 0;
-  try {
-    for (const auto& e : j["traceEvents"]) {
-      if (e.value("ph", "") == "M") continue;
-      const int pid = e.value("pid", 0);
-      ranks = std::max(ranks, pid + 1);
-      if (pid != rank) continue;
-      Ev ev{e.value("name", ""), e.value("cat", ""), e.value("ts", 0.0), e.value("dur", 0.0), 0};
-      if (e.contains("args") && e["args"].is_object())
-        ev.bytes = e["args"].value("bytes", int64_t(0));
-      if (ev.cat == "step" && ev.name == "forward") forwards.push_back(ev.ts);
-      evs.push_back(std::move(ev));
-    }
-  } catch (const json::exception& e) {
-    RG_FAIL(file, " is not a valid Chrome trace: ", e.what());
+  const int ranks = trace.processes;
+  for (const TraceEvent& e : trace.events) {
+    if (e.pid != rank) continue;
+    const auto bytes = e.args.find("bytes");
+    evs.push_back(
+        {e.name, e.cat, e.ts, e.dur, bytes == e.args.end() ? int64_t(0) : int64_t(bytes->second)});
   }
+  const std::vector<double> forwards = trace.step_starts(rank);
   RG_CHECK(rank < ranks, file, " has ", ranks, " ranks; --rank ", rank, " is not one of them");
-  std::sort(forwards.begin(), forwards.end());
   // One step: from its forward to the next forward (or the end of the trace).
   auto extract = [&](size_t s, StepProfile& p) {
     const double t0 = forwards[s];

@@ -12,6 +12,7 @@
 #include "engine/autograd/node.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/stream.h"
+#include "engine/cuda/stream_trace.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
@@ -197,6 +198,8 @@ size_t byte_offset(const Tensor& t) { return size_t(t.storage_offset()) * elemen
 // dst.copy_(src) when at least one of them is a CUDA tensor. Conversions between dtypes happen on
 // the CPU side of a host-device copy.
 void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
+  // While tracing, one span on the stream of the CUDA side (as the engine's dispatch gives ops).
+  const cuda::OpSpan span("copy_", "op", dst.device().is_cuda() ? dst.device() : src.device());
   if (src.dtype() == dst.dtype()) {
     cuda::copy_bytes(*dst.storage(), byte_offset(dst), *src.storage(), byte_offset(src),
                      dst.nbytes(), non_blocking);
@@ -255,6 +258,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
 Tensor& Tensor::fill_(double value) {
   RG_REQUIRE_DEFINED("fill_()");
   if (device().is_cuda()) {
+    const cuda::OpSpan span("fill_", "op", device());
     if (value == 0.0 && !std::signbit(value)) {  // zero is all-zero bytes in every dtype
       cuda::zero_bytes(*storage(), byte_offset(*this), nbytes());
     } else {

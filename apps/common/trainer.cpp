@@ -36,6 +36,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
+#include "engine/cuda/stream_trace.h"
 #include "engine/deterministic.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/cudnn.h"
@@ -233,10 +234,17 @@ void write_trace(const std::string& path, dist::ProcessGroup* pg) {
   f << trace::chrome_trace_json(events, names, trace::lane_names());
 }
 
+// The batch's copy to the training device: while tracing, a span on the stream's lane.
+Tensor batch_to_device(const Tensor& inputs, Device device) {
+  const cuda::OpSpan span("copy to device", "data copy", device);
+  return inputs.to(device);
+}
+
 // The training loss of --loss: cross-entropy on the class indices, or a regression loss of the
 // logits against one-hot targets (classification as regression). `targets` are the batch's, on
 // the host: the one-hot matrix is built there and copied to the logits' device.
 Tensor training_loss(const TrainConfig& c, const Tensor& output, const Tensor& batch_targets) {
+  const cuda::OpSpan span("loss", "loss", output.device());  // while tracing: its stream span
   const auto [logits, targets] = as_rows(output, batch_targets);
   if (c.loss == "cross-entropy")
     return cross_entropy(logits, targets.to(logits.device()), c.label_smoothing);
@@ -989,7 +997,7 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
           trace::Scope t("forward", "step");
           const auto amp_scope = autocast();
           // DataParallel scatters the host batch itself.
-          const Tensor inputs = dp ? batch->inputs : batch->inputs.to(device);
+          const Tensor inputs = dp ? batch->inputs : batch_to_device(batch->inputs, device);
           const Tensor logits = ddp  ? ddp->forward(inputs)
                                 : dp ? dp->forward(inputs)
                                      : model->forward(inputs);
@@ -1059,6 +1067,8 @@ TrainResult train(const TrainConfig& c, std::ostream& all_out) {
         out.flush();
       }
     }
+    // The trace holds the first --trace-steps training steps, not the evaluation after them.
+    if (trace::enabled() && step >= c.trace_steps) trace::set_enabled(false);
     if (join) {
       // What it accumulated past its last optimizer step is not the others' (they zeroed theirs).
       opt->zero_grad();

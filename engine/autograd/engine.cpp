@@ -119,14 +119,12 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     if (grad.defined()) {
       const bool traced = trace::enabled();
       const auto t0 = traced ? trace::Clock::now() : trace::Clock::time_point{};
-      std::string span_name;
-      std::optional<cuda::StreamSpan> on_stream;  // when the kernels really ran
-      if (traced) {
-        span_name = node->scope().empty() ? node->name() : node->scope() + ": " + node->name();
-        if (grad.device().is_cuda()) {
-          const cuda::Stream stream = cuda::current_stream(grad.device().index);
-          on_stream.emplace(span_name, "backward kernels", stream, stream.str() + " stream");
-        }
+      std::string span_name, node_name;
+      std::optional<cuda::OpSpan> on_stream;  // when the kernels really ran (the node's ops
+      if (traced) {                           // inside it have no spans of their own)
+        node_name = node->name();
+        span_name = node->scope().empty() ? node_name : node->scope() + ": " + node_name;
+        on_stream.emplace(node_name.c_str(), "backward kernels", grad.device(), &node->scope());
       }
       input_grads = node->apply(node->run_tensor_pre_hooks(std::move(grad)));
       on_stream.reset();

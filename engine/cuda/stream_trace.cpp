@@ -89,6 +89,28 @@ StreamSpan::~StreamSpan() {
   }
 }
 
+namespace {
+thread_local int t_open_op_spans = 0;  // OpSpans open on this thread (the outermost records)
+}  // namespace
+
+void OpSpan::open(const char* op, const char* category, Device device, const std::string* scope) {
+  opened_ = true;
+  if (t_open_op_spans++ > 0) return;
+  try {
+    const std::string& s = scope ? *scope : trace::current_scope();
+    std::string name = s.empty() ? std::string(op) : s + ": " + op;
+    const Stream stream = current_stream(device.index);
+    span_.emplace(std::move(name), category, stream, stream.str() + " stream");
+  } catch (...) {
+    // Tracing must never fail the traced work: the span is dropped.
+  }
+}
+
+void OpSpan::close() noexcept {
+  span_.reset();
+  --t_open_op_spans;
+}
+
 void resolve_stream_spans() {
   Queue& q = queue();
   std::vector<std::unique_ptr<StreamSpan::Pending>> spans;
@@ -101,7 +123,7 @@ void resolve_stream_spans() {
     std::lock_guard lock(q.mu);
     const Anchor& a = anchor_of(q, s->device);
     trace::deferred_span(std::move(s->name), std::move(s->category), host_time(a, s->start),
-                host_time(a, s->end), s->lane, std::move(s->args));
+                         host_time(a, s->end), s->lane, std::move(s->args));
   }
 }
 

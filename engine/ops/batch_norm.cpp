@@ -134,8 +134,8 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
   Tensor mean = Tensor::empty({c}, DType::f32, x.device());
   Tensor invstd = Tensor::empty({c}, DType::f32, x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_cuda_float(x.dtype(), "batch_norm", [&]<class T>() {
-    if constexpr (kCudnnType<T>) {
+  dispatch_on(x.device(), x.dtype(), "batch_norm", [&]<class T, class B>() {
+    if constexpr (kOnCuda<B> && kCudnnType<T>) {
       forward_cudnn<T>(x, running_mean, running_var, weight, bias, training, momentum, eps, n, c,
                        hw, out, mean, invstd);
     }
@@ -247,7 +247,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                             c, hw);
   }
 
-  // Our kernels, on either device: f64 mean and invstd per channel, kept for the backward.
+  // Our kernels, on either device: f64 mean and invstd per channel, kept for the backward. The
+  // statistics and the normalization are two dispatches; one span on the trace holds both.
+  const cuda::OpSpan span(op, "op", x.device());
   Tensor mean, invstd;
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (training) {

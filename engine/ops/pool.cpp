@@ -71,8 +71,8 @@ constexpr bool kCudnnType = !std::is_same_v<T, BFloat16>;
 Tensor avg_pool_cudnn(const char* op, const Tensor& x, const Pool2dGeometry& g,
                       bool count_include_pad) {
   Tensor out = Tensor::empty({x.size(0), x.size(1), g.ho, g.wo}, x.dtype(), x.device());
-  dispatch_cuda_float(x.dtype(), op, [&]<class T>() {
-    if constexpr (kCudnnType<T>) {
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    if constexpr (kOnCuda<B> && kCudnnType<T>) {
       kernels::cuda::cudnn_avg_pool2d_forward<T>(g, x.data<T>(), out.data<T>(), count_include_pad,
                                                  cuda_stream(x));
     }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/cuda/stream_trace.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
@@ -13,6 +14,16 @@
 #include "kernels/error.h"
 
 namespace rg::optim {
+
+namespace {
+
+// Where a step's span goes while tracing (cuda::OpSpan: one span per step on the parameters'
+// stream, around the per-parameter kernels, which get none of their own).
+Device params_device(const std::vector<Tensor>& params) {
+  return params.empty() ? Device::cpu() : params.front().device();
+}
+
+}  // namespace
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay) {
   std::set<const TensorImpl*> earlier;  // the parameters of the groups before
@@ -123,6 +134,7 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
 
 void Sgd::step() {
   NoGradGuard no_grad;
+  const cuda::OpSpan span("sgd.step", "optimizer", params_device(params_));
   kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
   for (size_t i = 0; i < params_.size(); ++i) {
     s.weight_decay = weight_decay(i);
@@ -179,6 +191,8 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_w
 
 void Adam::step() {
   NoGradGuard no_grad;
+  const cuda::OpSpan span(decoupled_ ? "adamw.step" : "adam.step", "optimizer",
+                          params_device(params_));
   kernels::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps, 0.0, decoupled_};
   for (size_t i = 0; i < params_.size(); ++i) {
     a.weight_decay = weight_decay(i);

@@ -1,0 +1,61 @@
+// ringgrad-bench profile: per-op GPU time of a ringgrad-train --trace file (like torch.profiler's
+// key_averages()): the spans on the CUDA stream lanes of the chosen steps, grouped by op, sorted
+// by total time, with the host time of the trainer's phases per step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/trace_file.h"
+
+namespace CLI {
+class App;
+}
+
+namespace rg::apps {
+
+struct ProfileOptions {
+  std::string trace;
+  std::string steps;  // "A:B" (0-based, B excluded), "A:", ":B" or "A"; empty: every step
+  std::string csv;
+  int rank = 0;
+};
+
+struct ProfileRow {
+  std::string name, category;
+  int64_t calls = 0;
+  double total_us = 0;
+  double mean_us() const { return calls > 0 ? total_us / double(calls) : 0; }
+};
+
+struct Profile {
+  std::string file;
+  int rank = 0;
+  int first_step = 0, end_step = 0;  // the steps [first_step, end_step)
+  int traced_steps = 0;
+  std::vector<ProfileRow> ops;   // GPU spans by op, by total time (descending)
+  std::vector<ProfileRow> host;  // the trainer's phases on the host, by total time
+  double gpu_us = 0;             // all GPU spans of the steps together
+  double host_us = 0;            // the steps' wall time (forward to next forward)
+  int steps() const { return end_step - first_step; }
+};
+
+// The steps [first, end) that `spec` names among `traced` steps; rg::Error when malformed or out
+// of range.
+std::pair<int, int> parse_step_range(const std::string& spec, int traced);
+// The op of a span: its name without the module scope ("layer1.0.conv1: conv2d" -> "conv2d"); a
+// collective's name without its details ("all_reduce f32[1024] ..." -> "all_reduce").
+std::string op_of(const TraceEvent& e);
+// rg::Error (naming the file) for a rank not in the trace, a trace without steps or without GPU
+// spans in the chosen steps.
+Profile compute_profile(const Trace& trace, int rank, const std::string& steps);
+std::string profile_table(const Profile& p);
+// op,category,calls,total_us,us_per_step,mean_us,share: the rows of the GPU table.
+std::string profile_csv(const Profile& p);
+
+CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o);
+// Exit code 2 for a missing or malformed trace, a trace without GPU spans or steps out of range.
+int run_profile(const ProfileOptions& o);
+
+}  // namespace rg::apps

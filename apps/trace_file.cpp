@@ -1,0 +1,87 @@
+// The Chrome trace reader shared by ringgrad-bench's timeline, scale and profile subcommands.
+#include "apps/trace_file.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kernels/error.h"
+
+namespace rg::apps {
+
+using json = nlohmann::json;
+
+namespace {
+
+TraceEvent read_event(const json& e) {
+  TraceEvent ev;
+  ev.name = e.value("name", "");
+  ev.cat = e.value("cat", "");
+  const std::string ph = e.value("ph", "X");
+  ev.ph = ph.empty() ? 'X' : ph[0];
+  ev.ts = e.value("ts", 0.0);
+  ev.dur = e.value("dur", 0.0);
+  ev.pid = e.value("pid", 0);
+  ev.tid = e.value("tid", 0);
+  if (e.contains("args") && e["args"].is_object())
+    for (const auto& [key, value] : e["args"].items())
+      if (value.is_number()) ev.args[key] = value.get<double>();
+  return ev;
+}
+
+}  // namespace
+
+const std::string& Trace::lane_name(const TraceEvent& e) const {
+  static const std::string kNone;
+  const auto it = lanes.find({e.pid, e.tid});
+  return it == lanes.end() ? kNone : it->second;
+}
+
+bool Trace::on_stream(const TraceEvent& e) const {
+  return e.ph == 'X' && lane_name(e).starts_with("cuda:");
+}
+
+std::vector<double> Trace::step_starts(int pid) const {
+  std::vector<double> starts;
+  for (const TraceEvent& e : events)
+    if (e.pid == pid && e.ph == 'X' && e.cat == "step" && e.name == "forward")
+      starts.push_back(e.ts);
+  std::sort(starts.begin(), starts.end());
+  return starts;
+}
+
+Trace parse_trace(const std::string& text, const std::string& file) {
+  const json j = json::parse(text, nullptr, false);
+  RG_CHECK(!j.is_discarded(), file, " is not JSON (expected a ringgrad-train --trace file)");
+  RG_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), file,
+           " is not a Chrome trace (no \"traceEvents\")");
+  Trace t;
+  t.file = file;
+  try {
+    for (const auto& e : j["traceEvents"]) {
+      RG_CHECK(e.is_object(), file, " is not a valid Chrome trace: an event is not an object");
+      const int pid = e.value("pid", 0);
+      t.processes = std::max(t.processes, pid + 1);
+      if (e.value("ph", "") == "M") {
+        if (e.value("name", "") == "thread_name" && e.contains("args"))
+          t.lanes[{pid, e.value("tid", 0)}] = e["args"].value("name", "");
+        continue;
+      }
+      t.events.push_back(read_event(e));
+    }
+  } catch (const json::exception& e) {
+    RG_FAIL(file, " is not a valid Chrome trace: ", e.what());
+  }
+  return t;
+}
+
+Trace read_trace(const std::string& path) {
+  std::ifstream f(path);
+  RG_CHECK(f.good(), "cannot read ", path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return parse_trace(s.str(), path);
+}
+
+}  // namespace rg::apps
