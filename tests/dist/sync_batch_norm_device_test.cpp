@@ -74,10 +74,10 @@ void check(DType dtype, std::vector<int64_t> sizes, const std::string& what,
   run.sizes = std::move(sizes);
   run.steps = steps;
   run.dtype = dtype;
-  run.device = Device::cuda(0);
+  run.device = default_group()->tensor_device();
   // f64: against the CPU, the exact check of the device path. f32: against the same f32 model on
   // the device (plain batch norm there), so that only the order of sums differs.
-  run.reference_device = dtype == DType::f64 ? Device::cpu() : Device::cuda(0);
+  run.reference_device = dtype == DType::f64 ? Device::cpu() : run.device;
   const testing::SyncBnDiffs d = testing::sync_bn_vs_single_process(run, default_group());
   const double tol = dtype == DType::f64 ? kF64Tolerance : f32_tolerance;
   testing::expect_within(d, tol, what, default_group()->rank());
@@ -127,10 +127,10 @@ TEST(SyncBatchNormOnDevice, LayerMatchesBatchNormOnTheConcatenatedBatch) {
   with_empty[0] = 0;
   for (const auto& [name, group] : {std::pair{"nccl", nccl}, std::pair{"gloo", gloo}}) {
     const std::string g = name;
-    testing::check_sync_layer(group, Device::cuda(0), testing::unequal_batch_sizes(world), true,
-                              g + " unequal [N, C, H, W]", kF64Tolerance);
-    testing::check_sync_layer(group, Device::cuda(0), with_empty, false, g + " rank 0 empty [N, C]",
-                              kF64Tolerance);
+    testing::check_sync_layer(group, nccl->tensor_device(), testing::unequal_batch_sizes(world),
+                              true, g + " unequal [N, C, H, W]", kF64Tolerance);
+    testing::check_sync_layer(group, nccl->tensor_device(), with_empty, false,
+                              g + " rank 0 empty [N, C]", kF64Tolerance);
   }
 }
 
