@@ -207,8 +207,9 @@ int run_compare(const CompareOptions& o) {
     if (mode == "dp") argv.insert(argv.end(), {"--dp-devices", std::to_string(o.devices)});
     if (mode == "ddp" && on_cuda) argv.insert(argv.end(), {"--backend", "nccl"});
     std::vector<std::string> env;
-    // Emulated devices: dp sees all of them in its one process; each ddp rank sees its own.
-    if (emulated) env.push_back(fmt::format("RG_EMU_DEVICES={}", mode == "dp" ? o.devices : 1));
+    // Emulated devices: every process sees the machine's o.devices; dp uses all of them in its
+    // one process, each ddp rank its own (rank % devices: NCCL refuses two ranks on one GPU).
+    if (emulated) env.push_back(fmt::format("RG_EMU_DEVICES={}", o.devices));
     fmt::print("# {}: {} device(s) on the {}...\n", mode, r.devices, r.where);
     std::fflush(stdout);
     const int code = run_logged(argv, env, log);

@@ -38,6 +38,7 @@ def main():
             env = dict(os.environ)
             if backend.startswith("nccl"):
                 env["RG_TEST_BACKEND"] = "nccl"
+                env["RG_EMU_DEVICES"] = str(ranks)  # one emulated GPU per rank
             r = subprocess.run([run, "--nproc-per-node", str(ranks), "--master-port", "0",
                                 os.path.join(a.build, "tests", exe), f"--gtest_filter={filt}"],
                                env=env, capture_output=True, text=True, timeout=600)

@@ -4,7 +4,9 @@
 // CUDA reduction kernel; the other collectives always use NCCL's own.
 #include "comm/process_group_nccl.h"
 
+#include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/gpu_per_rank.h"
 #include "comm/prefix_store.h"
 #include "comm/progress_board.h"
 #include "comm/ring_allreduce.h"
@@ -28,6 +31,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/collective_reduce.h"
 #include "kernels/error.h"
+#include "kernels/nccl_error.h"
 
 namespace rg::dist {
 namespace {
@@ -80,6 +84,20 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 cudaStream_t as_cuda(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
+
+// This rank's GPU as the other ranks must see it: NCCL refuses two ranks on one GPU only inside
+// ncclCommInitRank, with "invalid usage", so the ranks compare UUIDs first and say what to do.
+RankGpu this_rank_gpu(int device, int devices) {
+  cudaDeviceProp prop{};
+  RG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  RankGpu g;
+  g.uuid = format_gpu_uuid(prop.uuid.bytes);
+  g.device = device;
+  g.device_count = devices;
+  char host[256] = {};
+  g.host = gethostname(host, sizeof(host) - 1) == 0 ? host : "?";
+  return g;
+}
 
 // Completed by the watchdog when its end event is reached (or failed by it). wait() orders the
 // caller's current stream after the collective without blocking the host, as PyTorch's does.
@@ -243,7 +261,8 @@ struct ProcessGroupNCCL::Impl {
       if (timed_out)
         msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
       else
-        msg += std::string(" failed: ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
+        msg += " failed: " +
+               kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
       if (auto behind = board->ranks_behind(oldest->seq()))
         msg += behind->empty() ? "; every rank had started it"
                                : "; ranks that have not joined it: " + format_ranks(*behind);
@@ -270,6 +289,10 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   Impl& s = *impl_;
   s.device = device >= 0 ? device : rank % devices;
   s.store = std::make_shared<PrefixStore>("pg/" + options_.name, std::move(store));
+  // Before NCCL: every rank learns every rank's GPU, so ranks that share one all fail here with the
+  // same message instead of inside ncclCommInitRank (or some of them waiting there).
+  check_one_gpu_per_rank(*s.store, "nccl/gpu", rank, size, this_rank_gpu(s.device, devices),
+                         options_.timeout);
   ncclUniqueId id;
   if (rank == 0) {
     RG_CUDA_CHECK(ncclGetUniqueId(&id));

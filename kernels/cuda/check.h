@@ -30,13 +30,17 @@ inline void check(Status s, const char* call, const char* file, int line) {
 #include <string>
 
 #include "kernels/error.h"
+#include "kernels/nccl_error.h"
 
 namespace rg::cuda::detail {
 
 inline const char* status_message(cudaError_t s) { return cudaGetErrorString(s); }
 inline const char* status_message(cublasStatus_t s) { return cublasGetStatusString(s); }
 inline const char* status_message(cudnnStatus_t s) { return cudnnGetErrorString(s); }
-inline const char* status_message(ncclResult_t s) { return ncclGetErrorString(s); }
+// NCCL's own words and why the call failed (its last warning, kept even without NCCL_DEBUG).
+inline std::string status_message(ncclResult_t s) {
+  return ::rg::kernels::nccl_error_text(ncclGetErrorString(s), ncclGetLastError(nullptr));
+}
 inline bool ok(cudaError_t s) { return s == cudaSuccess; }
 inline bool ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
 inline bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
@@ -45,8 +49,8 @@ inline bool ok(ncclResult_t s) { return s == ncclSuccess; }
 template <class Status>
 inline void check(Status s, const char* call, const char* file, int line) {
   if (!ok(s)) [[unlikely]] {
-    ::rg::detail::throw_error(::rg::detail::cat(file, ":", line, ": ", call, " failed: ",
-                                                status_message(s)));
+    ::rg::detail::throw_error(
+        ::rg::detail::cat(file, ":", line, ": ", call, " failed: ", status_message(s)));
   }
 }
 

@@ -3,6 +3,8 @@
 // implicit ordering, sticky errors, and the vector clocks that the race detector checks against.
 #include "kernels/emu/device_runtime.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -18,6 +20,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "kernels/emu/device_properties.h"
 #include "kernels/emu/racecheck.h"
 #include "kernels/error.h"
 
@@ -530,6 +533,31 @@ void clear_race_reports() {
 
 bool racecheck_enabled() { return Runtime::get().race_mode != RaceMode::off; }
 
+std::string emulated_machine_id() {
+  if (const char* id = std::getenv("RG_HOST_ID"); id != nullptr && *id != '\0') return id;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
+cudaUUID_t device_uuid(int device) {
+  // FNV-1a over the machine and the index, two seeds for 16 bytes, each through splitmix64's
+  // finalizer (so that devices 0 and 1 do not look alike); shaped as a version 4 UUID.
+  const std::string key = cat("ringgrad-emu/", emulated_machine_id(), "/", device);
+  const auto fnv = [&key](uint64_t h) {
+    for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+  };
+  const uint64_t words[2] = {fnv(0xcbf29ce484222325ull), fnv(0x84222325cbf29ce4ull)};
+  cudaUUID_t u{};
+  std::memcpy(u.bytes, words, sizeof(u.bytes));
+  u.bytes[6] = char((u.bytes[6] & 0x0f) | 0x40);
+  u.bytes[8] = char((u.bytes[8] & 0x3f) | 0x80);
+  return u;
+}
+
 void check_status(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
   std::string detail;
@@ -612,6 +640,19 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
       return cudaSuccess;
   }
   return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return fail(cudaErrorInvalidValue);
+  if (!Runtime::get().valid_device(device)) return fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "ringgrad emulated device %d", device);
+  prop->uuid = rg::emu::device_uuid(device);
+  prop->totalGlobalMem = size_t(16) << 30;  // host memory, in fact; a plausible figure
+  prop->major = 8;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize() {

@@ -30,9 +30,11 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/emu/device_properties.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/nccl_error.h"
 
 // How it works. Every collective is a sequence of steps. In step s each rank writes its part into
 // the half (s % 2) of its slot, announces s in its `arrived` counter, waits until every rank has
@@ -335,7 +337,7 @@ struct Status {
 // ---- Shared memory ----
 
 constexpr uint64_t kShmMagic = 0x52474e43434c3031ull;  // "RGNCCL01"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr int kMaxRanks = 256;
 // Per rank: two halves, alternating between steps. With 1 MiB a 64 MiB collective takes 128 steps.
 constexpr size_t kSlotBytes = size_t(1) << 20;
@@ -370,6 +372,8 @@ struct ShmHeader {
 struct alignas(64) RankArea {
   std::atomic<int32_t> pid{0};                   // 0 until the rank joined
   std::atomic<int32_t> left{0};                  // 1 once it destroyed its communicator
+  int32_t device = 0;                            // written before the rank counts as joined
+  cudaUUID_t uuid{};                             // of that device (rg::emu::device_uuid)
   alignas(64) std::atomic<uint64_t> arrived{0};  // the last step whose part this rank wrote
   CallDesc desc[2];     // by step parity: the collective of a descriptor step
   CallDesc skipped[2];  // the count-0 collective issued just before it (seq 0: none)
@@ -432,6 +436,18 @@ long env_positive(const char* name, long fallback, std::string* error) {
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += cat(i == 0 ? "" : ", ", ranks[i]);
+  return s;
+}
+
+// As nvidia-smi prints a GPU's UUID: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string uuid_text(const cudaUUID_t& u) {
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", unsigned(static_cast<unsigned char>(u.bytes[i])));
+    s += hex;
+  }
   return s;
 }
 
@@ -1078,8 +1094,25 @@ Status join(std::shared_ptr<ncclComm>* out, int nranks, const ncclUniqueId& id, 
     poison(c->header, st.code, st.message);
     return st;
   }
+  c->area(rank).device = device;
+  c->area(rank).uuid = device_uuid(device);
   c->header->joined.fetch_add(1, std::memory_order_acq_rel);
   *out = std::move(c);
+  return {};
+}
+
+// Real NCCL refuses two ranks on one GPU once all have joined ("Duplicate GPU detected"); every
+// rank reads the same table, so all of them fail alike. Emulated devices are told apart by UUID.
+Status check_distinct_devices(ncclComm& c) {
+  for (int r = 0; r < c.nranks; ++r) {
+    for (int q = 0; q < r; ++q) {
+      const RankArea &a = c.area(q), &b = c.area(r);
+      if (std::memcmp(a.uuid.bytes, b.uuid.bytes, sizeof(a.uuid.bytes)) != 0) continue;
+      return {ncclInvalidUsage,
+              cat("Duplicate GPU detected : rank ", q, " and rank ", r, " both on CUDA device ",
+                  a.device, " (", uuid_text(a.uuid), ")")};
+    }
+  }
   return {};
 }
 
@@ -1109,7 +1142,7 @@ Status wait_joined(ncclComm& c, long timeout_ms) {
   }
   // Every rank has mapped the object: from now on a crashed job leaves nothing in /dev/shm.
   shm_unlink(c.shm_name.c_str());
-  return {};
+  return check_distinct_devices(c);
 }
 
 Status init_timeout(long* ms) {
@@ -1468,8 +1501,8 @@ void drain(ncclComm& c) {
 
 void check_status(ncclResult_t status, const char* call, const char* file, int line) {
   if (status == ncclSuccess) return;
-  RG_FAIL(file, ":", line, ": ", call, " failed: ", ncclGetErrorString(status),
-          t_message.empty() ? "" : ": ", t_message);
+  RG_FAIL(file, ":", line, ": ", call,
+          " failed: ", kernels::nccl_error_text(ncclGetErrorString(status), t_message.c_str()));
 }
 
 }  // namespace rg::emu
@@ -1646,15 +1679,15 @@ const char* ncclGetErrorString(ncclResult_t result) {
     case ncclSuccess:
       return "no error";
     case ncclUnhandledCudaError:
-      return "unhandled cuda error";
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError:
-      return "unhandled system error";
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
     case ncclInternalError:
-      return "internal error";
+      return "internal error - please report this issue to the NCCL developers";
     case ncclInvalidArgument:
-      return "invalid argument";
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case ncclInvalidUsage:
-      return "invalid usage";
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError:
       return "remote process exited or there was a network error";
     case ncclInProgress:

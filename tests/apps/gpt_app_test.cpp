@@ -3,14 +3,17 @@
 // 2 ranks with minGPT's recipe (AdamW, decoupled decay on Linear weights, beta2 0.95, clipping,
 // cosine schedule with warm-up), ringgrad-sample on its checkpoint (greedy and top-k draws, bad
 // prompts and files), a kill and restart from snapshots, autocast on the CPU, the emulated CUDA
-// device (one process and 2 ranks over the emulated NCCL) and the usage errors.
+// device (one process and 2 ranks over the emulated NCCL; ranks that share a GPU refused) and the
+// usage errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -346,7 +349,7 @@ TEST_F(GptApp, EmulatedCudaDeviceTrainsLikeTheCpu) {
   ASSERT_EQ(cpu2.exit_code, 0) << cpu2.out;
   const ProcessResult emu2 = run_ranks(
       2, RG_TRAIN_EMU_BINARY, args("emu2.jsonl", {"--device", "cuda", "--backend", "nccl"}),
-      {"RG_EMU_DEVICES=1"});
+      {"RG_EMU_DEVICES=2"});  // one emulated GPU per rank: NCCL refuses two ranks on one
   ASSERT_EQ(emu2.exit_code, 0) << emu2.out;
   EXPECT_NE(emu2.out.find("DDP over 2 ranks (nccl"), std::string::npos) << emu2.out;
   const double l_cpu2 = final_test_loss(path("cpu2.jsonl"));
@@ -355,6 +358,65 @@ TEST_F(GptApp, EmulatedCudaDeviceTrainsLikeTheCpu) {
   std::cout << "final test loss, 1 process: " << l_cpu << " (cpu), " << l_emu
             << " (emulated cuda); 2 ranks: " << l_cpu2 << " (gloo), " << l_emu2
             << " (emulated nccl)\n";
+}
+
+// Ranks that share an emulated GPU (fewer emulated devices than ranks) are named before NCCL is
+// called: every process exits 1 with one line naming the ranks and the GPU's UUID, none waits in
+// NCCL's init. 2 ranks on 1 GPU and 4 on 2, started by hand (rank 0 hosts the store, so it must
+// stay until the others have read it) and through ringgrad-run.
+TEST_F(GptApp, EmulatedCudaRanksSharingAGpuAreNamed) {
+  const std::vector<std::string> args =
+      gpt_args(2, 1, {"--device", "cuda", "--backend", "nccl", "--timeout-s", "60"});
+  const std::string uuid =
+      "\\((GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\\)";
+  const auto by_hand = [&](int ranks, int gpus) {
+    const std::string port = std::to_string(testing::free_port());
+    std::vector<testing::ProcessSpec> specs;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<std::string> argv = {RG_TRAIN_EMU_BINARY};
+      argv.insert(argv.end(), args.begin(), args.end());
+      specs.push_back(
+          {argv,
+           {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(ranks),
+            "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(ranks),
+            "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+            "RG_EMU_DEVICES=" + std::to_string(gpus), "RG_NUM_THREADS=1"}});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<ProcessResult> results = testing::run_processes(specs, dir_, 60);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(seconds, 30) << ranks << " ranks on " << gpus << " GPU(s) took " << seconds << " s";
+    return results;
+  };
+  const std::string fix = "NCCL needs one GPU per rank; start at most ";
+  const std::string what = " \\(--nproc-per-node\\) or use --backend gloo\n";
+  // Each process's own exit code and output: the same line on every rank.
+  const std::regex one("ringgrad-train: error: ranks 0 and 1 both use GPU 0 " + uuid + ": " + fix +
+                       "1 rank per node" + what);
+  for (const ProcessResult& r : by_hand(2, 1)) {
+    EXPECT_FALSE(r.timed_out) << r.out;
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, one)) << r.out;
+    EXPECT_EQ(r.out.find("ncclCommInitRank"), std::string::npos) << r.out;
+  }
+  const std::regex pairs("ringgrad-train: error: ranks 0 and 2 both use GPU 0 " + uuid +
+                         "; ranks 1 and 3 both use GPU 1 " + uuid + ": " + fix +
+                         "2 ranks per node" + what);
+  std::set<std::string> uuids;
+  for (const ProcessResult& r : by_hand(4, 2)) {
+    EXPECT_FALSE(r.timed_out) << r.out;
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, pairs)) << r.out;
+    uuids.insert(m[1]);
+    uuids.insert(m[2]);
+  }
+  EXPECT_EQ(uuids.size(), 2u) << "every process names the same two GPUs";
+  // What a user of ringgrad-run sees: the line with the rank's prefix, and a failed exit.
+  const ProcessResult launched = run_ranks(2, RG_TRAIN_EMU_BINARY, args, {"RG_EMU_DEVICES=1"});
+  EXPECT_NE(launched.exit_code, 0) << launched.out;
+  EXPECT_TRUE(std::regex_search(launched.out, one)) << launched.out;
 }
 
 // Usage errors exit 2 before any training; a data set or model that does not fit exits 1 naming

@@ -75,10 +75,10 @@ void check(DType dtype, std::vector<int64_t> sizes, const std::string& what,
   run.sizes = std::move(sizes);
   run.steps = steps;
   run.dtype = dtype;
-  run.device = Device::cuda(0);
+  run.device = default_group()->tensor_device();
   // f64: against the CPU, the exact check of the device path. f32: against the same f32 model on
   // the device (plain batch norm there), so that only the order of sums differs.
-  run.reference_device = dtype == DType::f64 ? Device::cpu() : Device::cuda(0);
+  run.reference_device = dtype == DType::f64 ? Device::cpu() : run.device;
   // f32 is compared as f32: with TF32 convolutions a last-bit difference in a gradient can cross
   // a TF32 rounding boundary and grow layer by layer (0.4 relative in ResNet-18 after one step).
   const cuda::Tf32Guard full_f32(false, false);
@@ -131,10 +131,10 @@ TEST(SyncBatchNormOnDevice, LayerMatchesBatchNormOnTheConcatenatedBatch) {
   with_empty[0] = 0;
   for (const auto& [name, group] : {std::pair{"nccl", nccl}, std::pair{"gloo", gloo}}) {
     const std::string g = name;
-    testing::check_sync_layer(group, Device::cuda(0), testing::unequal_batch_sizes(world), true,
-                              g + " unequal [N, C, H, W]", kF64Tolerance);
-    testing::check_sync_layer(group, Device::cuda(0), with_empty, false, g + " rank 0 empty [N, C]",
-                              kF64Tolerance);
+    testing::check_sync_layer(group, nccl->tensor_device(), testing::unequal_batch_sizes(world),
+                              true, g + " unequal [N, C, H, W]", kF64Tolerance);
+    testing::check_sync_layer(group, nccl->tensor_device(), with_empty, false,
+                              g + " rank 0 empty [N, C]", kF64Tolerance);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/emu/device_properties.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/emu/shim/nccl.h"
 #include "kernels/error.h"
@@ -79,10 +81,24 @@ class LaunchBlockingOff {
   bool saved_;
 };
 
-cudaStream_t new_stream() {
+// A non-blocking stream of `device` (the current device unless given).
+cudaStream_t new_stream(int device = -1) {
+  int saved = 0;
+  EXPECT_EQ(cudaGetDevice(&saved), cudaSuccess);
+  if (device >= 0) {
+    EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+  }
   cudaStream_t s = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(saved), cudaSuccess);
   return s;
+}
+
+// NCCL refuses two ranks on one GPU: tests with n ranks in one process give rank r device r.
+void expect_devices(int n) {
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_GE(count, n) << "run with RG_EMU_DEVICES=" << n << " or more (ctest sets 3)";
 }
 
 std::string last_error(ncclComm_t comm) { return ncclGetLastError(comm); }
@@ -515,7 +531,9 @@ void run_all_collectives(ncclComm_t comm, cudaStream_t stream, int rank, int n) 
   ASSERT_EQ(ncclCommCuDevice(comm, &device), ncclSuccess);
   EXPECT_EQ(count, n);
   EXPECT_EQ(user_rank, rank);
-  EXPECT_EQ(device, 0);
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(device, current);  // the device current at ncclCommInitRank
   check_all_reduce_every_type(comm, stream, rank, n);
   check_broadcast_and_reduce(comm, stream, rank, n);
   check_gather_and_scatter(comm, stream, rank, n);
@@ -576,13 +594,23 @@ void run_workers(const std::string& worker, int nranks, Seconds limit,
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
+    // One emulated device per rank (NCCL refuses two ranks on one), unless extra_env says.
+    std::vector<std::string> added = {"RG_EMU_DEVICES=" + std::to_string(nranks)};
+    added.insert(added.end(), extra_env.begin(), extra_env.end());
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
     env.push_back("RG_NCCL_EMU_WORKER=1");
     env.push_back("RG_NCCL_EMU_RANK=" + std::to_string(r));
     env.push_back("RG_NCCL_EMU_NRANKS=" + std::to_string(nranks));
     env.push_back("RG_NCCL_EMU_ID=" + to_hex(id));
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    // Each of `added` replaces the variable of its name (extra_env's RG_EMU_DEVICES the default).
+    for (const std::string& a : added) {
+      const std::string name = a.substr(0, a.find('=') + 1);
+      env.erase(std::remove_if(env.begin(), env.end(),
+                               [&](const std::string& e) { return e.rfind(name, 0) == 0; }),
+                env.end());
+      env.push_back(a);
+    }
     std::vector<std::string> args = {"/proc/self/exe", "--gtest_filter=NcclEmuWorker." + worker,
                                      "--gtest_brief=1"};
     std::vector<char*> argv, envp;
@@ -624,6 +652,7 @@ TEST(NcclEmuWorker, Collectives) {
   const std::optional<WorkerArgs> args = worker_args();
   if (!args) return;
   LaunchBlockingOff blocking_off;
+  ASSERT_EQ(cudaSetDevice(args->rank), cudaSuccess);
   ncclComm_t comm = nullptr;
   ASSERT_EQ(ncclCommInitRank(&comm, args->nranks, args->id, args->rank), ncclSuccess)
       << ncclGetLastError(nullptr);
@@ -638,6 +667,7 @@ TEST(NcclEmuWorker, PeerExits) {
   const std::optional<WorkerArgs> args = worker_args();
   if (!args) return;
   LaunchBlockingOff blocking_off;
+  ASSERT_EQ(cudaSetDevice(args->rank), cudaSuccess);
   ncclComm_t comm = nullptr;
   ASSERT_EQ(ncclCommInitRank(&comm, 2, args->id, args->rank), ncclSuccess)
       << ncclGetLastError(nullptr);
@@ -752,13 +782,19 @@ class NcclEmu : public ::testing::Test {
   void TearDown() override { expect_nothing_left_in_dev_shm(); }
 };
 
-// n communicators of this process on device 0, initialized from one thread through a group.
+// n communicators of this process, rank r on device r, initialized from one thread through a
+// group. Use new_stream(r) for rank r.
 std::vector<ncclComm_t> local_comms(int n) {
+  expect_devices(n);
   ncclUniqueId id;
   EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   std::vector<ncclComm_t> comms(size_t(n), nullptr);
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
-  for (int r = 0; r < n; ++r) EXPECT_EQ(ncclCommInitRank(&comms[size_t(r)], n, id, r), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(cudaSetDevice(r), cudaSuccess);
+    EXPECT_EQ(ncclCommInitRank(&comms[size_t(r)], n, id, r), ncclSuccess);
+  }
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   return comms;
 }
@@ -767,11 +803,13 @@ TEST_F(NcclEmu, InitRankFromThreads) {
   within(Seconds(120), [] {
     LaunchBlockingOff blocking_off;
     constexpr int n = 3;
+    expect_devices(n);
     ncclUniqueId id;
     ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
+        ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
         ncclComm_t comm = nullptr;
         ASSERT_EQ(ncclCommInitRank(&comm, n, id, r), ncclSuccess) << ncclGetLastError(nullptr);
         cudaStream_t stream = new_stream();
@@ -790,7 +828,7 @@ TEST_F(NcclEmu, OneCommunicatorOnSeveralStreams) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
     std::vector<ncclComm_t> comms = local_comms(2);
-    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    cudaStream_t a = new_stream(0), b = new_stream(0), c = new_stream(1);
     const TypeInfo& f32 = type_info(ncclFloat32);
     const size_t count = 150001;
     Bytes x0 = filled(0, count, f32), y0 = filled(0, count, f32);
@@ -835,7 +873,7 @@ TEST_F(NcclEmu, DifferentCollectivesAreNamedOnEveryRank) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
     std::vector<ncclComm_t> comms = local_comms(2);
-    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> a(1000, 1.0f), b(1000, 2.0f), out(1000, -1.0f);
     ASSERT_EQ(ncclAllReduce(a.data(), out.data(), 1000, ncclFloat32, ncclSum, comms[0], s0),
               ncclSuccess);
@@ -859,9 +897,10 @@ TEST_F(NcclEmu, DifferentCollectivesAreNamedOnEveryRank) {
       ADD_FAILURE() << "check_status did not throw";
     } catch (const rg::Error& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find("x.cpp:7: ncclAllReduce(...) failed: invalid usage"), std::string::npos)
+      EXPECT_NE(msg.find("x.cpp:7: ncclAllReduce(...) failed: invalid usage: "), std::string::npos)
           << msg;
       EXPECT_NE(msg.find(want), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("NCCL_DEBUG"), std::string::npos) << msg;
     }
     for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   });
@@ -871,7 +910,7 @@ TEST_F(NcclEmu, SkippedCountZeroCollectiveIsNamedInAMismatch) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
     std::vector<ncclComm_t> comms = local_comms(2);
-    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> x(10, 1.0f), y(10, 1.0f);
     ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 0, ncclFloat32, ncclSum, comms[0], s0),
               ncclSuccess);
@@ -896,7 +935,7 @@ TEST_F(NcclEmu, DifferentSendAndReceiveAreNamed) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
     std::vector<ncclComm_t> comms = local_comms(2);
-    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> x(100, 1.0f), y(100, -1.0f);
     ASSERT_EQ(ncclSend(x.data(), 100, ncclFloat32, 1, comms[0], s0), ncclSuccess);
     ASSERT_EQ(ncclRecv(y.data(), 50, ncclFloat32, 0, comms[1], s1), ncclSuccess);
@@ -918,7 +957,7 @@ TEST_F(NcclEmu, AbortUnblocksARankWhosePeerNeverCalls) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
     std::vector<ncclComm_t> comms = local_comms(2);
-    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> x(1000, 1.0f);
     ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 1000, ncclFloat32, ncclSum, comms[0], s0),
               ncclSuccess);
@@ -1027,12 +1066,99 @@ TEST_F(NcclEmu, InitNamesTheRanksThatNeverJoined) {
   });
 }
 
+// As nvidia-smi prints it, from the emulated runtime's cudaGetDeviceProperties.
+std::string uuid_of(int device) {
+  cudaDeviceProp prop{};
+  EXPECT_EQ(cudaGetDeviceProperties(&prop, device), cudaSuccess);
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x",
+                  unsigned(static_cast<unsigned char>(prop.uuid.bytes[i])));
+    s += hex;
+  }
+  return s;
+}
+
+// Emulated devices have UUIDs: distinct per device, stable, a function of the emulated machine
+// (RG_HOST_ID, else the host name) and the index, so every process of one machine agrees.
+TEST(EmulatedDevice, UuidsAreStableAndDistinct) {
+  expect_devices(2);
+  const std::string u0 = uuid_of(0), u1 = uuid_of(1);
+  EXPECT_EQ(u0.size(), 40u) << u0;
+  EXPECT_EQ(u0.rfind("GPU-", 0), 0u) << u0;
+  EXPECT_NE(u0, u1);
+  EXPECT_EQ(uuid_of(0), u0);
+  ASSERT_EQ(setenv("RG_HOST_ID", "another-machine", 1), 0);
+  const std::string other = uuid_of(0);
+  unsetenv("RG_HOST_ID");
+  EXPECT_NE(other, u0);
+  EXPECT_EQ(uuid_of(0), u0);
+  cudaDeviceProp prop{};
+  EXPECT_EQ(cudaGetDeviceProperties(&prop, 99), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+}
+
+// As real NCCL ("Duplicate GPU detected"): two ranks on one device fail ncclCommInitRank with
+// ncclInvalidUsage on both, and ncclGetLastError says why; from two threads and from one group.
+TEST_F(NcclEmu, TwoRanksOnOneDeviceAreRefused) {
+  within(Seconds(60), [] {
+    const std::string want =
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0 (" + uuid_of(0) + ")";
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclResult_t results[2];
+    std::string messages[2];
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        ncclComm_t c = nullptr;
+        results[r] = ncclCommInitRank(&c, 2, id, r);  // both on device 0, the current one
+        messages[r] = ncclGetLastError(nullptr);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(results[r], ncclInvalidUsage) << messages[r];
+      EXPECT_NE(messages[r].find(want), std::string::npos) << messages[r];
+    }
+
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ncclCommInitRank(&comms[r], 2, id, r), ncclSuccess);
+    const ncclResult_t grouped = ncclGroupEnd();
+    const std::string why = ncclGetLastError(nullptr);
+    EXPECT_EQ(grouped, ncclInvalidUsage) << why;
+    EXPECT_NE(why.find(want), std::string::npos) << why;
+    try {  // RG_CUDA_CHECK's message: NCCL's words and the reason, not the NCCL_DEBUG hint
+      rg::emu::check_status(grouped, "ncclGroupEnd()", "x.cpp", 9);
+      ADD_FAILURE() << "check_status did not throw";
+    } catch (const rg::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("x.cpp:9: ncclGroupEnd() failed: invalid usage: " + want),
+                std::string::npos)
+          << msg;
+      EXPECT_EQ(msg.find("NCCL_DEBUG"), std::string::npos) << msg;
+    }
+    for (ncclComm_t c : comms) {
+      if (c == nullptr) continue;
+      EXPECT_EQ(async_error(c), ncclInvalidUsage);
+      EXPECT_NE(last_error(c).find(want), std::string::npos) << last_error(c);
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    }
+  });
+}
+
 TEST_F(NcclEmu, VersionAndErrorStrings) {
   int version = 0;
   ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
   EXPECT_EQ(version, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH));
   EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
-  EXPECT_STREQ(ncclGetErrorString(ncclInvalidUsage), "invalid usage");
+  // NCCL's own words, hint included: RG_CUDA_CHECK drops the hint when it has the details.
+  EXPECT_STREQ(ncclGetErrorString(ncclInvalidUsage),
+               "invalid usage (run with NCCL_DEBUG=WARN for details)");
   EXPECT_STREQ(ncclGetErrorString(ncclRemoteError),
                "remote process exited or there was a network error");
 }

@@ -1,19 +1,25 @@
 // ProcessGroupNCCL with threads as ranks, each on its own emulated device (RG_EMU_DEVICES=3, one
-// process, one HashStore): a barrier that holds the host until every rank has arrived, and
-// argument errors refused before anything is queued. The multi-process runs (emu.dist.*) check
+// process, one HashStore): a barrier that holds the host until every rank has arrived, argument
+// errors refused before anything is queued, ranks given one device named before NCCL is called,
+// and NCCL's own explanation in a failed call's error. The multi-process runs (emu.dist.*) check
 // every collective and dtype, DDP and the watchdog's faults.
 #include "comm/process_group_nccl.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "comm/gpu_per_rank.h"
 #include "comm/hash_store.h"
 #include "engine/cuda/runtime.h"
 #include "engine/tensor.h"
+#include "kernels/emu/device_properties.h"
+#include "kernels/emu/shim/nccl.h"
 #include "support/collective_checks.h"
 #include "support/errors.h"
 #include "support/run_ranks.h"
@@ -109,6 +115,72 @@ TEST_F(ProcessGroupNcclThreads, BadArgumentsAreRefusedAndLeaveTheGroupUsable) {
     rg::testing::check_all_reduce(pg, DType::f32, 100, ReduceOp::sum);
     rg::testing::check_send_recv(pg, DType::f32, 100);
   });
+}
+
+// The UUID of emulated device `device`, as the group prints it.
+std::string uuid_of(int device) {
+  cudaDeviceProp prop{};
+  EXPECT_EQ(cudaGetDeviceProperties(&prop, device), cudaSuccess);
+  return format_gpu_uuid(prop.uuid.bytes);
+}
+
+// Threads as ranks on the given devices: every rank's constructor must throw, within 30 s (no rank
+// may wait in NCCL's init for a peer that gave up); returns each rank's message.
+std::vector<std::string> construction_errors(const std::vector<int>& devices) {
+  const int n = int(devices.size());
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  const auto t0 = std::chrono::steady_clock::now();
+  run_ranks(n, [&](int rank) {
+    try {
+      ProcessGroupNCCL pg(store, rank, n, options(), devices[size_t(rank)]);
+      ADD_FAILURE() << "rank " << rank << " made its NCCL group on a shared device";
+    } catch (const Error& e) {
+      errors[size_t(rank)] = e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  return errors;
+}
+
+TEST_F(ProcessGroupNcclThreads, RanksSharingADeviceAreNamedOnEveryRankBeforeNcclIsCalled) {
+  const std::string fix =
+      ": NCCL needs one GPU per rank; start at most 3 ranks per node (--nproc-per-node) or use "
+      "--backend gloo";
+  const std::string pairs = "ranks 0 and 2 both use GPU 0 (" + uuid_of(0) +
+                            "); ranks 1 and 3 both use GPU 1 (" + uuid_of(1) + ")" + fix;
+  for (const std::string& e : construction_errors({0, 1, 0, 1})) EXPECT_EQ(e, pairs);
+  const std::string three = "ranks 0, 1 and 2 all use GPU 2 (" + uuid_of(2) + ")" + fix;
+  for (const std::string& e : construction_errors({2, 2, 2})) EXPECT_EQ(e, three);
+  // A device of its own for each: the group works.
+  auto store = std::make_shared<HashStore>();
+  run_ranks(2, [&](int rank) {
+    ProcessGroupNCCL pg(store, rank, 2, options(), 1 - rank);
+    rg::testing::check_all_reduce(pg, DType::f32, 10, ReduceOp::sum);
+  });
+}
+
+// A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
+// not NCCL's "(run with NCCL_DEBUG=WARN for details)". Forced here through the emulated NCCL's
+// refusal of a bad RG_EMU_NCCL_INIT_TIMEOUT_MS.
+TEST_F(ProcessGroupNcclThreads, AFailedNcclCallSaysWhatNcclSaid) {
+  ASSERT_EQ(setenv("RG_EMU_NCCL_INIT_TIMEOUT_MS", "soon", 1), 0);
+  std::string msg;
+  try {
+    ProcessGroupNCCL pg(std::make_shared<HashStore>(), 0, 1, options());
+    ADD_FAILURE() << "the NCCL group was made";
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  const std::string last = ncclGetLastError(nullptr);
+  unsetenv("RG_EMU_NCCL_INIT_TIMEOUT_MS");
+  EXPECT_EQ(last, "RG_EMU_NCCL_INIT_TIMEOUT_MS=soon is not a positive integer");
+  EXPECT_NE(msg.find("ncclCommInitRank(&s.comm, size, id, rank) failed: invalid argument: " + last),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(std::string(ncclGetErrorString(ncclInvalidArgument)).find("NCCL_DEBUG"),
+            std::string::npos);
+  EXPECT_EQ(msg.find("NCCL_DEBUG"), std::string::npos) << msg;
 }
 
 }  // namespace
