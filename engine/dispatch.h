@@ -49,13 +49,13 @@ decltype(auto) dispatch_cuda_float(DType t, const char* op, F&& f) {
 // calls them once, `kernels::Loss<B>::some_kernel(..., kernel_ctx(x))`; code that still differs per
 // backend branches with `if constexpr (kOnCuda<B>)`. A CPU kernel is never instantiated for a
 // half type.
+template <class B>
+inline constexpr bool kOnCuda = kernels::is_cuda_backend<B>;
+
 // While tracing, the work dispatched to a CUDA device is one span on its stream's lane, named
 // after `op` in the current module scope (cuda::OpSpan; only the outermost span open on the
 // thread records, so an op run inside a backward node's or an optimizer step's span is not
 // counted twice). This is the one place where ops get their spans.
-template <class B>
-inline constexpr bool kOnCuda = kernels::is_cuda_backend<B>;
-
 template <class F>
 decltype(auto) dispatch_on(Device device, DType t, const char* op, F&& f) {
   if (device.is_cuda()) {
