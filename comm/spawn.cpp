@@ -1,5 +1,6 @@
-// dist::spawn (comm/spawn.h): fork + exec of /proc/self/exe per rank; each child reports through
-// a pipe inherited as RG_SPAWN_RESULT_FD: "ok\n<result>" or "error\n<message>".
+// dist::spawn (comm/spawn.h): fork + exec of the program per rank (kernels/cpu/self_exec.h: its
+// own file and name, the parent's arguments); each child reports through a pipe inherited as
+// RG_SPAWN_RESULT_FD: "ok\n<result>" or "error\n<message>".
 #include "comm/spawn.h"
 
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "comm/socket.h"
+#include "kernels/cpu/self_exec.h"
 #include "kernels/error.h"
 
 extern char** environ;
@@ -96,6 +98,7 @@ std::vector<std::string> spawn(int nprocs, const std::function<std::string(int r
     const int rank = std::atoi(r), fd = std::atoi(f);
     ::unsetenv(kRankVar);  // a spawn inside fn starts a job of its own
     ::unsetenv(kFdVar);
+    kernels::cpu::restore_program_name();  // only after exec_self's fallback (self_exec.h)
     run_child(rank, fd, fn);
   }
   const std::vector<std::string> argv_s = own_argv();
@@ -160,7 +163,8 @@ std::vector<std::string> spawn(int nprocs, const std::function<std::string(int r
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the ranks do not outlive the caller
       if (::getppid() != parent) ::_exit(1);
       ::dup2(p[1], kChildFd);  // without O_CLOEXEC: survives exec
-      ::execve("/proc/self/exe", argv.data(), envp.data());
+      // Not execve("/proc/self/exe"): the ranks would be named "exe" in ps and pgrep -x.
+      kernels::cpu::exec_self(argv.data(), envp.data());
       ::_exit(127);
     }
     ::close(p[1]);

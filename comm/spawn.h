@@ -1,11 +1,11 @@
 // dist::spawn: runs a function as the ranks of one job in fresh processes, like
-// torch.multiprocessing.spawn with its "spawn" start method. The program is executed again
-// (/proc/self/exe with the same arguments) once per rank, with RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set (rank 0 then hosts the store,
-// comm/init.h); when a child reaches the same spawn() call it runs fn(rank) there and exits with
-// its result, never returning. So, as with Python's `if __name__ == "__main__"`, everything before
-// the call runs again in every child and must lead there: call spawn early in main(), once per
-// run of the program (a child runs the first spawn() call it reaches).
+// torch.multiprocessing.spawn with its "spawn" start method. The program is executed again (the
+// same file, under its own name, with the same arguments) once per rank, with RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set (rank 0 then
+// hosts the store, comm/init.h); when a child reaches the same spawn() call it runs fn(rank) there
+// and exits with its result, never returning. So, as with Python's `if __name__ == "__main__"`,
+// everything before the call runs again in every child and must lead there: call spawn early in
+// main(), once per run of the program (a child runs the first spawn() call it reaches).
 //
 //   int main() {
 //     auto results = rg::dist::spawn(2, [](int rank) {

@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/self_exec.h"
+
+extern char** environ;
+
 extern "C" char* openblas_get_corename(void);
 
 namespace rg::kernels::cpu {
@@ -17,7 +21,12 @@ std::string blas_core_name() {
 
 void ensure_runtime_env(int argc, char** argv) {
   (void)argc;
-  if (std::getenv("RG_NO_REEXEC") != nullptr || std::getenv("RG_ENV_APPLIED") != nullptr) return;
+  if (std::getenv("RG_NO_REEXEC") != nullptr) return;
+  if (std::getenv("RG_ENV_APPLIED") != nullptr) {
+    // Re-executed (or a child of a program that was): named "exe" only after exec_self's fallback.
+    restore_program_name();
+    return;
+  }
   bool changed = false;
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     const std::string core = blas_core_name();
@@ -58,8 +67,9 @@ void ensure_runtime_env(int argc, char** argv) {
   }
   if (!changed) return;
   setenv("RG_ENV_APPLIED", "1", 1);  // never loop
-  execv("/proc/self/exe", argv);
-  // execv only returns on failure: carry on with the environment we have.
+  // Under the program's own name and argv (self_exec.h): ps and pgrep -x show what was started.
+  exec_self(argv, environ);
+  // exec_self only returns on failure: carry on with the environment we have.
 }
 
 }  // namespace rg::kernels::cpu

@@ -14,8 +14,9 @@
 
 namespace rg::kernels::cpu {
 
-// Re-executes /proc/self/exe with the variables above when they are missing; returns when
-// nothing needs to change (or the re-exec is disabled or impossible).
+// Re-executes the program (kernels/cpu/self_exec.h: its own file, name and argv) with the
+// variables above when they are missing; returns when nothing needs to change (or the re-exec is
+// disabled or impossible).
 void ensure_runtime_env(int argc, char** argv);
 
 // The OpenBLAS kernel family in use, e.g. "SkylakeX" or "Prescott".

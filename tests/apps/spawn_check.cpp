@@ -2,16 +2,80 @@
 // store rank 0 hosts and all-reduce their rank + 1 (each must return 6); `spawn_check fail` runs 2
 // ranks of which rank 1 throws, and spawn must report that rank and its message. One spawn per
 // run, as comm/spawn.h asks. Prints PASS or what went wrong; exit code 0 only on PASS.
+//
+// `spawn_check names [--runtime-env] [--delete-self PATH]` (tests/comm/spawn_names_test.cpp): 2
+// ranks report their name (/proc/self/comm, what pgrep -x matches) and argv[0], which must be the
+// parent's, named after its file (kernels/cpu/self_exec.h). --runtime-env first calls
+// ensure_runtime_env as the programs do (a re-exec of the parent). --delete-self PATH deletes this
+// program's file first, PATH being that file (a copy the test made; anything else is refused), so
+// that both re-execs must take self_exec's fallback through /proc/self/exe.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "comm/init.h"
 #include "comm/spawn.h"
 #include "engine/ops/factory.h"
+#include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
+
+namespace {
+
+// "<name> <argv[0]>" of this process.
+std::string name_and_argv0() {
+  std::ifstream comm("/proc/self/comm"), cmdline("/proc/self/cmdline", std::ios::binary);
+  std::string name, argv0;
+  std::getline(comm, name);
+  std::getline(cmdline, argv0, '\0');
+  return name + " " + argv0;
+}
+
+int check_names(int argc, char** argv) {
+  bool runtime_env = false;
+  std::string delete_self;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--runtime-env") {
+      runtime_env = true;
+    } else if (a == "--delete-self" && i + 1 < argc) {
+      delete_self = argv[++i];
+    } else {
+      std::printf("FAIL: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  // Only the first image deletes: a re-executed one finds "<PATH> (deleted)" there.
+  char self[4096] = {};
+  if (!delete_self.empty() && !rg::dist::is_spawned_child() &&
+      ::readlink("/proc/self/exe", self, sizeof(self) - 1) > 0 && delete_self == self &&
+      ::unlink(self) != 0) {
+    std::printf("FAIL: cannot delete %s\n", self);
+    return 1;
+  }
+  if (runtime_env) rg::kernels::cpu::ensure_runtime_env(argc, argv);
+  const std::vector<std::string> ranks = rg::dist::spawn(2, [](int) { return name_and_argv0(); });
+  const std::string parent = name_and_argv0();
+  const char* applied = std::getenv("RG_ENV_APPLIED");
+  std::printf("parent: %s\nre-executed: %s\n", parent.c_str(), applied ? applied : "no");
+  bool ok = parent.rfind("exe ", 0) != 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::printf("rank %zu: %s\n", r, ranks[r].c_str());
+    ok = ok && ranks[r] == parent;
+  }
+  std::printf("%s\n", ok ? "PASS" : "FAIL: a name differs from the parent's, or is exe");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "names") return check_names(argc, argv);
   if (mode == "ok") {
     const auto results = rg::dist::spawn(3, [](int rank) {
       auto pg = rg::dist::init_process_group();
@@ -42,6 +106,6 @@ int main(int argc, char** argv) {
     std::printf("FAIL: no error\n");
     return 1;
   }
-  std::printf("usage: spawn_check ok|fail\n");
+  std::printf("usage: spawn_check ok|fail|names [--runtime-env] [--delete-self PATH]\n");
   return 2;
 }
