@@ -106,9 +106,18 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
   const double t1 = size_t(p.end_step) < starts.size() ? starts[size_t(p.end_step)]
                                                        : std::numeric_limits<double>::infinity();
   p.host_us = (std::isinf(t1) ? trace_end(trace, rank, t0) : t1) - t0;
-  std::map<std::pair<std::string, std::string>, ProfileRow> ops, host;
+  std::map<std::pair<std::string, std::string>, ProfileRow> ops, host, stalls;
   for (const TraceEvent& e : trace.events) {
-    if (e.pid != rank || e.ph != 'X' || e.ts < t0 || e.ts >= t1) continue;
+    if (e.pid != rank || e.ts < t0 || e.ts >= t1) continue;
+    if (e.ph == 'i' && e.cat == "host stall") {
+      ProfileRow& row = stalls[{e.name, e.cat}];
+      row.name = e.name;
+      row.category = e.cat;
+      ++row.calls;
+      ++p.stall_calls;
+      continue;
+    }
+    if (e.ph != 'X') continue;
     const bool gpu = trace.on_stream(e);
     if (!gpu && e.cat != "step" && e.cat != "data") continue;
     const std::string name = gpu ? op_of(e) : e.name;
@@ -123,6 +132,9 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
            " hold no GPU spans");
   p.ops = sorted_rows(ops);
   p.host = sorted_rows(host);
+  p.stalls = sorted_rows(stalls);
+  std::stable_sort(p.stalls.begin(), p.stalls.end(),
+                   [](const ProfileRow& a, const ProfileRow& b) { return a.calls > b.calls; });
   return p;
 }
 
@@ -131,6 +143,7 @@ std::string profile_table(const Profile& p) {
   size_t w = 24;
   for (const auto& r : p.ops) w = std::max(w, r.name.size());
   for (const auto& r : p.host) w = std::max(w, r.name.size());
+  for (const auto& r : p.stalls) w = std::max(w, r.name.size());
   std::string out = fmt::format(
       "{}: rank {}, steps {}:{} of {} traced\n"
       "GPU time per step {:.3f} ms (the stream spans' sum), host time per step {:.3f} ms (one "
@@ -152,6 +165,13 @@ std::string profile_table(const Profile& p) {
                        r.name, w, r.category, r.calls, double(r.calls) / steps, r.total_us / 1000,
                        r.total_us / 1000 / steps, r.mean_us(),
                        p.host_us > 0 ? 100 * r.total_us / p.host_us : 0.0);
+  out += fmt::format(
+      "\nhost-blocking calls per step: {:.1f} (counted by the emulated runtime only: a trace from "
+      "a real GPU has none)\n",
+      double(p.stall_calls) / steps);
+  for (const auto& r : p.stalls)
+    out += fmt::format("{:<{}}  {:<16} {:>8} {:>10.1f}\n", r.name, w, r.category, r.calls,
+                       double(r.calls) / steps);
   return out;
 }
 

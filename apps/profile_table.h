@@ -36,8 +36,12 @@ struct Profile {
   int traced_steps = 0;
   std::vector<ProfileRow> ops;   // GPU spans by op, by total time (descending)
   std::vector<ProfileRow> host;  // the trainer's phases on the host, by total time
-  double gpu_us = 0;             // all GPU spans of the steps together
-  double host_us = 0;            // the steps' wall time (forward to next forward)
+  // Host-blocking calls ("host stall" instants: synchronizations, pageable copies, device-to-host
+  // reads) by call; recorded by the emulated runtime only (engine/cuda/backend.h).
+  std::vector<ProfileRow> stalls;
+  int64_t stall_calls = 0;
+  double gpu_us = 0;   // all GPU spans of the steps together
+  double host_us = 0;  // the steps' wall time (forward to next forward)
   int steps() const { return end_step - first_step; }
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,13 @@ class Backend {
   virtual void annotate_host_block_freed(
       void* /*ptr*/, size_t /*bytes*/,
       const std::vector<std::pair<int, StreamHandle>>& /*also_used_on*/) {}
+
+  // Host-blocking calls (synchronizations, pageable copies, device-to-host reads) of the calling
+  // thread so far, -1 where the backend does not count them (only the emulator does: a real
+  // runtime's own calls, cuBLAS's and cuDNN's included, cannot be seen from here). The observer
+  // hears each one by name, on the blocking thread (the runtime installs the tracer's).
+  virtual int64_t host_blocking_calls() { return -1; }
+  virtual void set_host_blocking_observer(void (* /*observer*/)(const char* call)) {}
 };
 
 // The process's real backend: cudart in CUDA builds; in builds without CUDA one that reports 0

@@ -177,8 +177,7 @@ class CudartBackend final : public Backend {
   }
 
 #if defined(RG_CUDA_EMU)
-  void annotate_block_allocated(int device, void* ptr, size_t bytes,
-                                StreamHandle stream) override {
+  void annotate_block_allocated(int device, void* ptr, size_t bytes, StreamHandle stream) override {
     ::rg::emu::annotate_block_allocated(device, ptr, bytes, stream_of(stream));
   }
   void annotate_block_freed(int device, void* ptr, size_t bytes, StreamHandle stream,
@@ -196,6 +195,10 @@ class CudartBackend final : public Backend {
   bool poll_event(int device, EventHandle event) override {
     DeviceScope scope(device);
     return RG_CUDA_READY(::rg::emu::poll_event(event_of(event)));
+  }
+  int64_t host_blocking_calls() override { return int64_t(::rg::emu::host_blocking_calls()); }
+  void set_host_blocking_observer(void (*observer)(const char* call)) override {
+    ::rg::emu::set_host_blocking_observer(observer);
   }
   void annotate_host_block_freed(
       void* ptr, size_t bytes,

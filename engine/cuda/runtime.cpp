@@ -2,10 +2,18 @@
 // their Storage adapters, the pinned allocator, stream pools and per-thread current streams.
 #include "engine/cuda/runtime.h"
 
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace rg::cuda {
 namespace {
+
+// A host-blocking call while tracing: an instant on the host lane, category "host stall", which
+// ringgrad-bench profile counts per step (the emulated runtime reports them;
+// engine/cuda/backend.h).
+void record_host_stall(const char* call) {
+  if (trace::enabled()) trace::instant(call, "host stall", trace::Clock::now());
+}
 
 std::atomic<uint64_t> g_generation{0};
 std::atomic<Runtime*> g_override{nullptr};
@@ -48,6 +56,7 @@ class Runtime::PinnedStorageAllocator final : public Allocator {
 
 Runtime::Runtime(Backend& backend)
     : backend_(backend), device_count_(backend.device_count()), generation_(++g_generation) {
+  backend_.set_host_blocking_observer(&record_host_stall);
   for (int d = 0; d < device_count_; ++d) {
     allocators_.push_back(std::make_unique<CachingAllocator>(backend_, d));
     storage_allocators_.push_back(

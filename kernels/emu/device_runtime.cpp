@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -72,8 +73,8 @@ long env_long(const char* name, long fallback, long lo, long hi) {
   if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  RG_CHECK(end != v && *end == '\0' && x >= lo && x <= hi, name, "=", v,
-           " is not a number in [", lo, ", ", hi, "]");
+  RG_CHECK(end != v && *end == '\0' && x >= lo && x <= hi, name, "=", v, " is not a number in [",
+           lo, ", ", hi, "]");
   return x;
 }
 
@@ -362,7 +363,8 @@ cudaError_t fail(cudaError_t e) {
 
 // The status of a call on `device`: its sticky error first.
 cudaError_t device_status(Runtime& r, int device) {
-  if (!r.valid_device(device)) return fail(r.devices == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice);
+  if (!r.valid_device(device))
+    return fail(r.devices == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice);
   if (!r.sticky(device).empty()) return fail(cudaErrorLaunchFailure);
   return cudaSuccess;
 }
@@ -392,8 +394,8 @@ void enqueue(cudaStream_t stream, std::string what, std::vector<MemAccess> acces
   CUstream_st* s = r.resolve(stream);
   RG_CHECK(s != nullptr, what, ": invalid stream ", static_cast<void*>(stream),
            r.devices == 0 ? " (no emulated device: RG_EMU_DEVICES=0)" : "");
-  enqueue_and_maybe_wait(r, lock, s, std::make_shared<const std::string>(std::move(what)),
-                         accesses, std::move(work), false);
+  enqueue_and_maybe_wait(r, lock, s, std::make_shared<const std::string>(std::move(what)), accesses,
+                         std::move(work), false);
 }
 
 int stream_device(cudaStream_t stream) {
@@ -459,9 +461,8 @@ void annotate_block_freed(int device, void* ptr, size_t bytes, cudaStream_t stre
   VectorClock at = r.host_clock();
   at.join(s->clock);
   static const Name what = std::make_shared<const std::string>("free");
-  auto reports =
-      r.race().block_freed(ptr, bytes, Actor{s->index, s->clock.get(s->index), what, s->name}, at,
-                           others);
+  auto reports = r.race().block_freed(
+      ptr, bytes, Actor{s->index, s->clock.get(s->index), what, s->name}, at, others);
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
 }
 
@@ -510,8 +511,8 @@ void annotate_host_block_freed(void* ptr, size_t bytes,
   t_device = saved;
   static const Name what = std::make_shared<const std::string>("free");
   static const Name host = std::make_shared<const std::string>("the host");
-  auto reports = r.race().block_freed(
-      ptr, bytes, Actor{0, r.host_clock().get(0), what, host}, r.host_clock(), others);
+  auto reports = r.race().block_freed(ptr, bytes, Actor{0, r.host_clock().get(0), what, host},
+                                      r.host_clock(), others);
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
 }
 
@@ -558,6 +559,39 @@ cudaUUID_t device_uuid(int device) {
   return u;
 }
 
+namespace {
+
+thread_local uint64_t t_host_blocking_calls = 0;
+thread_local int t_blocking_depth = 0;
+std::atomic<HostBlockingObserver> host_blocking_observer{nullptr};
+
+}  // namespace
+
+// Marks one host-blocking call for its whole duration: counted, and shown to the observer, at the
+// end of the outermost one on this thread. Declared before any lock, so the observer runs without
+// the runtime's lock. `blocks` false: the call turned out not to wait (an asynchronous copy).
+class HostBlocking {
+ public:
+  explicit HostBlocking(const char* call) : call_(call) { ++t_blocking_depth; }
+  ~HostBlocking() {
+    if (--t_blocking_depth > 0 || !blocks) return;
+    ++t_host_blocking_calls;
+    if (HostBlockingObserver o = host_blocking_observer.load(std::memory_order_acquire)) o(call_);
+  }
+  HostBlocking(const HostBlocking&) = delete;
+  HostBlocking& operator=(const HostBlocking&) = delete;
+  bool blocks = true;
+
+ private:
+  const char* call_;
+};
+
+uint64_t host_blocking_calls() { return t_host_blocking_calls; }
+
+void set_host_blocking_observer(HostBlockingObserver observer) {
+  host_blocking_observer.store(observer, std::memory_order_release);
+}
+
 void check_status(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
   std::string detail;
@@ -575,10 +609,11 @@ void check_status(cudaError_t status, const char* call, const char* file, int li
 
 // ---- The CUDA runtime API (kernels/emu/runtime_api.h) ----
 
+using rg::emu::fail;
+using rg::emu::HostBlocking;
 using rg::emu::Runtime;
 using rg::emu::t_device;
 using rg::emu::t_last_error;
-using rg::emu::fail;
 
 cudaError_t cudaGetLastError() { return std::exchange(t_last_error, cudaSuccess); }
 cudaError_t cudaPeekAtLastError() { return t_last_error; }
@@ -656,6 +691,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  HostBlocking blocking("cudaDeviceSynchronize");
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
   if (!r.valid_device(t_device)) return fail(cudaErrorNoDevice);
@@ -685,6 +721,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  HostBlocking blocking("cudaFree");
   if (ptr == nullptr) return cudaSuccess;
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
@@ -709,6 +746,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, 0); }
 
 cudaError_t cudaFreeHost(void* ptr) {
+  HostBlocking blocking("cudaFreeHost");
   if (ptr == nullptr) return cudaSuccess;
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
@@ -720,6 +758,8 @@ cudaError_t cudaFreeHost(void* ptr) {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                             cudaStream_t stream) {
+  HostBlocking blocking("cudaMemcpyAsync (pageable host memory)");
+  blocking.blocks = false;
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
@@ -727,6 +767,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   const bool pageable = rg::emu::is_pageable(r, dst) || rg::emu::is_pageable(r, src);
+  blocking.blocks = pageable;
   auto what = std::make_shared<const std::string>(::rg::detail::cat(
       "cudaMemcpyAsync of ", bytes, " bytes", pageable ? " (pageable host memory)" : ""));
   rg::emu::enqueue_and_maybe_wait(
@@ -736,6 +777,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  HostBlocking blocking("cudaMemcpy");
   if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr); e != cudaSuccess) return e;
   return cudaStreamSynchronize(nullptr);
 }
@@ -749,12 +791,14 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   if (bytes == 0) return cudaSuccess;
   auto what = std::make_shared<const std::string>(
       ::rg::detail::cat("cudaMemsetAsync of ", bytes, " bytes"));
-  rg::emu::enqueue_and_maybe_wait(r, lock, s, std::move(what), {{dst, bytes, true}},
-                                  [=] { std::memset(dst, value, bytes); }, false);
+  rg::emu::enqueue_and_maybe_wait(
+      r, lock, s, std::move(what), {{dst, bytes, true}}, [=] { std::memset(dst, value, bytes); },
+      false);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  HostBlocking blocking("cudaMemset");
   if (cudaError_t e = cudaMemsetAsync(dst, value, bytes, nullptr); e != cudaSuccess) return e;
   return cudaStreamSynchronize(nullptr);
 }
@@ -795,6 +839,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  HostBlocking blocking("cudaStreamSynchronize");
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
@@ -822,7 +867,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
   static const Name what = std::make_shared<const std::string>("cudaLaunchHostFunc");
-  rg::emu::enqueue_and_maybe_wait(r, lock, s, what, {}, [fn, user_data] { fn(user_data); }, false);
+  rg::emu::enqueue_and_maybe_wait(
+      r, lock, s, what, {}, [fn, user_data] { fn(user_data); }, false);
   return cudaSuccess;
 }
 
@@ -872,6 +918,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  HostBlocking blocking("cudaEventSynchronize");
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
   if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);

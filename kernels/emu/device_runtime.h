@@ -79,4 +79,16 @@ cudaError_t query_event(cudaEvent_t event, bool orders_host);
 void annotate_host_block_freed(void* ptr, size_t bytes,
                                const std::vector<std::pair<int, cudaStream_t>>& also_used_on);
 
+// Host-blocking calls: the emulated calls that make the calling host thread wait for device work
+// (device, stream and event synchronization; a copy to or from pageable host memory, cudaMemcpy
+// and cudaMemset included; cudaFree and cudaFreeHost, which wait for all work), counted per
+// thread. A training step that runs ahead of the device has none; one that reads a value back
+// stalls. A call inside another (cudaMemcpy's synchronization) counts once, as the outer call.
+// The count of this thread since it started:
+uint64_t host_blocking_calls();
+// Called (on the blocking thread, after the call, without the runtime's lock) with the call's name,
+// for every host-blocking call of every thread; nullptr: none. The engine's tracer installs one.
+using HostBlockingObserver = void (*)(const char* call);
+void set_host_blocking_observer(HostBlockingObserver observer);
+
 }  // namespace rg::emu

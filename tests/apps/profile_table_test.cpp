@@ -48,6 +48,16 @@ std::string hand_trace(bool with_gpu = true) {
     span("layer1.0.conv1: Conv2dBackward", "backward kernels", o + 300, 60, 16);
     span("sgd.step", "optimizer", o + 710, 20, 16);
     span("all_reduce f32[2048] (bucket 0)", "nccl", o + 400, 30, 17);
+    // Host-blocking calls (the emulated runtime's instants): step 1 reads a value back twice.
+    const auto stall = [&](const std::string& call, int ts) {
+      ev.push_back(R"({"name":")" + call + R"(","cat":"host stall","ph":"i","s":"t","ts":)" +
+                   std::to_string(ts) + R"(,"pid":0,"tid":0})");
+    };
+    if (k == 1) {
+      stall("cudaMemcpy", o + 205);
+      stall("cudaStreamSynchronize", o + 800);
+      stall("cudaStreamSynchronize", o + 850);
+    }
   }
   std::string out = R"({"traceEvents":[)";
   for (size_t i = 0; i < ev.size(); ++i) out += (i ? "," : "") + ev[i];
@@ -98,6 +108,15 @@ TEST(ProfileTable, GroupsStreamSpansByOpWithExactTotalsMeansAndShares) {
   EXPECT_EQ(p.host[0].name, "backward");
   EXPECT_DOUBLE_EQ(host.at("backward").total_us, 1500);
   EXPECT_EQ(host.at("data wait").calls, 3);
+
+  // Host stalls counted per step and by call (3 in step 1 only).
+  EXPECT_EQ(p.stall_calls, 3);
+  ASSERT_EQ(p.stalls.size(), 2u);
+  EXPECT_EQ(p.stalls[0].name, "cudaStreamSynchronize");
+  EXPECT_EQ(p.stalls[0].calls, 2);
+  EXPECT_EQ(compute_profile(parse_trace(hand_trace(), "t.json"), 0, "2:3").stall_calls, 0);
+  EXPECT_NE(profile_table(p).find("host-blocking calls per step: 1.0"), std::string::npos)
+      << profile_table(p);
 
   const std::string csv = profile_csv(p);
   std::istringstream lines(csv);
