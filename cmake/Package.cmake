@@ -9,11 +9,11 @@
 # libringgrad.so, invisible to the consumer's CMake. Internal headers (kernels/, engine/cuda/ and
 # the few listed below) are not installed; a public header that includes one fails the build.
 
-# Public: every header of engine/ (and its autograd/, ops/), layers/, data/ and comm/, except these
+# Public: every header of engine/ (and its autograd/, ops/), layers/, data/, comm/ and train/, except these
 # internals, plus the three kernels/ headers that public ones need (rg::Error, rg::Half/BFloat16,
 # CUDA device queries).
 file(GLOB RG_PUBLIC_HEADERS CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
-  engine/*.h engine/autograd/*.h engine/ops/*.h layers/*.h layers/*/*.h data/*.h comm/*.h)
+  engine/*.h engine/autograd/*.h engine/ops/*.h layers/*.h layers/*/*.h data/*.h comm/*.h train/*.h)
 list(REMOVE_ITEM RG_PUBLIC_HEADERS
   engine/dispatch.h        # dtype dispatch for op implementations
   engine/ops/check.h       # boundary checks shared by op implementations
@@ -46,7 +46,7 @@ configure_file(cmake/version.h.in ${RG_PUBLIC_INCLUDE_DIR}/ringgrad/version.h @O
 # libringgrad.so. Its one source is the version query; everything else comes whole from the
 # static libraries. The CUDA runtime's symbols stay inside (--exclude-libs), so a consumer's own
 # CUDA code keeps its own runtime.
-set(RG_PACKAGE_ARCHIVES rg_comm rg_layers rg_data rg_engine rg_kernels_cpu)
+set(RG_PACKAGE_ARCHIVES rg_train rg_comm rg_layers rg_data rg_engine rg_kernels_cpu)
 if(RG_HAS_CUDA)
   list(APPEND RG_PACKAGE_ARCHIVES rg_kernels_cuda)
 else()

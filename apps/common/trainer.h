@@ -1,11 +1,13 @@
-// The training loop behind ringgrad-train (and its end-to-end tests): data, model, optimizer,
-// schedule, evaluation, progress output and JSONL metrics.
+// ringgrad-train's flags as a configuration, and train(): the flags turned into a
+// rg::train::Trainer (data sets, model, optimizer, schedule, loss, run shape) and run.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <vector>
+
+#include "train/options.h"
 
 namespace rg::app {
 
@@ -152,25 +154,9 @@ std::string config_error(const TrainConfig& config);
 // (run.safetensors -> run.best.safetensors; run -> run.best).
 std::string best_checkpoint_path(const std::string& checkpoint_path);
 
-struct EpochSummary {
-  int epoch = 0;
-  int64_t steps = 0;
-  // Losses and accuracies are over all ranks' samples (sums and counts all-reduced); img_per_s is
-  // the whole job's throughput.
-  double train_loss = 0, test_loss = 0, top1 = 0, top5 = 0, img_per_s = 0, seconds = 0;
-  bool evaluated = false;
-};
-
-struct TrainResult {
-  std::vector<EpochSummary> epochs;
-  double final_top1 = 0, final_top5 = 0, final_test_loss = 0;
-  int64_t total_steps = 0;
-  double total_seconds = 0;
-  // Early stopping (when on): the best evaluation's epoch and metric, and whether it stopped.
-  int best_epoch = 0;
-  double best_metric = 0;
-  bool stopped_early = false;
-};
+// Per epoch and at the end (rg::train's, train/options.h).
+using EpochSummary = train::EpochSummary;
+using TrainResult = train::TrainResult;
 
 // Runs the whole training; progress and summaries go to `out` (rank 0 only when distributed).
 // Throws rg::Error on bad config or data.

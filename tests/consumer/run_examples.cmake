@@ -9,6 +9,8 @@
 #   custom_function  its gradient check
 #   mingpt_char      20 steps of gpt-nano on a small text written here, then a sample (and 4
 #                    steps with ringgrad-run, 2 processes), and its error for a missing file
+#   trainer          rg::train::Trainer killed (kill -9) and restarted from its snapshot, 1 process
+#                    and 2 ranks: the same final snapshot as the uninterrupted run
 # Variables: BUILD_DIR, SOURCE_DIR (examples/), WORK_DIR, GENERATOR, MNIST_DIR.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -99,3 +101,28 @@ execute_process(COMMAND ${bin}/mingpt_char --data-file ${WORK_DIR}/no-such-file.
 if(NOT rc EQUAL 1 OR NOT err MATCHES "no-such-file.txt: no such file; run scripts/get-data.sh kjv")
   message(FATAL_ERROR "mingpt_char with a missing text file: exit ${rc}, stderr: ${err}")
 endif()
+
+# trainer: rg::train::Trainer with snapshots. Uninterrupted, and killed (SIGKILL after step 25, the
+# snapshot of step 20 on disk) then started again with the same command: the same final snapshot,
+# byte for byte. With 1 process, and with 2 ranks under ringgrad-run.
+function(check_trainer_restart name)
+  set(launch ${ARGN})
+  run(${launch} ${bin}/trainer --snapshot ${WORK_DIR}/${name}-whole.safetensors)
+  execute_process(COMMAND ${launch} ${bin}/trainer --snapshot ${WORK_DIR}/${name}-killed.safetensors
+    --kill-after-step 25 WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "trainer (${name}) with --kill-after-step 25 exited 0")
+  endif()
+  run(${launch} ${bin}/trainer --snapshot ${WORK_DIR}/${name}-killed.safetensors)
+  if(NOT run_output MATCHES "resumed from [^\n]* of its steps \\(step 20\\)")
+    message(FATAL_ERROR "trainer (${name}): the restart did not resume mid-epoch:\n${run_output}")
+  endif()
+  file(SHA256 ${WORK_DIR}/${name}-whole.safetensors whole)
+  file(SHA256 ${WORK_DIR}/${name}-killed.safetensors killed)
+  if(NOT whole STREQUAL killed)
+    message(FATAL_ERROR "trainer (${name}): the restarted run's snapshot differs from the "
+                        "uninterrupted run's")
+  endif()
+endfunction()
+check_trainer_restart(one)
+check_trainer_restart(ddp ${prefix}/bin/ringgrad-run --nproc-per-node 2 --master-port 0)
