@@ -243,6 +243,18 @@ void TraceRecorder::on_step_start(const State& s) {
 // The trace holds the first steps, not the evaluation after them.
 void TraceRecorder::on_train_epoch_end(const State& s) { on_step_start(s); }
 
+// Nor any evaluation between them: ringgrad-bench profile counts what a trace holds per training
+// step, and an evaluation after the last traced step would join that step.
+void TraceRecorder::on_eval_start(const State&) {
+  paused_ = trace::enabled();
+  if (paused_) trace::set_enabled(false);
+}
+
+void TraceRecorder::on_eval_end(const State& s) {
+  if (paused_ && s.step < steps_) trace::set_enabled(true);
+  paused_ = false;
+}
+
 void TraceRecorder::on_train_end(const State& s) {
   trace::set_enabled(false);
   write_trace(path_, s.pg);

@@ -85,12 +85,15 @@ class TraceRecorder : public Callback {
   void on_train_start(const State& s) override;
   void on_step_start(const State& s) override;
   void on_train_epoch_end(const State& s) override;
+  void on_eval_start(const State& s) override;
+  void on_eval_end(const State& s) override;
   void on_train_end(const State& s) override;
 
  private:
   std::string path_, name_;
   int64_t steps_;
   std::ostream& out_;
+  bool paused_ = false;  // tracing was on when the evaluation began
 };
 
 // Every `every` optimizer steps the ranks compare hashes of every parameter (and buffer, when
