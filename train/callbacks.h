@@ -41,7 +41,7 @@ class EarlyStopping : public Callback {
   bool improved_ = false, stop_ = false;
 };
 
-// Progress output on rank 0: a line every tenth of an epoch (or a \r-updated bar), the epoch's
+// Progress output on rank 0: a line every tenth of an epoch (or a bar redrawn in place), the epoch's
 // summary line and the final JSON line. The loss shown is the mean over all ranks' samples since
 // the last line (all-reduced at those steps on every rank).
 class ProgressReporter : public Callback {
