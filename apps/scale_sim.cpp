@@ -198,11 +198,15 @@ StepProfile read_profile(const std::string& path, int step, int rank) {
   RG_CHECK(f.good(), "cannot read ", path);
   std::stringstream s;
   s << f.rdbuf();
-  const std::string text = s.str();
+  return profile_from_text(s.str(), path, step, rank);
+}
+
+StepProfile profile_from_text(const std::string& text, const std::string& file, int step,
+                              int rank) {
   // A trace always has traceEvents near its start; a profile never does.
   if (text.find("\"traceEvents\"") != std::string::npos)
-    return profile_from_trace(text, path, step, rank);
-  return parse_step_profile(text, path);
+    return profile_from_trace(text, file, step, rank);
+  return parse_step_profile(text, file);
 }
 
 std::string step_profile_json(const StepProfile& p) {
