@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "apps/json_number.h"
 #include "kernels/error.h"
 
 namespace rg::apps {
@@ -53,15 +54,20 @@ bool unfinished(const FlightEntry& e) { return e.state == "enqueued" || e.state 
 
 FlightEntry parse_entry(const json& x) {
   FlightEntry e;
-  e.id = x.at("id").get<uint64_t>();
+  e.id = json_int<uint64_t>(x.at("id"), "id");
   e.call.group = x.at("group").get<std::string>();
-  e.call.seq = x.at("seq").get<uint64_t>();
+  e.call.seq = json_int<uint64_t>(x.at("seq"), "seq");
   e.call.op = x.at("op").get<std::string>();
   e.call.reduce_op = x.at("reduce_op").get<std::string>();
-  e.call.root = x.at("root").get<int>();
-  e.call.tag = x.at("tag").get<uint32_t>();
+  e.call.root = json_int<int>(x.at("root"), "root");
+  e.call.tag = json_int<uint32_t>(x.at("tag"), "tag");
   e.call.dtype = x.at("dtype").get<std::string>();
-  e.call.shapes = x.at("shapes").get<std::vector<Shape>>();
+  for (const json& shape : x.at("shapes")) {
+    RG_CHECK(shape.is_array(), "a shape ", shape.dump(), " is not an array");
+    Shape dims;
+    for (const json& d : shape) dims.push_back(json_int<int64_t>(d, "a size", 0));
+    e.call.shapes.push_back(std::move(dims));
+  }
   e.call.device = x.at("device").get<std::string>();
   e.state = x.at("state").get<std::string>();
   RG_CHECK(e.state == "enqueued" || e.state == "started" || e.state == "completed" ||
@@ -229,14 +235,14 @@ FlightDump parse_flight_dump(const std::string& text, const std::string& file) {
   FlightDump d;
   d.file = file;
   try {
-    d.rank = j.at("rank").get<int>();
-    d.world_size = j.at("world_size").get<int>();
-    d.pid = j.at("pid").get<int64_t>();
+    d.rank = json_int<int>(j.at("rank"), "rank");
+    d.world_size = json_int<int>(j.at("world_size"), "world_size");
+    d.pid = json_int<int64_t>(j.at("pid"), "pid");
     d.host = j.at("host").get<std::string>();
     d.reason = j.at("reason").get<std::string>();
     d.dumped_at = j.at("dumped_at").get<double>();
-    d.capacity = j.at("capacity").get<uint64_t>();
-    d.recorded = j.at("recorded").get<uint64_t>();
+    d.capacity = json_int<uint64_t>(j.at("capacity"), "capacity");
+    d.recorded = json_int<uint64_t>(j.at("recorded"), "recorded");
     for (const json& x : j.at("entries")) d.entries.push_back(parse_entry(x));
   } catch (const json::exception& e) {
     RG_FAIL(file, " is not a valid flight recorder dump: ", e.what());
@@ -310,10 +316,11 @@ std::string analyze_flight_dumps(const std::vector<FlightDump>& dumps) {
   // Ranks that wait in a collective, or whose collective failed (a timeout), while another rank
   // left nothing: that rank is where to look first.
   if ((anyone_stuck || anyone_failed) && !missing.empty()) {
-    lines.push_back(fmt::format("the ranks with a dump {} a collective: {} without a dump {} "
-                                "the likely cause",
-                                anyone_stuck ? "wait in" : "failed in", rank_list(missing),
-                                missing.size() == 1 ? "is" : "are"));
+    lines.push_back(
+        fmt::format("the ranks with a dump {} a collective: {} without a dump {} "
+                    "the likely cause",
+                    anyone_stuck ? "wait in" : "failed in", rank_list(missing),
+                    missing.size() == 1 ? "is" : "are"));
   }
   std::string out;
   for (const std::string& l : lines) out += l + "\n";

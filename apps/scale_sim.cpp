@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "apps/common/plot.h"
+#include "apps/json_number.h"
 #include "apps/trace_file.h"
 #include "comm/bucket_assignment.h"
 #include "kernels/error.h"
@@ -80,6 +81,18 @@ BucketSpec parse_bucket(const std::string& s) {
   return {s, mb, std::min(1.0, mb)};
 }
 
+// The most bytes one gradient (or bucket) of a profile may have, and all of them together: far
+// beyond any model, and small enough that sums and the re-bucketing's products stay in int64.
+constexpr int64_t kMaxGradBytes = int64_t(1) << 50;
+constexpr int64_t kMaxTotalBytes = int64_t(1) << 56;
+
+void check_total_bytes(const std::vector<Grad>& grads, const std::string& file) {
+  int64_t total = 0;
+  for (const Grad& g : grads)
+    RG_CHECK(!__builtin_add_overflow(total, g.bytes, &total) && total <= kMaxTotalBytes, file,
+             ": the gradients add up to more than 2^56 bytes");
+}
+
 }  // namespace
 
 int64_t StepProfile::total_bytes() const {
@@ -93,26 +106,31 @@ StepProfile parse_step_profile(const std::string& text, const std::string& file)
   RG_CHECK(!j.is_discarded(), file, " is not JSON, so not a step profile");
   RG_CHECK(j.is_object() && j.value("format", "") == "ringgrad-step-profile", file,
            " is not a step profile (no \"format\": \"ringgrad-step-profile\")");
-  RG_CHECK(j.value("version", 0) == 1, file, " is a step profile of version ",
+  RG_CHECK(j.contains("version") && j["version"] == 1, file, " is a step profile of version ",
            j.value("version", json()).dump(), "; this ringgrad reads version 1");
   StepProfile p;
   try {
     p.model = j.value("model", "");
     p.source = j.value("source", "");
-    p.measured_ranks = j.value("measured_ranks", 1);
+    p.measured_ranks = json_int_or<int>(j, "measured_ranks", 1, "measured_ranks", 1, 1 << 24);
     p.forward_ms = j.at("forward_ms").get<double>();
     p.backward_ms = j.at("backward_ms").get<double>();
     p.optimizer_ms = j.at("optimizer_ms").get<double>();
     p.per_parameter = j.value("granularity", "parameter") != "bucket";
     for (const auto& g : j.at("grads"))
       p.grads.push_back(
-          {g.value("name", ""), g.at("bytes").get<int64_t>(), g.at("ready_ms").get<double>()});
+          {g.value("name", ""),
+           json_int<int64_t>(g.at("bytes"), "a gradient's bytes", INT64_MIN, kMaxGradBytes),
+           g.at("ready_ms").get<double>()});
   } catch (const json::exception& e) {
+    RG_FAIL(file, " is not a valid step profile: ", e.what());
+  } catch (const Error& e) {
     RG_FAIL(file, " is not a valid step profile: ", e.what());
   }
   RG_CHECK(p.forward_ms >= 0 && p.backward_ms >= 0 && p.optimizer_ms >= 0, file,
            ": forward_ms, backward_ms and optimizer_ms must not be negative");
   RG_CHECK(!p.grads.empty(), file, " lists no gradients (\"grads\" is empty)");
+  check_total_bytes(p.grads, file);
   for (const Grad& g : p.grads)
     RG_CHECK(g.bytes > 0 && g.ready_ms >= 0, file, ": gradient '", g.name, "' has ", g.bytes,
              " bytes ready at ", g.ready_ms, " ms; bytes must be positive and the time >= 0");
@@ -133,6 +151,9 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
   for (const TraceEvent& e : trace.events) {
     if (e.pid != rank) continue;
     const auto bytes = e.args.find("bytes");
+    RG_CHECK(
+        bytes == e.args.end() || (bytes->second >= 0 && bytes->second <= double(kMaxGradBytes)),
+        file, ": '", e.name, "' has ", bytes->second, " bytes, beyond 2^50");
     evs.push_back(
         {e.name, e.cat, e.ts, e.dur, bytes == e.args.end() ? int64_t(0) : int64_t(bytes->second)});
   }
@@ -166,6 +187,7 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
                " ready' has no \"bytes\" argument (a trace from an older ringgrad-train?)");
       b.ready_ms = std::max(0.0, (b.ready_ms - bwd->ts) / 1000);
     }
+    check_total_bytes(buckets, file);
     p.grads = std::move(buckets);
     sort_by_ready(p.grads);
     return true;
@@ -198,11 +220,15 @@ StepProfile read_profile(const std::string& path, int step, int rank) {
   RG_CHECK(f.good(), "cannot read ", path);
   std::stringstream s;
   s << f.rdbuf();
-  const std::string text = s.str();
+  return profile_from_text(s.str(), path, step, rank);
+}
+
+StepProfile profile_from_text(const std::string& text, const std::string& file, int step,
+                              int rank) {
   // A trace always has traceEvents near its start; a profile never does.
   if (text.find("\"traceEvents\"") != std::string::npos)
-    return profile_from_trace(text, path, step, rank);
-  return parse_step_profile(text, path);
+    return profile_from_trace(text, file, step, rank);
+  return parse_step_profile(text, file);
 }
 
 std::string step_profile_json(const StepProfile& p) {

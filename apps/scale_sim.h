@@ -50,6 +50,8 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
                                int rank);
 // Either format, told apart by its content; a missing file is an rg::Error.
 StepProfile read_profile(const std::string& path, int step, int rank);
+// What read_profile does with the file's text (`file` names it): the fuzzer's entry.
+StepProfile profile_from_text(const std::string& text, const std::string& file, int step, int rank);
 std::string step_profile_json(const StepProfile& p);
 
 // One level of the network, per GPU and direction.

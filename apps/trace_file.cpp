@@ -2,10 +2,12 @@
 #include "apps/trace_file.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/json_number.h"
 #include "kernels/error.h"
 
 namespace rg::apps {
@@ -14,19 +16,23 @@ using json = nlohmann::json;
 
 namespace {
 
+// A process (rank) or lane number: small and non-negative, so that 1 + pid counts processes.
+constexpr int kMaxId = 1 << 24;
+
 TraceEvent read_event(const json& e) {
   TraceEvent ev;
   ev.name = e.value("name", "");
   ev.cat = e.value("cat", "");
   const std::string ph = e.value("ph", "X");
   ev.ph = ph.empty() ? 'X' : ph[0];
-  ev.ts = e.value("ts", 0.0);
-  ev.dur = e.value("dur", 0.0);
-  ev.pid = e.value("pid", 0);
-  ev.tid = e.value("tid", 0);
+  ev.ts = e.contains("ts") ? json_finite(e["ts"], "\"ts\"") : 0.0;
+  ev.dur = e.contains("dur") ? json_finite(e["dur"], "\"dur\"") : 0.0;
+  ev.pid = json_int_or<int>(e, "pid", 0, "\"pid\"", 0, kMaxId);
+  ev.tid = json_int_or<int>(e, "tid", 0, "\"tid\"", -kMaxId, kMaxId);
   if (e.contains("args") && e["args"].is_object())
     for (const auto& [key, value] : e["args"].items())
-      if (value.is_number()) ev.args[key] = value.get<double>();
+      if (value.is_number() && std::isfinite(value.get<double>()))
+        ev.args[key] = value.get<double>();
   return ev;
 }
 
@@ -61,16 +67,19 @@ Trace parse_trace(const std::string& text, const std::string& file) {
   try {
     for (const auto& e : j["traceEvents"]) {
       RG_CHECK(e.is_object(), file, " is not a valid Chrome trace: an event is not an object");
-      const int pid = e.value("pid", 0);
+      const int pid = json_int_or<int>(e, "pid", 0, "\"pid\"", 0, kMaxId);
       t.processes = std::max(t.processes, pid + 1);
       if (e.value("ph", "") == "M") {
         if (e.value("name", "") == "thread_name" && e.contains("args"))
-          t.lanes[{pid, e.value("tid", 0)}] = e["args"].value("name", "");
+          t.lanes[{pid, json_int_or<int>(e, "tid", 0, "\"tid\"", -kMaxId, kMaxId)}] =
+              e["args"].value("name", "");
         continue;
       }
       t.events.push_back(read_event(e));
     }
   } catch (const json::exception& e) {
+    RG_FAIL(file, " is not a valid Chrome trace: ", e.what());
+  } catch (const Error& e) {
     RG_FAIL(file, " is not a valid Chrome trace: ", e.what());
   }
   return t;

@@ -67,9 +67,15 @@ void FileStore::refresh() {
     RG_CHECK(n > 0, "FileStore ", path_, ": read failed: ", n < 0 ? std::strerror(errno) : "EOF");
     got += size_t(n);
   }
+  replay(buf, path_, data_);
+  replayed_ = end;
+}
+
+void FileStore::replay(std::string_view buf, const std::string& path,
+                       std::map<std::string, Bytes>& data) {
   size_t p = 0;
   const auto u32 = [&](const char* what) {
-    RG_CHECK(p + 4 <= buf.size(), "FileStore ", path_, " is corrupt (truncated ", what,
+    RG_CHECK(p + 4 <= buf.size(), "FileStore ", path, " is corrupt (truncated ", what,
              " length); it must be a fresh file for each job");
     uint32_t v;
     std::memcpy(&v, buf.data() + p, 4);
@@ -78,22 +84,22 @@ void FileStore::refresh() {
   };
   while (p < buf.size()) {
     const uint8_t op = uint8_t(buf[p++]);
-    RG_CHECK(op <= 1, "FileStore ", path_, " is corrupt (record type ", int(op),
+    RG_CHECK(op <= 1, "FileStore ", path, " is corrupt (record type ", int(op),
              "); it must be a fresh file for each job");
     const size_t kn = u32("key");
-    RG_CHECK(p + kn <= buf.size(), "FileStore ", path_, " is corrupt (truncated key)");
+    RG_CHECK(p + kn <= buf.size(), "FileStore ", path, " is corrupt (truncated key)");
     std::string key(buf.data() + p, kn);
     p += kn;
     const size_t vn = u32("value");
-    RG_CHECK(p + vn <= buf.size(), "FileStore ", path_, " is corrupt (truncated value)");
+    RG_CHECK(p + vn <= buf.size(), "FileStore ", path, " is corrupt (truncated value)");
     if (op == 0) {
-      data_[key] = Bytes(buf.begin() + std::ptrdiff_t(p), buf.begin() + std::ptrdiff_t(p + vn));
+      const auto* v = reinterpret_cast<const uint8_t*>(buf.data() + p);
+      data[key] = Bytes(v, v + vn);
     } else {
-      data_.erase(key);
+      data.erase(key);
     }
     p += vn;
   }
-  replayed_ = end;
 }
 
 void FileStore::append(bool erase, const std::string& key, const Bytes& value) {

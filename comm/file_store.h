@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "comm/store.h"
 
@@ -36,6 +37,13 @@ class FileStore : public Store {
   using Store::wait;
 
   const std::string& path() const { return path_; }
+
+  // Applies the records of `log` (a part of the file that ends at a record's end) to `data`;
+  // `path` names the file in messages. A record that is cut short or of an unknown type is an
+  // rg::Error (the records before it stay applied). What every operation does with the bytes
+  // appended since its last look, and what the fuzzer feeds.
+  static void replay(std::string_view log, const std::string& path,
+                     std::map<std::string, Bytes>& data);
 
  private:
   class Lock;

@@ -180,6 +180,83 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// The client's reading of replies, one function per kind of result: what TcpStore's calls do with
+// a reply payload, and what store_wire::decode_reply feeds them. `what` names the call, `peer`
+// the server.
+
+// Opens the reply; sets *timed_out for kTimeout when the command can time out.
+Reader open_reply(const Bytes& reply, const std::string& what, const std::string& peer,
+                  bool* timed_out = nullptr) {
+  Reader r(reply);
+  const uint8_t status = r.u8();
+  if (status == kOk) {
+    if (timed_out != nullptr) *timed_out = false;
+    return r;
+  }
+  if (status == kTimeout && timed_out != nullptr) {
+    *timed_out = true;
+    return r;
+  }
+  if (status == kError || status == kClosing) RG_FAIL(what, " failed: ", r.str());
+  RG_FAIL(what, ": unexpected reply status ", int(status), " from ", peer);
+}
+
+// A frame's announced size; `handshake`: the reply to our handshake, which is tiny; a big one
+// means that whatever listens at host:port speaks another protocol.
+void check_reply_size(uint32_t size, bool handshake, size_t max_message_bytes,
+                      const std::string& peer) {
+  if (handshake) {
+    RG_CHECK(size <= kMaxHandshakeBytes, "the handshake reply from ", peer, " is ", size,
+             " bytes: is a ringgrad store listening there?");
+  }
+  RG_CHECK(size <= max_message_bytes, "the reply from ", peer, " is ", size,
+           " bytes, more than max_message_bytes (", max_message_bytes, ")");
+}
+
+void read_handshake_reply(const Bytes& reply, const std::string& peer) {
+  RG_CHECK(!reply.empty(), "empty reply from ", peer);
+  Reader r(reply);
+  const uint8_t status = r.u8();
+  if (status != kOk) {
+    const std::string why =
+        status == kError || status == kClosing ? r.str() : "unexpected handshake reply";
+    RG_FAIL(peer, " refused the connection: ", why);
+  }
+}
+
+void read_empty_reply(const Bytes& reply, const std::string& what, const std::string& peer) {
+  open_reply(reply, what, peer);
+}
+
+Bytes read_value_reply(const Bytes& reply, const std::string& what, const std::string& peer,
+                       Millis timeout) {
+  bool timed_out = false;
+  Reader r = open_reply(reply, what, peer, &timed_out);
+  RG_CHECK(!timed_out, what, " timed out after ", timeout.count(), " ms");
+  return r.bytes();
+}
+
+Bytes read_bytes_reply(const Bytes& reply, const std::string& what, const std::string& peer) {
+  return open_reply(reply, what, peer).bytes();
+}
+
+int64_t read_int_reply(const Bytes& reply, const std::string& what, const std::string& peer) {
+  return open_reply(reply, what, peer).i64();
+}
+
+bool read_flag_reply(const Bytes& reply, const std::string& what, const std::string& peer) {
+  return open_reply(reply, what, peer).u8() != 0;
+}
+
+void read_wait_reply(const Bytes& reply, const std::string& what, const std::string& peer,
+                     Millis timeout) {
+  bool timed_out = false;
+  Reader r = open_reply(reply, what, peer, &timed_out);
+  if (timed_out) {
+    RG_FAIL(what, " timed out after ", timeout.count(), " ms; missing: ", quote_keys(r.strs()));
+  }
+}
+
 // A blocked get/wait: answered when its keys all exist or its deadline passes.
 struct Waiter {
   bool is_get = false;
@@ -234,6 +311,14 @@ struct TcpStoreServer::Impl {
   void expire(Deadline now);
   void remove_dead();
   void reply(Client& c, Writer&& w);
+
+ public:
+  struct Detached {};
+  // No socket and no thread: store_wire::serve drives one client's bytes through process().
+  Impl(TcpStoreServerOptions options, Detached);
+  Bytes serve_detached(std::span<const uint8_t> input);
+
+ private:
   void close_with_error(Client& c, std::string_view message);
   size_t frame_limit(const Client& c) const {
     return c.handshaken ? max_message_ : std::min(max_message_, kMaxHandshakeBytes);
@@ -271,6 +356,39 @@ TcpStoreServer::Impl::Impl(TcpStoreServerOptions options) : options_(std::move(o
   RG_CHECK(wake_.valid(), "TcpStoreServer: eventfd: ", net::errno_string(errno));
   scratch_.resize(kReadChunk);
   thread_ = std::thread([this] { loop(); });
+}
+
+TcpStoreServer::Impl::Impl(TcpStoreServerOptions options, Detached) : options_(std::move(options)) {
+  RG_CHECK(options_.max_message_bytes > 0, "TcpStoreServer: max_message_bytes must be positive");
+  max_message_ = std::min<size_t>(options_.max_message_bytes, UINT32_MAX);
+}
+
+Bytes TcpStoreServer::Impl::serve_detached(std::span<const uint8_t> input) {
+  Bytes sent;
+  Client& c = clients_[next_id_];
+  const uint64_t id = next_id_++;
+  c.in.assign(input.begin(), input.end());
+  const auto take_replies = [&] {
+    const bool any = c.out_pending();
+    sent.insert(sent.end(), c.out.begin() + std::ptrdiff_t(c.out_pos), c.out.end());
+    c.out.clear();
+    c.out_pos = 0;
+    return any;
+  };
+  // process() handles one request per call here (its reply stays pending: there is no socket).
+  for (;;) {
+    process(id, c);
+    bool replied = take_replies();
+    if (c.dead || c.closing) break;
+    if (c.waiter) {
+      expire(Deadline::max());  // as if every deadline had passed
+      runnable_.clear();
+      replied = take_replies() || replied;
+    }
+    if (!replied) break;  // the input ends (or ends inside a frame)
+  }
+  unregister(id, c);
+  return sent;
 }
 
 void TcpStoreServer::Impl::stop() {
@@ -389,6 +507,7 @@ void TcpStoreServer::Impl::read_input(Client& c) {
 }
 
 void TcpStoreServer::Impl::flush(Client& c) {
+  if (!c.socket.valid()) return;  // detached (serve_detached takes c.out)
   while (c.out_pending()) {
     const ssize_t n = ::send(c.socket.fd(), c.out.data() + c.out_pos, c.out.size() - c.out_pos,
                              MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -706,21 +825,7 @@ struct TcpStore::Impl {
     }
   }
 
-  // Opens the reply; sets *timed_out for kTimeout when the command can time out.
-  Reader open(const Bytes& reply, const std::string& what, bool* timed_out = nullptr) const {
-    Reader r(reply);
-    const uint8_t status = r.u8();
-    if (status == kOk) {
-      if (timed_out != nullptr) *timed_out = false;
-      return r;
-    }
-    if (status == kTimeout && timed_out != nullptr) {
-      *timed_out = true;
-      return r;
-    }
-    if (status == kError || status == kClosing) RG_FAIL(what, " failed: ", r.str());
-    RG_FAIL(what, ": unexpected reply status ", int(status), " from ", peer_);
-  }
+  const std::string& peer() const { return peer_; }
 
  private:
   void connect_locked() {
@@ -731,29 +836,15 @@ struct TcpStore::Impl {
     const Deadline deadline =
         net::deadline_after(clamp_wait(options_.connect_timeout) + kReplySlack);
     net::send_all(s.fd(), frame.data(), frame.size(), deadline, peer_);
-    const Bytes reply = read_frame(s, deadline, /*handshake=*/true);
-    Reader r(reply);
-    const uint8_t status = r.u8();
-    if (status != kOk) {
-      const std::string why =
-          status == kError || status == kClosing ? r.str() : "unexpected handshake reply";
-      RG_FAIL(peer_, " refused the connection: ", why);
-    }
+    read_handshake_reply(read_frame(s, deadline, /*handshake=*/true), peer_);
     socket_ = std::move(s);
   }
 
-  // `handshake`: the reply to our handshake, which is tiny; a big one means that whatever
-  // listens at host:port speaks another protocol.
   Bytes read_frame(const net::Socket& s, Deadline deadline, bool handshake = false) const {
     uint8_t header[4];
     net::recv_all(s.fd(), header, sizeof(header), deadline, peer_);
     const uint32_t size = le32(header);
-    if (handshake) {
-      RG_CHECK(size <= kMaxHandshakeBytes, "the handshake reply from ", peer_, " is ", size,
-               " bytes: is a ringgrad store listening there?");
-    }
-    RG_CHECK(size <= options_.max_message_bytes, "the reply from ", peer_, " is ", size,
-             " bytes, more than max_message_bytes (", options_.max_message_bytes, ")");
+    check_reply_size(size, handshake, options_.max_message_bytes, peer_);
     Bytes payload(size);
     net::recv_all(s.fd(), payload.data(), size, deadline, peer_);
     RG_CHECK(size > 0, "empty reply from ", peer_);
@@ -778,8 +869,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   const std::string what = "store set(" + quote(key) + ")";
   Writer w;
   w.u8(kSet).str(key).bytes(value);
-  const Bytes reply = impl_->call(what, std::move(w), timeout_);
-  impl_->open(reply, what);
+  read_empty_reply(impl_->call(what, std::move(w), timeout_), what, impl_->peer());
 }
 
 Bytes TcpStore::get(const std::string& key, Millis timeout) {
@@ -787,27 +877,21 @@ Bytes TcpStore::get(const std::string& key, Millis timeout) {
   timeout = clamp_wait(timeout);
   Writer w;
   w.u8(kGet).str(key).u64(uint64_t(timeout.count()));
-  const Bytes reply = impl_->call(what, std::move(w), timeout);
-  bool timed_out = false;
-  Reader r = impl_->open(reply, what, &timed_out);
-  RG_CHECK(!timed_out, what, " timed out after ", timeout.count(), " ms");
-  return r.bytes();
+  return read_value_reply(impl_->call(what, std::move(w), timeout), what, impl_->peer(), timeout);
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   const std::string what = detail::cat("store add(", quote(key), ", ", delta, ")");
   Writer w;
   w.u8(kAdd).str(key).i64(delta);
-  const Bytes reply = impl_->call(what, std::move(w), timeout_);
-  return impl_->open(reply, what).i64();
+  return read_int_reply(impl_->call(what, std::move(w), timeout_), what, impl_->peer());
 }
 
 Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   const std::string what = "store compare_set(" + quote(key) + ")";
   Writer w;
   w.u8(kCompareSet).str(key).bytes(expected).bytes(desired);
-  const Bytes reply = impl_->call(what, std::move(w), timeout_);
-  return impl_->open(reply, what).bytes();
+  return read_bytes_reply(impl_->call(what, std::move(w), timeout_), what, impl_->peer());
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
@@ -818,12 +902,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   w.u8(kWait).u32(uint32_t(keys.size()));
   for (const std::string& k : keys) w.str(k);
   w.u64(uint64_t(timeout.count()));
-  const Bytes reply = impl_->call(what, std::move(w), timeout);
-  bool timed_out = false;
-  Reader r = impl_->open(reply, what, &timed_out);
-  if (timed_out) {
-    RG_FAIL(what, " timed out after ", timeout.count(), " ms; missing: ", quote_keys(r.strs()));
-  }
+  read_wait_reply(impl_->call(what, std::move(w), timeout), what, impl_->peer(), timeout);
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
@@ -832,24 +911,71 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   Writer w;
   w.u8(kCheck).u32(uint32_t(keys.size()));
   for (const std::string& k : keys) w.str(k);
-  const Bytes reply = impl_->call(what, std::move(w), timeout_);
-  return impl_->open(reply, what).u8() != 0;
+  return read_flag_reply(impl_->call(what, std::move(w), timeout_), what, impl_->peer());
 }
 
 bool TcpStore::delete_key(const std::string& key) {
   const std::string what = "store delete_key(" + quote(key) + ")";
   Writer w;
   w.u8(kDelete).str(key);
-  const Bytes reply = impl_->call(what, std::move(w), timeout_);
-  return impl_->open(reply, what).u8() != 0;
+  return read_flag_reply(impl_->call(what, std::move(w), timeout_), what, impl_->peer());
 }
 
 int64_t TcpStore::num_keys() {
   const std::string what = "store num_keys()";
   Writer w;
   w.u8(kNumKeys);
-  const Bytes reply = impl_->call(what, std::move(w), timeout_);
-  return impl_->open(reply, what).i64();
+  return read_int_reply(impl_->call(what, std::move(w), timeout_), what, impl_->peer());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The protocol without sockets (fuzz/)
+
+namespace store_wire {
+
+Bytes serve(std::span<const uint8_t> input, const std::string& token, size_t max_message_bytes) {
+  TcpStoreServerOptions options;
+  options.token = token;
+  options.max_message_bytes = max_message_bytes;
+  TcpStoreServer::Impl server(std::move(options), TcpStoreServer::Impl::Detached{});
+  return server.serve_detached(input);
+}
+
+void decode_reply(uint8_t command, std::span<const uint8_t> frame, size_t max_message_bytes) {
+  const std::string peer = "the store at fuzz:0";
+  RG_CHECK(frame.size() >= 4, "a reply frame from ", peer, " ends inside its size");
+  const uint32_t size = le32(frame.data());
+  check_reply_size(size, command == 0, max_message_bytes, peer);
+  RG_CHECK(frame.size() - 4 >= size, "the reply from ", peer, " ends early");
+  const Bytes reply(frame.begin() + 4, frame.begin() + 4 + std::ptrdiff_t(size));
+  const Millis timeout(1000);
+  const std::string what = "store call";
+  switch (command) {
+    case 0:
+      return read_handshake_reply(reply, peer);
+    case kSet:
+      return read_empty_reply(reply, what, peer);
+    case kGet:
+      read_value_reply(reply, what, peer, timeout);
+      return;
+    case kAdd:
+    case kNumKeys:
+      read_int_reply(reply, what, peer);
+      return;
+    case kCompareSet:
+      read_bytes_reply(reply, what, peer);
+      return;
+    case kWait:
+      return read_wait_reply(reply, what, peer, timeout);
+    case kCheck:
+    case kDelete:
+      read_flag_reply(reply, what, peer);
+      return;
+    default:
+      RG_FAIL("store_wire::decode_reply: no command ", int(command));
+  }
+}
+
+}  // namespace store_wire
 
 }  // namespace rg::dist

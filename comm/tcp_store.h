@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -21,6 +22,10 @@ struct TcpStoreServerOptions {
   std::string token;             // clients must present the same token
   size_t max_message_bytes = size_t(64) << 20;
 };
+
+namespace store_wire {
+Bytes serve(std::span<const uint8_t>, const std::string&, size_t);
+}
 
 class TcpStoreServer {
  public:
@@ -37,6 +42,7 @@ class TcpStoreServer {
   int num_connections() const;
 
  private:
+  friend Bytes store_wire::serve(std::span<const uint8_t>, const std::string&, size_t);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -45,7 +51,7 @@ struct TcpStoreOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
   std::string token;
-  Millis timeout = std::chrono::seconds(300);          // default get/wait timeout
+  Millis timeout = std::chrono::seconds(300);         // default get/wait timeout
   Millis connect_timeout = std::chrono::seconds(60);  // retries while the server starts
   size_t max_message_bytes = size_t(64) << 20;
 };
@@ -72,5 +78,23 @@ class TcpStore : public Store {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The wire protocol without sockets, for the fuzzer (fuzz/tcp_store_server.cpp,
+// fuzz/tcp_store_client.cpp) and tests: the very functions the server and the client run.
+namespace store_wire {
+
+// Runs `input`, the bytes one client sends (frames: handshake, then requests), through the
+// server's decoding and handling, as TcpStoreServer does for each connection (its keys live for
+// this call only; a blocked get or wait times out at once), and returns the bytes it sends back.
+Bytes serve(std::span<const uint8_t> input, const std::string& token,
+            size_t max_message_bytes = size_t(64) << 20);
+
+// Reads `frame` (u32 size, payload) as TcpStore reads the reply to `command` (0: the handshake,
+// else the Command byte of tcp_store.cpp: 1 set .. 8 num_keys); anything malformed is an
+// rg::Error.
+void decode_reply(uint8_t command, std::span<const uint8_t> frame,
+                  size_t max_message_bytes = size_t(64) << 20);
+
+}  // namespace store_wire
 
 }  // namespace rg::dist

@@ -71,9 +71,6 @@ CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind,
 CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind, Normalize normalize,
                            std::optional<RandomCropFlip> augment)
     : kind_(kind), normalize_(std::move(normalize)), augment_(std::move(augment)) {
-  const int64_t label_bytes = kind == CifarKind::cifar10 ? 1 : 2;
-  const int64_t record = label_bytes + kPixels;
-  const int64_t classes = num_classes();
   // Whichever of the split's files exist are read (a subset of the five CIFAR-10 training batches
   // is a smaller training set, not an error); the missing ones are named once on stderr.
   std::vector<fs::path> paths;
@@ -94,24 +91,31 @@ CifarDataset::CifarDataset(const std::string& dir, bool train, CifarKind kind, N
                  dir.c_str(), paths.size(), paths.size() + missing_files_.size(),
                  train ? "training" : "test", join(missing_files_).c_str());
   }
-  for (const fs::path& path : paths) {
-    const std::vector<uint8_t> bytes = read_all(path);
-    const auto size = int64_t(bytes.size());
-    RG_CHECK(size > 0, path.string(), ": the file is empty (0 bytes); a ", kind_name(kind),
-             " file holds records of ", record, " bytes (an interrupted download?)");
-    RG_CHECK(size % record == 0, path.string(), ": ", size, " bytes is not a whole number of ",
-             kind_name(kind), " records of ", record, " bytes (truncated or not a ",
-             kind_name(kind), " binary file?)");
-    const int64_t n = size / record;
-    images_.reserve(images_.size() + size_t(n * kPixels));
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* r = bytes.data() + i * record;
-      const uint8_t label = r[label_bytes - 1];  // CIFAR-100: the fine label, after the coarse one
-      RG_CHECK(label < classes, path.string(), ": record ", i, " has label ", int(label),
-               ", outside the ", classes, " classes of ", kind_name(kind));
-      labels_.push_back(label);
-      images_.insert(images_.end(), r + label_bytes, r + record);
-    }
+  for (const fs::path& path : paths)
+    append_records(read_all(path), kind, path.string(), labels_, images_);
+}
+
+void CifarDataset::append_records(std::span<const uint8_t> bytes, CifarKind kind,
+                                  const std::string& name, std::vector<uint8_t>& labels,
+                                  std::vector<uint8_t>& images) {
+  const int64_t label_bytes = kind == CifarKind::cifar10 ? 1 : 2;
+  const int64_t record = label_bytes + kPixels;
+  const int64_t classes = kind == CifarKind::cifar10 ? 10 : 100;
+  const auto size = int64_t(bytes.size());
+  RG_CHECK(size > 0, name, ": the file is empty (0 bytes); a ", kind_name(kind),
+           " file holds records of ", record, " bytes (an interrupted download?)");
+  RG_CHECK(size % record == 0, name, ": ", size, " bytes is not a whole number of ",
+           kind_name(kind), " records of ", record, " bytes (truncated or not a ", kind_name(kind),
+           " binary file?)");
+  const int64_t n = size / record;
+  images.reserve(images.size() + size_t(n * kPixels));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* r = bytes.data() + i * record;
+    const uint8_t label = r[label_bytes - 1];  // CIFAR-100: the fine label, after the coarse one
+    RG_CHECK(label < classes, name, ": record ", i, " has label ", int(label), ", outside the ",
+             classes, " classes of ", kind_name(kind));
+    labels.push_back(label);
+    images.insert(images.end(), r + label_bytes, r + record);
   }
 }
 

@@ -43,6 +43,12 @@ class CifarDataset final : public Dataset {
 
   static constexpr int64_t kChannels = 3, kSide = 32, kPixels = kChannels * kSide * kSide;
 
+  // Checks the records of one file's bytes (`name` names it in messages) and appends their labels
+  // and pixels: what the constructor does with each file it reads, and what the fuzzer feeds.
+  static void append_records(std::span<const uint8_t> bytes, CifarKind kind,
+                             const std::string& name, std::vector<uint8_t>& labels,
+                             std::vector<uint8_t>& images);
+
  private:
   CifarKind kind_;
   std::vector<uint8_t> images_;  // N * kPixels, channel planes

@@ -18,53 +18,98 @@ uint32_t be32(const uint8_t* p) {
   return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
 }
 
+bool is_gzip(std::span<const uint8_t> bytes) {
+  return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
+}
+
+// Ends inflate's use of the stream on every way out.
+struct Inflater {
+  z_stream z{};
+  Inflater() = default;
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+  ~Inflater() { inflateEnd(&z); }
+};
+
 }  // namespace
 
-std::vector<uint8_t> read_file_maybe_gz(const std::string& path, size_t max_bytes) {
-  std::error_code ec;
-  RG_CHECK(std::filesystem::is_regular_file(path, ec), path,
-           ": file not found (run scripts/get-data.sh to download the dataset)");
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  RG_CHECK(f != nullptr, path, ": cannot open: ", std::strerror(errno));
-  uint8_t magic[2] = {0, 0};
-  const size_t got = std::fread(magic, 1, 2, f.get());
-  f.reset();
+std::vector<uint8_t> maybe_gunzip(std::span<const uint8_t> bytes, const std::string& name,
+                                  size_t max_bytes) {
+  if (!is_gzip(bytes)) return {bytes.begin(), bytes.end()};
+  Inflater inf;
+  RG_CHECK(inflateInit2(&inf.z, 16 + MAX_WBITS) == Z_OK, name, ": cannot open as gzip");
   std::vector<uint8_t> out;
-  if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-    std::unique_ptr<gzFile_s, int (*)(gzFile)> gz(gzopen(path.c_str(), "rb"), &gzclose);
-    RG_CHECK(gz != nullptr, path, ": cannot open as gzip");
-    uint8_t chunk[1 << 16];
-    for (;;) {
-      const int n = gzread(gz.get(), chunk, sizeof(chunk));
-      if (n < 0) {
-        int err = 0;
-        const char* msg = gzerror(gz.get(), &err);
-        RG_FAIL(path, ": corrupt gzip data (", msg, ")");
+  uint8_t chunk[1 << 16];
+  size_t pos = 0;
+  // One gzip member after another (as gzread reads them) until the input ends.
+  while (pos < bytes.size()) {
+    inf.z.next_in = const_cast<Bytef*>(bytes.data() + pos);
+    const size_t avail = std::min<size_t>(bytes.size() - pos, UINT32_MAX);
+    inf.z.avail_in = uInt(avail);
+    int rc = Z_OK;
+    do {
+      inf.z.next_out = chunk;
+      inf.z.avail_out = sizeof(chunk);
+      rc = inflate(&inf.z, Z_NO_FLUSH);
+      if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+        RG_FAIL(name, ": corrupt gzip data (", inf.z.msg != nullptr ? inf.z.msg : zError(rc), ")");
       }
-      if (n == 0) break;
-      RG_CHECK(out.size() + size_t(n) <= max_bytes, path, ": decompresses to more than ", max_bytes,
+      const size_t n = sizeof(chunk) - inf.z.avail_out;
+      RG_CHECK(out.size() + n <= max_bytes, name, ": decompresses to more than ", max_bytes,
                " bytes, which is too large for this format");
       out.insert(out.end(), chunk, chunk + n);
+      // Z_BUF_ERROR with output space left: the input ended inside the member.
+      RG_CHECK(rc != Z_BUF_ERROR || inf.z.avail_out == 0, name,
+               ": truncated or corrupt gzip stream");
+    } while (rc != Z_STREAM_END && (inf.z.avail_in > 0 || inf.z.avail_out == 0));
+    const size_t used = avail - inf.z.avail_in;
+    pos += used;
+    if (rc != Z_STREAM_END) {
+      RG_CHECK(pos < bytes.size() && used > 0, name, ": truncated or corrupt gzip stream");
+      continue;  // more than 4 GiB of input: feed the rest
     }
-    // gzread returns 0 at a truncated stream end too; distinguish it from a clean end.
-    int err = 0;
-    gzerror(gz.get(), &err);
-    RG_CHECK(err == Z_OK || err == Z_STREAM_END, path, ": truncated or corrupt gzip stream");
-    return out;
+    // A member ended: another may follow (anything else after it is not gzip).
+    if (pos < bytes.size() && !is_gzip(bytes.subspan(pos))) break;
+    RG_CHECK(inflateReset(&inf.z) == Z_OK, name, ": corrupt gzip data");
   }
-  const auto size = std::filesystem::file_size(path, ec);
-  RG_CHECK(!ec, path, ": cannot stat: ", ec.message());
-  RG_CHECK(size <= max_bytes, path, ": ", size, " bytes is too large for this format");
-  out.resize(size);
-  f.reset(std::fopen(path.c_str(), "rb"));
-  RG_CHECK(f != nullptr, path, ": cannot open: ", std::strerror(errno));
-  RG_CHECK(std::fread(out.data(), 1, size, f.get()) == size, path, ": read error");
   return out;
 }
 
-IdxArray read_idx_u8(const std::string& path, int expected_rank) {
-  constexpr size_t kMaxBytes = size_t(1) << 31;
-  const std::vector<uint8_t> bytes = read_file_maybe_gz(path, kMaxBytes);
+namespace {
+
+// The file's bytes as they are on disk (at most max_bytes).
+std::vector<uint8_t> read_raw(const std::string& path, size_t max_bytes) {
+  std::error_code ec;
+  RG_CHECK(std::filesystem::is_regular_file(path, ec), path,
+           ": file not found (run scripts/get-data.sh to download the dataset)");
+  const auto size = std::filesystem::file_size(path, ec);
+  RG_CHECK(!ec, path, ": cannot stat: ", ec.message());
+  RG_CHECK(size <= max_bytes, path, ": ", size, " bytes is too large for this format");
+  std::vector<uint8_t> raw(size);
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  RG_CHECK(f != nullptr, path, ": cannot open: ", std::strerror(errno));
+  RG_CHECK(std::fread(raw.data(), 1, size, f.get()) == size, path, ": read error");
+  return raw;
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file_maybe_gz(const std::string& path, size_t max_bytes) {
+  std::vector<uint8_t> raw = read_raw(path, max_bytes);
+  if (!is_gzip(raw)) return raw;
+  return maybe_gunzip(raw, path, max_bytes);
+}
+
+IdxArray parse_idx_u8(std::span<const uint8_t> file_bytes, const std::string& path,
+                      int expected_rank, size_t max_bytes) {
+  std::vector<uint8_t> gunzipped;
+  std::span<const uint8_t> bytes = file_bytes;
+  if (is_gzip(file_bytes)) {
+    gunzipped = maybe_gunzip(file_bytes, path, max_bytes);
+    bytes = gunzipped;
+  }
+  RG_CHECK(bytes.size() <= max_bytes, path, ": ", bytes.size(),
+           " bytes is too large for this format");
   RG_CHECK(bytes.size() >= 4, path, ": truncated IDX file (", bytes.size(), " bytes, no header)");
   const uint32_t magic = be32(bytes.data());
   RG_CHECK((magic >> 16) == 0, path, ": not an IDX file (magic 0x", std::hex, magic,
@@ -83,7 +128,7 @@ IdxArray read_idx_u8(const std::string& path, int expected_rank) {
     const uint32_t n = be32(bytes.data() + 4 + 4 * d);
     out.dims.push_back(int64_t(n));
     count *= n;
-    RG_CHECK(count <= kMaxBytes, path, ": IDX dimensions are absurdly large");
+    RG_CHECK(count <= max_bytes, path, ": IDX dimensions are absurdly large");
   }
   RG_CHECK(bytes.size() - header >= count, path, ": truncated IDX file: header promises ", count,
            " values but only ", bytes.size() - header, " follow");
@@ -91,6 +136,10 @@ IdxArray read_idx_u8(const std::string& path, int expected_rank) {
            " unexpected trailing bytes after the IDX data");
   out.values.assign(bytes.begin() + std::ptrdiff_t(header), bytes.end());
   return out;
+}
+
+IdxArray read_idx_u8(const std::string& path, int expected_rank) {
+  return parse_idx_u8(read_raw(path, kMaxIdxBytes), path, expected_rank, kMaxIdxBytes);
 }
 
 }  // namespace rg::data

@@ -202,9 +202,16 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::ifstream in(path, std::ios::binary);
   RG_CHECK(in, path, ": cannot open for reading (", std::strerror(errno), ")");
-  const auto file_size = static_cast<uint64_t>(in.tellg());
+  return read_safetensors(in, path);
+}
+
+SafetensorsFile read_safetensors(std::istream& in, const std::string& path) {
+  in.seekg(0, std::ios::end);
+  const auto end = static_cast<std::streamoff>(in.tellg());
+  RG_CHECK(in && end >= 0, path, ": cannot find the end of the file");
+  const auto file_size = static_cast<uint64_t>(end);
   in.seekg(0);
   RG_CHECK(file_size >= 8, path, ": not a safetensors file (", file_size,
            " bytes, shorter than the 8-byte header length)");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <istream>
 #include <map>
 #include <string>
 #include <utility>
@@ -44,5 +45,9 @@ void set_partial_write_hook(std::function<void()> hook);
 // the format's JSON, an unknown dtype, offsets that overlap, leave holes or disagree with the
 // shape, a CRC-32 mismatch where "rg.crc32" is present) is an error naming the file.
 SafetensorsFile load_safetensors(const std::string& path);
+// The same from a stream of the whole file's bytes (from its start to its end; `name` is the file
+// in messages): what load_safetensors does after opening the file, and what the fuzzer feeds.
+// Allocates at most the header's length (<= 100 MiB) plus the data bytes the stream holds.
+SafetensorsFile read_safetensors(std::istream& in, const std::string& name);
 
 }  // namespace rg

@@ -93,7 +93,14 @@ Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimize
                          amp::GradScaler* scaler,
                          const std::function<void(const Metadata&)>& check_metadata,
                          NamedTensors* extra) {
-  SafetensorsFile f = load_safetensors(path);
+  return load_checkpoint(load_safetensors(path), path, model, optimizer, scaler, check_metadata,
+                         extra);
+}
+
+Metadata load_checkpoint(SafetensorsFile f, const std::string& path, Module& model,
+                         optim::Optimizer* optimizer, amp::GradScaler* scaler,
+                         const std::function<void(const Metadata&)>& check_metadata,
+                         NamedTensors* extra) {
   RG_CHECK(f.metadata.count(kFormatKey) != 0, path,
            ": not a ringgrad checkpoint (no rg.checkpoint metadata; a plain safetensors file of "
            "weights loads with nn::load_weights)");

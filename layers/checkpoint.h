@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "engine/serialization.h"
 #include "layers/module.h"
 
 namespace rg::optim {
@@ -42,6 +43,12 @@ void save_checkpoint(const std::string& path, Module& model, const optim::Optimi
 // (save_checkpoint's `extra`, on the CPU) go there; without, they are an error.
 Metadata load_checkpoint(const std::string& path, Module& model, optim::Optimizer* optimizer,
                          amp::GradScaler* scaler,
+                         const std::function<void(const Metadata&)>& check_metadata = {},
+                         NamedTensors* extra = nullptr);
+// The same for a file already read (load_safetensors or read_safetensors); `path` names it in
+// messages. The path overload is this after load_safetensors(path); the fuzzer calls it directly.
+Metadata load_checkpoint(SafetensorsFile file, const std::string& path, Module& model,
+                         optim::Optimizer* optimizer, amp::GradScaler* scaler,
                          const std::function<void(const Metadata&)>& check_metadata = {},
                          NamedTensors* extra = nullptr);
 

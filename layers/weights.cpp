@@ -11,7 +11,11 @@ void save_weights(const Module& module, const std::string& path) {
 }
 
 IncompatibleKeys load_weights(Module& module, const std::string& path, bool strict) {
-  const SafetensorsFile f = load_safetensors(path);
+  return load_weights(module, load_safetensors(path), path, strict);
+}
+
+IncompatibleKeys load_weights(Module& module, const SafetensorsFile& f, const std::string& path,
+                              bool strict) {
   // Every key of a checkpoint would be "unexpected"; say what the file is instead.
   RG_CHECK(!f.metadata.contains("rg.checkpoint"), path,
            ": a training checkpoint (its weights are under model.*): load it with "

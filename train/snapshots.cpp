@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -122,7 +123,13 @@ void Snapshots::read_position(const nn::Metadata& saved, Resume& r, int64_t data
   if (const auto order = saved.find("snapshot.bucket_order");
       order != saved.end() && !order->second.empty()) {
     std::stringstream in(order->second);
-    for (std::string item; std::getline(in, item, ',');) r.bucket_order.push_back(std::stoll(item));
+    for (std::string item; std::getline(in, item, ',');) {
+      int64_t bucket = -1;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), bucket);
+      RG_CHECK(ec == std::errc() && end == item.data() + item.size() && bucket >= 0, where,
+               ": the snapshot's bucket order holds '", item, "', not a bucket index");
+      r.bucket_order.push_back(bucket);
+    }
   }
 }
 

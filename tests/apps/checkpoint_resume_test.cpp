@@ -119,6 +119,26 @@ TEST_F(CheckpointResume, ResumeAndAnExistingSnapshotAreRefused) {
       std::string::npos);
 }
 
+// A snapshot whose DDP bucket order is not a list of indices is a clear error naming the entry,
+// not an exception from deep inside (found by the snapshot fuzzer: std::stoll threw).
+TEST_F(CheckpointResume, ASnapshotWithABadBucketOrderIsACleanError) {
+  std::ostringstream log;
+  TrainConfig c = config("sgd", 2);
+  c.max_steps = 3;  // mid-epoch
+  c.snapshot_path = path("snap.safetensors");
+  train(c, log);
+  for (const std::string bad : {"0,x", "99999999999999999999", "1,-2"}) {
+    SafetensorsFile f = load_safetensors(c.snapshot_path);
+    f.metadata["snapshot.bucket_order"] = bad;
+    save_safetensors(c.snapshot_path, f.tensors, f.metadata);
+    TrainConfig again = config("sgd", 2);
+    again.snapshot_path = c.snapshot_path;
+    EXPECT_NE(testing::error_of([&] { train(again, log); }).find("not a bucket index"),
+              std::string::npos)
+        << bad;
+  }
+}
+
 TEST_F(CheckpointResume, ADifferentRunOrNothingLeftToDoIsRefused) {
   std::ostringstream log;
   TrainConfig first = config("sgd", 2);
