@@ -11,12 +11,14 @@
 #include <sstream>
 
 #include "kernels/error.h"
+#include "support/errors.h"
 #include "support/processes.h"
 #include "support/scratch_dir.h"
 
 namespace rg::apps {
 namespace {
 
+using testing::error_of;
 using testing::file_contents;
 
 // Three steps of 1000 us, each: host forward/backward/optimizer step/data wait; on the stream
@@ -68,17 +70,6 @@ std::map<std::string, ProfileRow> by_name(const std::vector<ProfileRow>& rows) {
   std::map<std::string, ProfileRow> m;
   for (const auto& r : rows) m[r.name] = r;
   return m;
-}
-
-// The message of the rg::Error that f throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ProfileTable, GroupsStreamSpansByOpWithExactTotalsMeansAndShares) {
