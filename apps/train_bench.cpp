@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "engine/cuda/runtime.h"
 #include "engine/dtype.h"
 #include "engine/ops/factory.h"
+#include "engine/device_checks.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
 #include "kernels/cpu/parallel.h"
@@ -119,6 +121,10 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
   train->add_flag("--ddp", t.ddp,
                   "DistributedDataParallel over Gloo (CPU); run under ringgrad-run (reports the "
                   "job's total img/s)");
+  train->add_option("--deferred-checks", t.deferred_checks,
+                    "CUDA: read the ops' device-side input checks once per window (true) or at "
+                    "each op, stalling the host (false)")
+      ->default_val(true);
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;
@@ -162,7 +168,10 @@ int run_train_bench(const TrainBenchOptions& o) {
   amp::GradScalerOptions scaler_options;
   scaler_options.enabled = o.amp == "f16";
   amp::GradScaler scaler(scaler_options);
+  std::optional<DeferredChecks> checks;
+  if (o.deferred_checks && device.is_cuda()) checks.emplace();
   auto step = [&](int i) {
+    if (checks) checks->poll();
     const Batch& b = batches[size_t(i % 4)];
     Tensor loss;
     {
@@ -180,6 +189,7 @@ int run_train_bench(const TrainBenchOptions& o) {
   // Host timestamps measure the device's work only when nothing is still queued at either end.
   auto sync = [&] {
     if (device.is_cuda()) cuda::synchronize(device.index);
+    if (checks) checks->flush();
   };
   const bool print = rank == 0;
   const char* unit = gpt ? "tok/s" : "img/s";
@@ -222,6 +232,7 @@ int run_train_bench(const TrainBenchOptions& o) {
                       {"batch_size", o.batch_size},
                       {"unit", unit},
                       {"warmup", o.warmup},
+                      {"deferred_checks", o.deferred_checks},
                       {"window_steps", o.window_steps},
                       {"rates", rates},
                       {"median", median},

@@ -26,6 +26,9 @@ struct TrainBenchOptions {
   bool ddp = false;
   std::string amp = "off";  // off | bf16 | f16: autocast of forward and loss (f16: GradScaler)
   std::string json_path;    // the figures as one JSON object, when set
+  // CUDA: the ops' device-side input checks (cross_entropy's targets) are read back once per
+  // window (engine/device_checks.h) instead of once per op call, which stalls the host.
+  bool deferred_checks = true;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& o);

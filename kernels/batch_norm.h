@@ -54,6 +54,9 @@ struct BatchNorm {
   static void backward_elemt(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                              const double* mean, const double* invstd, const T* weight,
                              const double* sums, int64_t count, T* gx, Ctx ctx);
+  // *num_batches_tracked += 1 on the kernel's device (BatchNorm2d's counter: on CUDA one tiny
+  // kernel, so that counting a batch never reads the counter back to the host).
+  static void count_batch(int64_t* num_batches_tracked, Ctx ctx);
 };
 
 namespace detail {

@@ -2,7 +2,6 @@
 // synchronized, the op is sync_batch_norm (as torch.nn.SyncBatchNorm.forward decides).
 #include "layers/batch_norm.h"
 
-#include "engine/autograd/grad_mode.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/sync_batch_norm.h"
@@ -27,8 +26,7 @@ Tensor BatchNorm2d::forward_impl(const Tensor& x) {
            features_, "): expected input [N, ", features_, ", H, W]", sync_ ? " or [N, C]" : "",
            ", got ", shape_str(x.shape()));
   if (is_training()) {
-    NoGradGuard no_grad;
-    Tensor(num_batches_tracked).fill_(num_batches_tracked.item() + 1);
+    count_batch_(num_batches_tracked);  // on the device: no read back to the host
   }
   if (sync_ && is_training()) {
     // PyTorch's rule: synchronize only in training, with more than one replica; otherwise (no

@@ -74,6 +74,9 @@ def train(rank, a):
         world = dist.get_world_size()
     device = torch.device(a.device)
     cuda = device.type == "cuda"
+    if cuda and device.index is None:
+        # PyTorch 2.x's set_device refuses a device without an index ("cuda"); 1.13 took it.
+        device = torch.device("cuda", rank % torch.cuda.device_count())
     if cuda:
         torch.cuda.set_device(device)
     torch.manual_seed(7 + rank)

@@ -220,6 +220,21 @@ std::optional<Tensor> batch_norm_through_f32(const Tensor& x, const Tensor& runn
 
 }  // namespace detail
 
+void count_batch_(const Tensor& num_batches_tracked) {
+  const Tensor& t = num_batches_tracked;
+  RG_CHECK(t.defined() && t.dtype() == DType::i64 && t.numel() == 1,
+           "count_batch_: expected a one-element i64 counter, got ",
+           t.defined() ? dtype_name(t.dtype()) + std::string(" ") + shape_str(t.shape())
+                       : std::string("an undefined tensor"));
+  if (t.device().is_cuda()) {
+    const cuda::OpSpan span("batch_norm_count", "op", t.device());
+    kernels::BatchNorm<kernels::Cuda>::count_batch(t.data<int64_t>(), kernel_ctx(t));
+  } else {
+    kernels::BatchNorm<kernels::Cpu>::count_batch(t.data<int64_t>(), kernel_ctx(t));
+  }
+  t.bump_version();
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {

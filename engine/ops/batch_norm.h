@@ -19,6 +19,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
 
+// num_batches_tracked += 1, in place on its device (BatchNorm2d's counter: an i64 scalar). Never
+// reads the counter back to the host: on CUDA one kernel on the current stream.
+void count_batch_(const Tensor& num_batches_tracked);
+
 namespace detail {
 // batch_norm's argument checks, shared with sync_batch_norm (op names the op in the errors):
 // returns the [n, c, hw] view of x.

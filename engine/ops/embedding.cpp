@@ -3,6 +3,7 @@
 #include "engine/ops/embedding.h"
 
 #include "engine/autograd/function.h"
+#include "engine/device_checks.h"
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
@@ -34,11 +35,16 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
     kernels::Embedding<B>::embedding(weight.data<T>(), indices.data<int64_t>(), out.data<T>(),
                                      first_bad.data<int64_t>(), n, v, d, kernel_ctx(weight));
   });
-  if (const auto pos = static_cast<int64_t>(first_bad.item()); pos < n) {
+  // Read back at once (a stall on CUDA) unless a DeferredChecks scope takes the flag.
+  auto describe = [indices, v, wshape = weight.shape()](int64_t pos) {
     const auto value = static_cast<int64_t>(indices.flat_narrow(pos, 1).item());
-    RG_FAIL("embedding: index ", value, " at position ", pos, " is out of range for ", v,
-            " embeddings (weight ", shape_str(weight.shape()), ")");
-  }
+    return detail::cat("embedding: index ", value, " at position ", pos, " is out of range for ",
+                       v, " embeddings (weight ", shape_str(wshape), ")");
+  };
+  if (DeferredChecks* deferred = DeferredChecks::current(); deferred && first_bad.device().is_cuda())
+    deferred->post(first_bad, n, std::move(describe));
+  else if (const auto pos = static_cast<int64_t>(first_bad.item()); pos < n)
+    RG_FAIL(describe(pos));
   return autograd::record(
       out, "EmbeddingBackward", {weight},
       [si = SavedTensor(indices), wshape = weight.shape(), n, v, d, padding_idx](const Tensor& g) {

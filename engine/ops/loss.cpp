@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/autograd/function.h"
+#include "engine/device_checks.h"
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
@@ -34,13 +35,19 @@ void check_class_targets(const char* op, const Tensor& input, const Tensor& targ
 }
 
 // The kernels' first_bad (one i64 on the loss's device) as an error naming the row, the same on
-// both devices. On CUDA this reads one value back: the loss's stream is synchronized once.
+// both devices. On CUDA this reads one value back (the loss's stream is synchronized once), unless
+// a DeferredChecks scope is open: then the flag is posted there and raised later, without a stall.
 void check_first_bad(const char* op, const Tensor& first_bad, const Tensor& target,
                      int64_t classes) {
+  auto describe = [op, target, classes](int64_t row) {
+    const auto value = static_cast<int64_t>(target.flat_narrow(row, 1).item());
+    return detail::cat(op, ": target ", value, " at index ", row, " is out of range for ",
+                       classes, " classes");
+  };
+  if (DeferredChecks* deferred = DeferredChecks::current(); deferred && first_bad.device().is_cuda())
+    return deferred->post(first_bad, target.numel(), std::move(describe));
   const auto row = static_cast<int64_t>(first_bad.item());
-  if (row >= target.numel()) return;
-  const auto value = static_cast<int64_t>(target.flat_narrow(row, 1).item());
-  RG_FAIL(op, ": target ", value, " at index ", row, " is out of range for ", classes, " classes");
+  if (row < target.numel()) RG_FAIL(describe(row));
 }
 
 // x viewed as (outer, c, inner) around dimension `dim` (negative counts from the end).

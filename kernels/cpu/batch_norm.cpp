@@ -100,6 +100,12 @@ void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const d
 }
 
 template <>
+void BatchNorm<Cpu>::count_batch(int64_t* num_batches_tracked, Ctx) {
+  RG_CHECK(num_batches_tracked != nullptr, "batch_norm_count_batch: the counter must not be null");
+  *num_batches_tracked += 1;
+}
+
+template <>
 template <class T>
 void BatchNorm<Cpu>::update_running(T* running_mean, T* running_var, const double* mean,
                                     const double* var, int64_t c, int64_t count, double momentum,

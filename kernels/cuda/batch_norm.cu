@@ -179,6 +179,8 @@ __global__ void backward_elemt_kernel(const D* gy, const D* x, int64_t n, int64_
   }
 }
 
+__global__ void count_batch_kernel(int64_t* counter) { *counter += 1; }
+
 unsigned int channel_threads(int64_t m) {
   return static_cast<unsigned int>(std::clamp<int64_t>((m + 31) / 32 * 32, 32, kChannelThreads));
 }
@@ -262,6 +264,12 @@ void BatchNorm<Cuda>::backward_elemt(const T* gy, const T* x, int64_t n, int64_t
   RG_LAUNCH(backward_elemt_kernel<D>, channel_grid(c), channel_threads(n * hw), 0,
             as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, mean, invstd, dev(weight), sums,
             static_cast<double>(count), dev(gx));
+}
+
+template <>
+void BatchNorm<Cuda>::count_batch(int64_t* num_batches_tracked, Ctx ctx) {
+  RG_CHECK(num_batches_tracked != nullptr, "batch_norm_count_batch: the counter must not be null");
+  RG_LAUNCH(count_batch_kernel, 1, 1, 0, as_stream(ctx.stream), num_batches_tracked);
 }
 
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).

@@ -138,7 +138,9 @@ Tensor GPT::forward_impl(const Tensor& idx) {
   const int64_t T = idx.size(1);
   RG_CHECK(T <= config_.block_size, "GPT: cannot forward a sequence of length ", T,
            ", the block size is only ", config_.block_size);
-  const Tensor pos = arange(double(T)).to(idx.device());
+  if (!positions_.defined() || positions_.device() != idx.device())
+    positions_ = arange(double(config_.block_size)).to(idx.device());
+  const Tensor pos = positions_.narrow(0, 0, T);
   Tensor x = transformer->wte->forward(idx) + transformer->wpe->forward(pos);  // [B,T,C] + [T,C]
   x = transformer->drop->forward(x);
   x = transformer->h->forward(x);

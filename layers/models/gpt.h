@@ -110,6 +110,9 @@ class GPT final : public Module {
 
  private:
   GptConfig config_;
+  // Position ids 0..block_size-1 on the device they were last asked on: built once, so a forward
+  // on CUDA copies nothing from the host (a pageable copy would stall the step).
+  Tensor positions_;
 };
 
 }  // namespace rg::nn

@@ -1,7 +1,7 @@
 // The TF32 contract on a device (engine/tf32.h): an f32 convolution and an f32 matrix product
-// differ from the CPU by more than f32 rounding when their switch allows TF32, stay within TF32's
-// stated tolerance, and match the CPU's f32 when it is off. On the emulator the cuBLAS and cuDNN
-// stand-ins round their inputs to TF32 as tensor cores do; on a GPU this is the real hardware.
+// stay within TF32's stated tolerance when their switch allows TF32 and match the CPU's f32 when
+// it is off. On the emulator the cuBLAS and cuDNN stand-ins round their inputs to TF32 as tensor
+// cores do, and the tests also check that the rounding shows; on a GPU the library decides.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device/device_test_util.h"
+#include "engine/cuda/runtime.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/matmul.h"
 
@@ -27,9 +28,9 @@ std::vector<Tensor> passes(const DeviceFn& f, const std::vector<Tensor>& inputs6
 }
 
 // Runs f (forward and the input gradients) in f32 on the device under `conv`/`matmul` TF32
-// switches and checks it against the CPU: with `expect_tf32` its error against the f64 truth is
-// more than 16 times the CPU f32 error and within kTf32Tolerance of the CPU's f32; without, within
-// f32's tolerance.
+// switches and checks it against the CPU: with `expect_tf32` within kTf32Tolerance of the CPU's
+// f32 (on the emulator also more than 16 times the CPU's f32 error against the f64 truth);
+// without, within f32's tolerance.
 void check(const std::string& what, const DeviceFn& f, const std::vector<Tensor>& inputs64,
            bool conv, bool matmul, bool expect_tf32) {
   Generator gen(99);
@@ -50,7 +51,12 @@ void check(const std::string& what, const DeviceFn& f, const std::vector<Tensor>
     SCOPED_TRACE(part + ": relative error " + std::to_string(dev_err) + " on the device, " +
                  std::to_string(cpu_err) + " on the CPU");
     if (expect_tf32) {
-      EXPECT_GT(dev_err, 16 * cpu_err) << "TF32 was allowed but the result is as exact as f32";
+      // Allowing TF32 is a permission: real cuDNN may still pick an f32 algorithm (on an H200 it
+      // did for this small convolution), so only the emulator, which always takes TF32 when
+      // allowed, must show its rounding.
+      if (cuda::runtime().backend().emulated()) {
+        EXPECT_GT(dev_err, 16 * cpu_err) << "TF32 was allowed but the result is as exact as f32";
+      }
       expect_close(dev[i], cpu[i], kTf32Tolerance.atol, kTf32Tolerance.rtol, part);
     } else {
       expect_close(dev[i], cpu[i], f32_tol.atol, f32_tol.rtol, part);

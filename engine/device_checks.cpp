@@ -1,0 +1,78 @@
+#include "engine/device_checks.h"
+
+#include <utility>
+
+#include "engine/cuda/event.h"
+#include "engine/cuda/stream.h"
+#include "kernels/error.h"
+
+namespace rg {
+
+AsyncScalar::AsyncScalar(const Tensor& value) {
+  RG_CHECK(value.defined() && value.numel() == 1, "AsyncScalar: expected a one-element tensor");
+  if (value.device().is_cpu()) {
+    host_ = value.detach().clone();
+    return;
+  }
+  host_ = Tensor::empty_pinned({1}, value.dtype());
+  host_.copy_(value.detach(), /*non_blocking=*/true);
+  done_ = std::make_unique<cuda::Event>();
+  done_->record(cuda::current_stream(value.device().index));
+}
+
+AsyncScalar::AsyncScalar(AsyncScalar&&) noexcept = default;
+AsyncScalar& AsyncScalar::operator=(AsyncScalar&&) noexcept = default;
+AsyncScalar::~AsyncScalar() = default;
+
+bool AsyncScalar::ready() const { return !done_ || done_->query(); }
+
+double AsyncScalar::get() const {
+  RG_CHECK(defined(), "AsyncScalar::get: nothing was read");
+  if (!ready()) done_->synchronize();
+  return host_.item();
+}
+
+namespace {
+thread_local DeferredChecks* t_current = nullptr;
+}
+
+DeferredChecks::DeferredChecks() {
+  RG_CHECK(t_current == nullptr, "DeferredChecks: a scope is already open on this thread");
+  t_current = this;
+}
+
+DeferredChecks::~DeferredChecks() { t_current = nullptr; }
+
+DeferredChecks* DeferredChecks::current() { return t_current; }
+
+void DeferredChecks::post(const Tensor& flag, int64_t limit,
+                          std::function<std::string(int64_t)> describe) {
+  pending_.push_back({AsyncScalar(flag), limit, std::move(describe), context_});
+}
+
+void DeferredChecks::check(Pending& p) {
+  const auto value = static_cast<int64_t>(p.flag.get());
+  if (value >= p.limit) return;
+  std::string message = p.describe(value);
+  if (!p.context.empty()) message += " (" + p.context + ")";
+  pending_.clear();  // one error is enough; the later checks belong to work now abandoned
+  RG_FAIL(message);
+}
+
+void DeferredChecks::poll() {
+  while (!pending_.empty() && pending_.front().flag.ready()) {
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
+    check(p);
+  }
+}
+
+void DeferredChecks::flush() {
+  while (!pending_.empty()) {
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
+    check(p);
+  }
+}
+
+}  // namespace rg
