@@ -23,6 +23,10 @@ struct DataLoaderOptions {
   bool drop_last = false;
   int workers = 2;   // 0: batches are built on the calling thread
   int prefetch = 4;  // batches built ahead of the consumer (per loader, not per worker)
+  // Batches (inputs and targets) in pinned host memory (cuda::pinned_storage_allocator; needs a
+  // CUDA device), copied there by the worker that built them, so that their copy to the GPU can
+  // be asynchronous (Tensor::to(device, non_blocking)), as PyTorch's DataLoader(pin_memory=True).
+  bool pin_memory = false;
 };
 
 class DataLoader {

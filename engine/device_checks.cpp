@@ -14,7 +14,7 @@ AsyncScalar::AsyncScalar(const Tensor& value) {
     host_ = value.detach().clone();
     return;
   }
-  host_ = Tensor::empty_pinned({1}, value.dtype());
+  host_ = Tensor::empty_pinned(value.shape(), value.dtype());
   host_.copy_(value.detach(), /*non_blocking=*/true);
   done_ = std::make_unique<cuda::Event>();
   done_->record(cuda::current_stream(value.device().index));

@@ -42,13 +42,21 @@ struct State {
   int64_t optimizer_steps = 0;
   bool sync = false;    // the current step ends with an optimizer step
   bool joined = false;  // this rank ran out and shadows the others' step (dist::Join)
-  // The current batch (on_batch .. on_step_end) and its loss (on_step_end; 0 while joined).
+  // The current batch (on_batch .. on_step_end) and its samples (0 while joined).
   const data::Batch* batch = nullptr;
-  double batch_loss = 0;
   int64_t batch_samples = 0;
-  // The epoch so far on this rank (rank 0 also holds what a mid-epoch snapshot restored).
+  // Losses are read from the device without stalling the host (engine/device_checks.h's
+  // AsyncScalar): batch_loss is the loss of step loss_step, the newest step whose loss has
+  // arrived. On the CPU that is always the current step; on CUDA it lags by the steps still queued
+  // on the GPU, and every loss of the epoch has arrived by on_train_epoch_end (-1: none yet).
+  double batch_loss = 0;
+  int64_t loss_step = -1;
+  // The epoch so far on this rank (rank 0 also holds what a mid-epoch snapshot restored): samples
+  // trained on, and the sum of loss * samples over the steps whose loss has arrived (loss_samples
+  // of them; equal to epoch_samples at the epoch's end and at snapshots).
   double epoch_loss_sum = 0;
   int64_t epoch_samples = 0;
+  int64_t epoch_loss_samples = 0;
   EpochSummary summary;  // on_eval_end, on_epoch_end
   const TrainResult* result = nullptr;
 };

@@ -103,8 +103,8 @@ void ProgressReporter::on_epoch_start(const State& s) {
   samples_before_ = s.epoch_samples;
   steps_before_ = s.epoch_steps;
   plain_every_ = std::max<int64_t>(1, s.epoch_planned / 10);
-  window_loss_ = 0;
-  window_samples_ = 0;
+  window_loss_ = s.epoch_loss_sum;  // what a snapshot restored is not this process's window
+  window_samples_ = s.epoch_loss_samples;
   shown_loss_ = std::nan("");
 }
 
@@ -117,14 +117,15 @@ void ProgressReporter::on_step_end(const State& s) {
     sum_over_ranks(s.pg, zeros);
     return;
   }
-  window_loss_ += s.batch_loss * double(s.batch_samples);
-  window_samples_ += s.batch_samples;
   if (report) {
-    std::vector<double> w = {window_loss_, double(window_samples_)};
+    // The losses that arrived since the last report (on CUDA they lag the step by what the GPU
+    // still has queued; read without stalling the host).
+    std::vector<double> w = {s.epoch_loss_sum - window_loss_,
+                             double(s.epoch_loss_samples - window_samples_)};
     sum_over_ranks(s.pg, w);
-    shown_loss_ = w[1] > 0 ? w[0] / w[1] : 0;
-    window_loss_ = 0;
-    window_samples_ = 0;
+    if (w[1] > 0) shown_loss_ = w[0] / w[1];
+    window_loss_ = s.epoch_loss_sum;
+    window_samples_ = s.epoch_loss_samples;
   }
   show_step(s, report);
 }
@@ -136,20 +137,19 @@ void ProgressReporter::show_step(const State& s, bool report) {
   const double ips = double(s.epoch_samples - samples_before_) * s.world / std::max(elapsed, 1e-9);
   const double eta =
       elapsed / double(s.epoch_steps - steps_before_) * double(s.epoch_planned - s.epoch_steps);
+  // Until the first all-reduced window with an arrived loss, no loss to show.
+  const std::string shown =
+      std::isnan(shown_loss_) ? std::string("--") : fmt::format("{:.4f}", shown_loss_);
   if (options_.progress_bar) {
     const int width = 30;
     const int filled = int(double(width) * double(s.epoch_steps) / double(s.epoch_planned));
-    // Until the first all-reduced window, no loss to show.
-    const std::string shown =
-        std::isnan(shown_loss_) ? std::string("--") : fmt::format("{:.4f}", shown_loss_);
     out_ << fmt::format("\repoch {} [{}{}] {}/{} loss {} {:.0f} {} ETA {}  ", s.epoch,
                         std::string(size_t(filled), '='), std::string(size_t(width - filled), ' '),
                         s.epoch_steps, s.epoch_planned, shown, ips, unit, format_duration(eta));
     out_.flush();
   } else if (report) {
-    out_ << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} {} ETA {}\n", s.epoch,
-                        s.epoch_steps, s.epoch_planned, shown_loss_, ips, unit,
-                        format_duration(eta));
+    out_ << fmt::format("epoch {} step {}/{} loss {} {:.0f} {} ETA {}\n", s.epoch, s.epoch_steps,
+                        s.epoch_planned, shown, ips, unit, format_duration(eta));
     out_.flush();
   }
 }

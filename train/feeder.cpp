@@ -10,9 +10,9 @@
 
 namespace rg::train {
 
-Tensor batch_to_device(const Tensor& inputs, Device device) {
+Tensor batch_to_device(const Tensor& t, Device device) {
   const cuda::OpSpan span("copy to device", "data copy", device);
-  return inputs.to(device);
+  return t.to(device, /*non_blocking=*/t.device().is_cpu() && t.is_pinned());
 }
 
 Feeder::Feeder(std::shared_ptr<const data::Dataset> data, dist::ProcessGroup* pg,
@@ -30,7 +30,10 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> data, dist::ProcessGroup* pg
   loader_ = std::make_unique<data::DataLoader>(
       data_, sampler,
       data::DataLoaderOptions{
-          .batch_size = options.batch_size, .drop_last = false, .workers = options.workers});
+          .batch_size = options.batch_size,
+          .drop_last = false,
+          .workers = options.workers,
+          .pin_memory = options.pin_memory});
   steps_per_epoch_ = options.steps_per_epoch > 0
                          ? std::min(options.steps_per_epoch, loader_->num_batches())
                          : loader_->num_batches();

@@ -17,14 +17,16 @@ class ProcessGroup;
 
 namespace rg::train {
 
-// The batch's copy to the training device: while tracing, a span on the stream's lane.
-Tensor batch_to_device(const Tensor& inputs, Device device);
+// A batch tensor's copy to the training device: asynchronous (no host stall) when it is in
+// pinned memory; while tracing, a span on the stream's lane.
+Tensor batch_to_device(const Tensor& t, Device device);
 
 struct FeederOptions {
   int64_t batch_size = 64;
   int workers = 0;
   uint64_t seed = 1;
   int64_t steps_per_epoch = 0;  // 0: whole epochs
+  bool pin_memory = false;      // data::DataLoaderOptions::pin_memory (on for CUDA training)
 };
 
 class Feeder {

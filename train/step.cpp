@@ -65,9 +65,10 @@ Tensor Step::forward_backward(const std::function<Tensor(const Tensor&)>& forwar
     trace::Scope t("forward", "step");
     const auto amp_scope = autocast();
     const Tensor inputs = host_inputs ? batch.inputs : batch_to_device(batch.inputs, device_);
+    const Tensor targets = host_inputs ? batch.targets : batch_to_device(batch.targets, device_);
     const Tensor output = forward(inputs);
     const cuda::OpSpan span("loss", "loss", output.device());  // while tracing: its stream span
-    loss = options_.loss(output, batch.targets);
+    loss = options_.loss(output, targets);
   }
   trace::Scope t("backward", "step");
   const int k = options_.grad_accum_steps;

@@ -7,6 +7,7 @@
 
 #include "comm/reducer_snapshot.h"
 #include "engine/autograd/grad_mode.h"
+#include "engine/device_checks.h"
 #include "kernels/error.h"
 
 namespace rg::train {
@@ -55,7 +56,8 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
               {.batch_size = options_.batch_size,
                .workers = options_.workers,
                .seed = options_.seed,
-               .steps_per_epoch = options_.steps_per_epoch}),
+               .steps_per_epoch = options_.steps_per_epoch,
+               .pin_memory = distributed_.device().is_cuda()}),
       step_(model_->parameters(), *optimizer_,
             {.grad_accum_steps = options_.grad_accum_steps,
              .clip_grad_norm = options_.clip_grad_norm,
@@ -99,6 +101,10 @@ TrainResult Trainer::fit(int epochs) {
     result_.total_steps = state_.step;
     return result_;
   }
+  // The ops' device-side input checks (cross_entropy's targets) are read without stalling: raised
+  // at a later step or at the epoch's end, naming the step (unless the caller opened a scope).
+  std::optional<DeferredChecks> checks;
+  if (!DeferredChecks::current()) checks.emplace();
   fire([&](Callback& c) { c.on_train_start(state_); });
   const auto run_start = Clock::now();
   for (int epoch = state_.first_epoch; epoch <= epochs && state_.step < state_.planned_steps;
@@ -253,6 +259,7 @@ void Trainer::begin_epoch(int epoch) {
   // is added in another order than without the interruption (last digits of the logged loss).
   s.epoch_loss_sum = resumed_here && s.rank == 0 ? resume_.loss_sum : 0;
   s.epoch_samples = resumed_here && s.rank == 0 ? resume_.samples : 0;
+  s.epoch_loss_samples = s.epoch_samples;
   s.epoch_steps = resumed_here ? resume_.epoch_steps : 0;
   samples_before_ = s.epoch_samples;
   s.epoch_planned = std::min(feeder_.epoch_total(epoch), s.planned_steps - s.step + s.epoch_steps);
@@ -282,6 +289,7 @@ bool Trainer::run_epoch(int epoch) {
   join_ = join.has_value();
   while (state_.step < state_.planned_steps && state_.epoch_steps < state_.my_planned)
     if (!train_step()) break;
+  collect_losses(/*wait=*/true);
   fire([&](Callback& c) { c.on_train_epoch_end(state_); });
   end_epoch_data(join);
   state_.summary = summarize(epoch);
@@ -303,6 +311,10 @@ bool Trainer::run_epoch(int epoch) {
 // last, synchronizes and steps the optimizer), then the events; false when the data ran out.
 bool Trainer::train_step() {
   State& s = state_;
+  if (DeferredChecks* checks = DeferredChecks::current()) {
+    checks->poll();  // raises a failed check of an earlier step whose flag has arrived
+    checks->set_context(fmt::format("training step {} of epoch {}", s.step + 1, s.epoch));
+  }
   fire([&](Callback& c) { c.on_step_start(s); });
   std::optional<data::Batch> batch = feeder_.next();
   if (!batch) return false;
@@ -332,13 +344,10 @@ bool Trainer::train_step() {
     ++s.optimizer_steps;
     step_.optimizer_step();
   }
-  const double l = loss.item();
-  RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", s.step,
-           " (try a lower --lr)");
-  s.batch_loss = l;
   s.batch_samples = batch->targets.numel();
-  s.epoch_loss_sum += l * double(s.batch_samples);
   s.epoch_samples += s.batch_samples;
+  pending_losses_.push_back({AsyncScalar(loss), s.step, s.batch_samples});
+  collect_losses(/*wait=*/false);
   ++s.step;
   ++s.epoch_steps;
   fire([&](Callback& c) { c.on_step_end(s); });
@@ -349,6 +358,25 @@ bool Trainer::train_step() {
       s.step < s.planned_steps)
     save_snapshot(s.epoch);
   return true;
+}
+
+// The losses that have arrived (all of them with `wait`, and the deferred checks then too):
+// the epoch's sums, the divergence check naming the step.
+void Trainer::collect_losses(bool wait) {
+  State& s = state_;
+  while (!pending_losses_.empty() && (wait || pending_losses_.front().loss.ready())) {
+    const PendingLoss p = std::move(pending_losses_.front());
+    pending_losses_.pop_front();
+    const double l = p.loss.get();
+    RG_CHECK(std::isfinite(l), "training diverged: loss is ", l, " at step ", p.step,
+             " (try a lower --lr)");
+    s.batch_loss = l;
+    s.loss_step = p.step;
+    s.epoch_loss_sum += l * double(p.samples);
+    s.epoch_loss_samples += p.samples;
+  }
+  if (wait)
+    if (DeferredChecks* checks = DeferredChecks::current()) checks->flush();
 }
 
 // A joined rank's shadow of the others' iteration: the same optimizer step on the averaged
@@ -443,6 +471,7 @@ void Trainer::save_snapshot(int epoch) {
   nn::Metadata meta;
   fire([&](Callback& c) { c.save_state(meta); });
   const bool mid_epoch = s.epoch_steps < feeder_.epoch_total(epoch);
+  collect_losses(/*wait=*/true);  // the snapshot holds the epoch's loss so far
   std::optional<EpochPosition> position;
   if (mid_epoch) {
     // The epoch's loss so far over all ranks; a resumed run hands it to rank 0.

@@ -9,12 +9,14 @@
 //   trainer.fit(epochs);
 #pragma once
 
+#include <deque>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <ostream>
 
 #include "comm/join.h"
+#include "engine/device_checks.h"
 #include "train/callback.h"
 #include "train/callbacks.h"
 #include "train/distributed.h"
@@ -57,6 +59,7 @@ class Trainer {
   bool run_epoch(int epoch);
   bool train_step();
   void joined_step(const dist::JoinRound& round);
+  void collect_losses(bool wait);
   void end_epoch_data(std::optional<dist::Join>& join);
   EpochSummary summarize(int epoch);
   void save_epoch_files(int epoch);
@@ -88,6 +91,13 @@ class Trainer {
   State state_;
   TrainResult result_;
   int64_t samples_before_ = 0;
+  // Step losses on their way to the host (read without stalling; collect_losses).
+  struct PendingLoss {
+    AsyncScalar loss;
+    int64_t step;
+    int64_t samples;
+  };
+  std::deque<PendingLoss> pending_losses_;
   std::chrono::steady_clock::time_point epoch_start_;
   bool join_ = false;
 };
