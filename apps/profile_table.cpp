@@ -108,7 +108,12 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
   p.host_us = (std::isinf(t1) ? trace_end(trace, rank, t0) : t1) - t0;
   std::map<std::pair<std::string, std::string>, ProfileRow> ops, host, stalls;
   for (const TraceEvent& e : trace.events) {
-    if (e.pid != rank || e.ts < t0 || e.ts >= t1) continue;
+    if (e.pid != rank) continue;
+    // A GPU span belongs to the step that queued its work: with the host running ahead of the
+    // GPU it runs during a later step's host time ("queued_us": how long it waited).
+    const auto queued = e.args.find("queued_us");
+    const double at = queued != e.args.end() && trace.on_stream(e) ? e.ts - queued->second : e.ts;
+    if (at < t0 || at >= t1) continue;
     if (e.ph == 'i' && e.cat == "host stall") {
       ProfileRow& row = stalls[{e.name, e.cat}];
       row.name = e.name;

@@ -1,6 +1,7 @@
 // ringgrad-bench profile: per-op GPU time of a ringgrad-train --trace file (like torch.profiler's
 // key_averages()): the spans on the CUDA stream lanes of the chosen steps, grouped by op, sorted
-// by total time, with the host time of the trainer's phases per step.
+// by total time, with the host time of the trainer's phases per step. A GPU span counts in the
+// step that queued it (its "queued_us" argument), wherever the GPU ran it.
 #pragma once
 
 #include <cstdint>

@@ -15,6 +15,7 @@ struct StreamSpan::Pending {
   std::string name, category, args;
   int lane = 0;
   int device = 0;
+  trace::Clock::time_point queued;  // when the host queued the span's work
   Event start{true}, end{true};
 };
 
@@ -56,6 +57,16 @@ trace::Clock::time_point host_time(const Anchor& a, const Event& e) {
                       std::chrono::duration<double, std::milli>(ms));
 }
 
+// args_json (a JSON object or "") with "queued_us": how long the work waited between the host
+// queuing it and the device starting it (what a host running ahead of the GPU shows; the
+// profile attributes GPU spans to the step that queued them with it).
+std::string with_queued_us(const std::string& args_json, trace::Clock::duration waited) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(waited).count();
+  const std::string field = "\"queued_us\":" + std::to_string(us);
+  if (args_json.empty() || args_json == "{}") return "{" + field + "}";
+  return args_json.substr(0, args_json.rfind('}')) + "," + field + "}";
+}
+
 }  // namespace
 
 StreamSpan::StreamSpan(std::string name, std::string category, const Stream& stream,
@@ -73,6 +84,7 @@ StreamSpan::StreamSpan(std::string name, std::string category, const Stream& str
   pending_->args = std::move(args_json);
   pending_->lane = trace::lane_named(lane);
   pending_->device = stream.device_index();
+  pending_->queued = trace::Clock::now();
   pending_->start.record(stream);
 }
 
@@ -122,8 +134,9 @@ void resolve_stream_spans() {
     s->end.synchronize();
     std::lock_guard lock(q.mu);
     const Anchor& a = anchor_of(q, s->device);
-    trace::deferred_span(std::move(s->name), std::move(s->category), host_time(a, s->start),
-                         host_time(a, s->end), s->lane, std::move(s->args));
+    const trace::Clock::time_point start = host_time(a, s->start);
+    trace::deferred_span(std::move(s->name), std::move(s->category), start, host_time(a, s->end),
+                         s->lane, with_queued_us(s->args, start - s->queued));
   }
 }
 

@@ -259,9 +259,17 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_EQ(count["op/batch_norm"], kSteps * kConvs) << seen;
   EXPECT_EQ(count["loss/loss"], kSteps) << seen;
   EXPECT_EQ(count["optimizer/sgd.step"], kSteps) << seen;
-  EXPECT_EQ(count["data copy/copy to device"], kSteps) << seen;
+  EXPECT_EQ(count["data copy/copy to device"], 2 * kSteps) << "inputs and targets:" << seen;
   EXPECT_EQ(count["backward kernels/Conv2dBackward"], kSteps * kConvs) << seen;
   EXPECT_EQ(count["op/cross_entropy"], 0) << "the loss's ops are inside its span:" << seen;
+
+  // No host stall in the steady steps: after the first (where the tracer anchors its clock with
+  // one event synchronization) and before the last (whose end waits for the epoch's losses and
+  // checks): pinned batches copied without blocking, losses and the loss's target check read as
+  // they arrive (issue "ResNet-18 on Hopper", item 1).
+  const Profile steady = compute_profile(t, 0, "1:" + std::to_string(kSteps - 1));
+  EXPECT_EQ(steady.stall_calls, 0) << "host stalls in the steady steps";
+  EXPECT_GT(compute_profile(t, 0, "").stall_calls, 0) << "the epoch's end reads the losses back";
 
   const auto bench = rg::testing::run_processes(
       {{{RG_BENCH_BINARY, "profile", trace, "--csv", csv}, {}}}, dir_, 60)[0];
