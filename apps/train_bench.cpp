@@ -26,6 +26,7 @@
 #include "engine/dtype.h"
 #include "engine/ops/factory.h"
 #include "engine/device_checks.h"
+#include "engine/ops/cudnn.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
 #include "kernels/cpu/parallel.h"
@@ -125,6 +126,9 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
                     "CUDA: read the ops' device-side input checks once per window (true) or at "
                     "each op, stalling the host (false)")
       ->default_val(true);
+  train->add_flag("--cudnn-benchmark", t.cudnn_benchmark,
+                  "CUDA: time cuDNN's convolution algorithms once per shape and take the fastest "
+                  "(torch.backends.cudnn.benchmark)");
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;
@@ -142,6 +146,7 @@ int run_train_bench(const TrainBenchOptions& o) {
              " CUDA device(s) visible)");
     cuda::set_device(device.index);
   }
+  set_cudnn_benchmark(o.cudnn_benchmark);
   // With --ddp every rank trains on its own batches and the job's throughput is reported by
   // rank 0: world size x batch x steps over the window's time (DDP's all-reduces keep the ranks
   // in step, so rank 0's clock is the job's).
@@ -233,6 +238,7 @@ int run_train_bench(const TrainBenchOptions& o) {
                       {"unit", unit},
                       {"warmup", o.warmup},
                       {"deferred_checks", o.deferred_checks},
+                      {"cudnn_benchmark", o.cudnn_benchmark},
                       {"window_steps", o.window_steps},
                       {"rates", rates},
                       {"median", median},

@@ -29,6 +29,7 @@ struct TrainBenchOptions {
   // CUDA: the ops' device-side input checks (cross_entropy's targets) are read back once per
   // window (engine/device_checks.h) instead of once per op call, which stalls the host.
   bool deferred_checks = true;
+  bool cudnn_benchmark = false;  // rg::set_cudnn_benchmark (torch.backends.cudnn.benchmark)
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& o);

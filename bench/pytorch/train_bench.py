@@ -43,6 +43,8 @@ def main():
                         "f16; f16 on CUDA with a GradScaler)")
     p.add_argument("--channels-last", action="store_true",
                    help="CNNs: model and inputs in torch.channels_last")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True (time convolution algorithms)")
     p.add_argument("--json", default="", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--warmup", type=int, default=5)
@@ -79,6 +81,7 @@ def train(rank, a):
         device = torch.device("cuda", rank % torch.cuda.device_count())
     if cuda:
         torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = a.cudnn_benchmark
     torch.manual_seed(7 + rank)
     gpt = a.model.startswith("gpt-")
     if gpt:
