@@ -125,6 +125,27 @@ TEST(ProfileTable, GroupsStreamSpansByOpWithExactTotalsMeansAndShares) {
   EXPECT_NE(table.find("37.2%"), std::string::npos) << table;
 }
 
+// A host that runs ahead queues step 0's kernel during step 0 but the GPU runs it during step 1's
+// host time: "queued_us" puts it back into step 0. Without the argument a span counts where it
+// ran (traces from before the argument existed).
+TEST(ProfileTable, AGpuSpanCountsInTheStepThatQueuedIt) {
+  const auto trace = [](const std::string& late_span_args) {
+    return std::string(R"({"traceEvents":[)") +
+           R"({"ph":"M","name":"thread_name","pid":0,"tid":16,"args":{"name":"cuda:0/default stream"}},)" +
+           R"({"name":"forward","cat":"step","ph":"X","ts":0,"dur":100,"pid":0,"tid":0},)" +
+           R"({"name":"forward","cat":"step","ph":"X","ts":1000,"dur":100,"pid":0,"tid":0},)" +
+           R"({"name":"conv1: conv2d","cat":"op","ph":"X","ts":10,"dur":30,"pid":0,"tid":16,"args":{"queued_us":0}},)" +
+           R"({"name":"conv1: Conv2dBackward","cat":"backward kernels","ph":"X","ts":1200,"dur":70,"pid":0,"tid":16)" +
+           late_span_args + "}]}";
+  };
+  const Trace queued = parse_trace(trace(R"(,"args":{"queued_us":1150})"), "t.json");
+  EXPECT_EQ(compute_profile(queued, 0, "0:1").ops.size(), 2u);
+  EXPECT_DOUBLE_EQ(compute_profile(queued, 0, "0:1").gpu_us, 100);
+  const Trace unmarked = parse_trace(trace(""), "t.json");
+  EXPECT_DOUBLE_EQ(compute_profile(unmarked, 0, "0:1").gpu_us, 30);
+  EXPECT_DOUBLE_EQ(compute_profile(unmarked, 0, "1:2").gpu_us, 70);
+}
+
 TEST(ProfileTable, StepsChooseTheWindow) {
   const Trace t = parse_trace(hand_trace(), "t.json");
   const Profile first_two = compute_profile(t, 0, "0:2");
