@@ -7,6 +7,7 @@
 // cannot promise our NCHW tensors an engine. PyTorch calls the same legacy functions.
 #include <climits>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/batch_norm_cudnn.h"
 #include "kernels/cuda/check.h"
@@ -68,7 +69,7 @@ void cudnn_batch_norm_forward_training(const T* x, int64_t n, int64_t c, int64_t
                                        float* save_mean, float* save_invstd, void* stream) {
   check_supported(n, c, hw, eps, true);
   const LockedHandle h(stream);
-  const Descriptors<T> d(n, c, hw);
+  const Descriptors<T>& d = cudnn::cached<Descriptors<T>>(std::tuple{n, c, hw}, n, c, hw);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
       h.get(), kMode, &one, &zero, d.x.d, x, d.x.d, y, d.param.d, weight, bias, momentum,
@@ -82,7 +83,7 @@ void cudnn_batch_norm_forward_inference(const T* x, int64_t n, int64_t c, int64_
                                         double eps, T* y, void* stream) {
   check_supported(n, c, hw, eps, false);
   const LockedHandle h(stream);
-  const Descriptors<T> d(n, c, hw);
+  const Descriptors<T>& d = cudnn::cached<Descriptors<T>>(std::tuple{n, c, hw}, n, c, hw);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnBatchNormalizationForwardInference(h.get(), kMode, &one, &zero, d.x.d, x,
                                                         d.x.d, y, d.param.d, weight, bias,
@@ -96,7 +97,7 @@ void cudnn_batch_norm_backward(const T* x, const T* gy, int64_t n, int64_t c, in
                                float* gbias, void* stream) {
   check_supported(n, c, hw, eps, true);
   const LockedHandle h(stream);
-  const Descriptors<T> d(n, c, hw);
+  const Descriptors<T>& d = cudnn::cached<Descriptors<T>>(std::tuple{n, c, hw}, n, c, hw);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnBatchNormalizationBackward(h.get(), kMode, &one, &zero, &one, &zero, d.x.d, x,
                                                 d.x.d, gy, d.x.d, gx, d.param.d, weight, gweight,

@@ -1,10 +1,11 @@
-// Conv2d<Cuda> (kernels/conv2d.h): cuDNN's convolution with RAII descriptors and handles
-// (kernels/cuda/cudnn_common.h) and each pass's algorithm cached by shape, plus our bias kernels
+// Conv2d<Cuda> (kernels/conv2d.h): cuDNN's convolution with RAII descriptors (cached per shape
+// and thread) and handles (kernels/cuda/cudnn_common.h) and each pass's algorithm cached by shape, plus our bias kernels
 // (a per-channel add after the forward; the bias gradient as one block per channel summing in
 // f64, as the CPU does). Uses cuDNN 9's convolution C API (cudnn_cnn.h; deprecated in favour of
 // the graph API, but complete and stable).
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <tuple>
 #include <type_traits>
 
@@ -167,6 +168,16 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   return cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
 }
 
+// The descriptors of (every geometry field, math), kept per thread (cudnn::cached; the dtype is
+// in the descriptor type).
+template <class T>
+const Descriptors<T>& descriptors(const Conv2dGeometry& g, bool allow_tf32) {
+  return cudnn::cached<Descriptors<T>>(
+      std::tuple{g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.ho,
+                 g.wo, allow_tf32},
+      g, allow_tf32);
+}
+
 template <class T>
 void check_workspace(Choice c, void* workspace, int64_t bytes) {
   RG_CHECK(bytes >= int64_t(c.workspace) && (workspace != nullptr || c.workspace == 0),
@@ -179,7 +190,7 @@ int64_t pass_workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, bool allow
                              void* stream) {
   if (empty(g)) return 0;
   const LockedHandle h(stream);
-  const Descriptors<T> d(g, allow_tf32);
+  const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   return int64_t(choose<T>(h.get(), d, g, pass, allow_tf32).workspace);
 }
 
@@ -193,7 +204,7 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
     return;
   }
   const LockedHandle handle(stream);
-  const Descriptors<T> d(g, allow_tf32);
+  const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
   const Choice c = choose<T>(h, d, g, CudnnPass::forward, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
@@ -214,7 +225,7 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
     return;
   }
   const LockedHandle handle(stream);
-  const Descriptors<T> d(g, allow_tf32);
+  const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
   const Choice c = choose<T>(h, d, g, CudnnPass::backward_data, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
@@ -237,7 +248,7 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
     return;
   }
   const LockedHandle handle(stream);
-  const Descriptors<T> d(g, allow_tf32);
+  const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
   const Choice c = choose<T>(h, d, g, CudnnPass::backward_weight, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);

@@ -5,6 +5,7 @@
 // COUNT_INCLUDE_PADDING divides by kh * kw as kernels/pool.h does.
 #include <climits>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cudnn_common.h"
@@ -72,7 +73,10 @@ void cudnn_avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, bool co
                               void* stream) {
   check_supported(g);
   const LockedHandle h(stream);
-  const Descriptors<T> d(g, count_include_pad);
+  const Descriptors<T>& d = cudnn::cached<Descriptors<T>>(
+      std::tuple{g.planes, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.ho, g.wo,
+                 count_include_pad},
+      g, count_include_pad);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnPoolingForward(h.get(), d.pool.d, &one, d.x.d, x, &zero, d.y.d, y));
 }
@@ -82,7 +86,10 @@ void cudnn_avg_pool2d_backward(const Pool2dGeometry& g, const T* x, const T* y, 
                                bool count_include_pad, void* stream) {
   check_supported(g);
   const LockedHandle h(stream);
-  const Descriptors<T> d(g, count_include_pad);
+  const Descriptors<T>& d = cudnn::cached<Descriptors<T>>(
+      std::tuple{g.planes, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.ho, g.wo,
+                 count_include_pad},
+      g, count_include_pad);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnPoolingBackward(h.get(), d.pool.d, &one, d.y.d, y, d.y.d, gy, d.x.d, x, &zero,
                                      d.x.d, gx));

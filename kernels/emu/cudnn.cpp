@@ -70,6 +70,8 @@ void queue(cudnnHandle_t handle, const char* name, std::vector<rg::emu::MemAcces
   rg::emu::enqueue(handle->stream, name, std::move(accesses), std::move(work));
 }
 
+void count_call(const std::string& name);
+
 template <class D>
 cudnnStatus_t create_descriptor(D** desc) {
   if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
@@ -115,6 +117,7 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
 }
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) {
+  count_call("cudnnCreateTensorDescriptor");
   return create_descriptor(desc);
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
@@ -128,6 +131,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) {
+  count_call("cudnnCreateFilterDescriptor");
   return create_descriptor(desc);
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
@@ -141,6 +145,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) {
+  count_call("cudnnCreateConvolutionDescriptor");
   return create_descriptor(desc);
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {

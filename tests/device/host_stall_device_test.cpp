@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "device/device_test_util.h"
 #include "engine/cuda/runtime.h"
+#if defined(RG_CUDA_EMU)
+#include "kernels/emu/shim/cudnn.h"  // the emulated cuDNN's call counts
+#endif
 #include "engine/device_checks.h"
 #include "kernels/error.h"
 #include "engine/ops/loss.h"
@@ -28,7 +32,8 @@ int64_t host_blocking_calls() { return cuda::runtime().backend().host_blocking_c
 // device, with its batch already there: forward, cross entropy, backward, SGD with momentum;
 // inside a DeferredChecks scope (as the trainer and ringgrad-bench train run) unless `deferred`
 // is false. gpt-* models take token ids (sample {block}) and predict every position.
-int64_t stalls_per_step(const std::string& model_name, const Shape& sample, bool deferred = true) {
+int64_t per_step(const std::function<int64_t()>& counter, const std::string& model_name,
+                 const Shape& sample, bool deferred = true) {
   const bool gpt = model_name.starts_with("gpt-");
   const int64_t classes = gpt ? 16 : 10;
   auto model =
@@ -58,11 +63,15 @@ int64_t stalls_per_step(const std::string& model_name, const Shape& sample, bool
   };
   step();
   step();
-  const int64_t before = host_blocking_calls();
+  const int64_t before = counter();
   step();
-  const int64_t stalls = host_blocking_calls() - before;
+  const int64_t count = counter() - before;
   if (checks) checks->flush();  // the targets were valid: nothing raised
-  return stalls;
+  return count;
+}
+
+int64_t stalls_per_step(const std::string& model_name, const Shape& sample, bool deferred = true) {
+  return per_step(host_blocking_calls, model_name, sample, deferred);
 }
 
 class HostStalls : public ::testing::Test {
@@ -115,6 +124,23 @@ TEST_F(HostStalls, ADeferredBadTargetIsRaisedLater) {
   }
   EXPECT_EQ(checks.pending(), 0u);
 }
+
+#if defined(RG_CUDA_EMU)
+// cuDNN descriptors (convolution, batch norm, pooling) are created once per shape and thread
+// (kernels/cuda/cudnn_common.h, cudnn::cached): a steady ResNet-18 step creates none; a step used
+// to create and destroy ~130, each a host-side cost per op.
+TEST_F(HostStalls, ASteadyStepCreatesNoCudnnDescriptor) {
+  const auto created = [] {
+    return emu::cudnn_calls("cudnnCreateTensorDescriptor") +
+           emu::cudnn_calls("cudnnCreateFilterDescriptor") +
+           emu::cudnn_calls("cudnnCreateConvolutionDescriptor");
+  };
+  const int64_t before = created();
+  // 12x12 images: shapes no other test of this program uses, so the warm-up steps create them.
+  EXPECT_EQ(per_step(created, "resnet18", {3, 12, 12}), 0);
+  EXPECT_GT(created(), before) << "the counter sees the first steps' descriptors";
+}
+#endif
 
 // The count sees a device-to-host read: it is what the test above relies on.
 TEST_F(HostStalls, AReadBackIsCounted) {
