@@ -22,6 +22,22 @@ struct AdamParams {
   bool decoupled_weight_decay;  // AdamW
 };
 
+// One parameter of a multi-tensor step: parameter, gradient, state (SGD: state1 = the momentum
+// buffer, null without momentum; Adam: state1 = exp_avg, state2 = exp_avg_sq), element count,
+// its weight decay (its parameter group's), and SGD's first_step (its buffer is new) or Adam's
+// step number.
+template <class T>
+struct ParamUpdate {
+  T* p;
+  const T* g;
+  T* state1;
+  T* state2;
+  int64_t n;
+  double weight_decay;
+  bool first_step;
+  int64_t step;
+};
+
 template <class B>
 struct Optim {
   // p -= lr * d, where d = g + wd*p, then momentum: buf = first ? d : momentum*buf +
@@ -33,6 +49,16 @@ struct Optim {
   template <class T>
   static void adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamParams& params,
                         int64_t step, Ctx ctx);
+  // The same updates for `count` parameters of one dtype in few launches (PyTorch's foreach /
+  // multi-tensor apply): on CUDA one launch per kMaxTensorsPerLaunch parameters, on the CPU one
+  // call per parameter. Each parameter's weight decay comes from its ParamUpdate (params'
+  // weight_decay is ignored). Bit-identical to sgd_step / adam_step per parameter.
+  template <class T>
+  static void sgd_step_many(const ParamUpdate<T>* updates, int64_t count, const SgdParams& params,
+                            Ctx ctx);
+  template <class T>
+  static void adam_step_many(const ParamUpdate<T>* updates, int64_t count,
+                             const AdamParams& params, Ctx ctx);
 };
 
 namespace detail {

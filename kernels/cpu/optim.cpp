@@ -63,11 +63,36 @@ void Optim<Cpu>::adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamPa
       ctx.threads);
 }
 
+template <>
+template <class T>
+void Optim<Cpu>::sgd_step_many(const ParamUpdate<T>* updates, int64_t count,
+                               const SgdParams& params, Ctx ctx) {
+  SgdParams s = params;
+  for (int64_t i = 0; i < count; ++i) {
+    const ParamUpdate<T>& u = updates[i];
+    s.weight_decay = u.weight_decay;
+    sgd_step(u.p, u.g, u.state1, u.n, s, u.first_step, ctx);
+  }
+}
+
+template <>
+template <class T>
+void Optim<Cpu>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
+                                const AdamParams& params, Ctx ctx) {
+  AdamParams a = params;
+  for (int64_t i = 0; i < count; ++i) {
+    const ParamUpdate<T>& u = updates[i];
+    a.weight_decay = u.weight_decay;
+    adam_step(u.p, u.g, u.state1, u.state2, u.n, a, u.step, ctx);
+  }
+}
+
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
 auto cpu_optim_kernels() {
   using K = Optim<Cpu>;
-  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>};
+  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>, &K::sgd_step_many<T>,
+                    &K::adam_step_many<T>};
 }
 RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_optim_kernels)
 

@@ -1,8 +1,10 @@
 // Optim<Cuda> (kernels/optim.h), fused SGD and Adam/AdamW kernels: each element's parameter,
 // gradient and state are read and written once per step. The flags are uniform across the grid, so
 // the branches do not diverge.
+#include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
@@ -27,42 +29,125 @@ struct AdamArgs {
   bool has_weight_decay, decoupled;
 };
 
+// One element's updates, shared by the one-tensor and the multi-tensor kernels (so both round
+// alike).
+template <class D>
+__device__ __forceinline__ void sgd_element(D* p, const D* g, D* buf, int64_t i,
+                                            const SgdArgs<compute_t<D>>& s) {
+  using A = compute_t<D>;
+  const A pi = load(p[i]);
+  A d = load(g[i]);
+  if (s.has_weight_decay) d += s.weight_decay * pi;
+  if (s.has_momentum) {
+    const A b = s.first_step ? d : s.momentum * load(buf[i]) + s.damp * d;
+    buf[i] = store<D>(b);
+    d = s.nesterov ? d + s.momentum * b : b;
+  }
+  p[i] = store<D>(pi - s.lr * d);
+}
+
+template <class D>
+__device__ __forceinline__ void adam_element(D* p, const D* g, D* m, D* v, int64_t i,
+                                             const AdamArgs<compute_t<D>>& a) {
+  using A = compute_t<D>;
+  A pi = load(p[i]);
+  A grad = load(g[i]);
+  if (a.has_weight_decay) {
+    if (a.decoupled) {
+      pi *= a.decay;
+    } else {
+      grad += a.weight_decay * pi;
+    }
+  }
+  const A mi = a.beta1 * load(m[i]) + (A(1) - a.beta1) * grad;
+  const A vi = a.beta2 * load(v[i]) + (A(1) - a.beta2) * grad * grad;
+  m[i] = store<D>(mi);
+  v[i] = store<D>(vi);
+  const A denom = sqrt_(vi) * a.inv_sqrt_bc2 + a.eps;
+  p[i] = store<D>(pi - a.step_size * mi / denom);
+}
+
 template <class D>
 __global__ void sgd_kernel(D* p, const D* g, D* buf, int64_t n, SgdArgs<compute_t<D>> s) {
-  using A = compute_t<D>;
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
-    const A pi = load(p[i]);
-    A d = load(g[i]);
-    if (s.has_weight_decay) d += s.weight_decay * pi;
-    if (s.has_momentum) {
-      const A b = s.first_step ? d : s.momentum * load(buf[i]) + s.damp * d;
-      buf[i] = store<D>(b);
-      d = s.nesterov ? d + s.momentum * b : b;
-    }
-    p[i] = store<D>(pi - s.lr * d);
-  }
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) sgd_element(p, g, buf, i, s);
 }
 
 template <class D>
 __global__ void adam_kernel(D* p, const D* g, D* m, D* v, int64_t n, AdamArgs<compute_t<D>> a) {
-  using A = compute_t<D>;
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
-    A pi = load(p[i]);
-    A grad = load(g[i]);
-    if (a.has_weight_decay) {
-      if (a.decoupled) {
-        pi *= a.decay;
-      } else {
-        grad += a.weight_decay * pi;
-      }
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) adam_element(p, g, m, v, i, a);
+}
+
+// Up to kMaxTensors parameters of one launch, passed by value as the kernel's parameter (under
+// 4 KiB for every dtype): blockIdx.y picks the tensor, x strides over its elements.
+constexpr int kMaxTensors = 24;
+
+template <class D, class Args>
+struct TensorList {
+  int count = 0;
+  D* p[kMaxTensors];
+  const D* g[kMaxTensors];
+  D* s1[kMaxTensors];
+  D* s2[kMaxTensors];
+  int64_t n[kMaxTensors];
+  Args args[kMaxTensors];
+#if defined(RG_CUDA_EMU)
+  // What the emulator's race detector would otherwise not see: the pointers inside the list.
+  void append_accesses(std::vector<::rg::emu::MemAccess>& out) const {
+    for (int t = 0; t < count; ++t) {
+      out.push_back({p[t], ::rg::emu::kToBlockEnd, true});
+      out.push_back({g[t], ::rg::emu::kToBlockEnd, false});
+      if (s1[t]) out.push_back({s1[t], ::rg::emu::kToBlockEnd, true});
+      if (s2[t]) out.push_back({s2[t], ::rg::emu::kToBlockEnd, true});
     }
-    const A mi = a.beta1 * load(m[i]) + (A(1) - a.beta1) * grad;
-    const A vi = a.beta2 * load(v[i]) + (A(1) - a.beta2) * grad * grad;
-    m[i] = store<D>(mi);
-    v[i] = store<D>(vi);
-    const A denom = sqrt_(vi) * a.inv_sqrt_bc2 + a.eps;
-    p[i] = store<D>(pi - a.step_size * mi / denom);
   }
+#endif
+};
+
+template <class D>
+__global__ void sgd_many_kernel(TensorList<D, SgdArgs<compute_t<D>>> list) {
+  const int t = int(blockIdx.y);
+  const int64_t n = list.n[t];
+  for (int64_t i = grid_start(); i < n; i += grid_stride())
+    sgd_element(list.p[t], list.g[t], list.s1[t], i, list.args[t]);
+}
+
+template <class D>
+__global__ void adam_many_kernel(TensorList<D, AdamArgs<compute_t<D>>> list) {
+  const int t = int(blockIdx.y);
+  const int64_t n = list.n[t];
+  for (int64_t i = grid_start(); i < n; i += grid_stride())
+    adam_element(list.p[t], list.g[t], list.s1[t], list.s2[t], i, list.args[t]);
+}
+
+// Launches `kernel` over `updates` in lists of at most kMaxTensors, skipping empty tensors; args(u)
+// gives a tensor's hyperparameters.
+template <class D, class Args, class T, class MakeArgs>
+void launch_many(void (*kernel)(TensorList<D, Args>), const ParamUpdate<T>* updates, int64_t count,
+                 MakeArgs&& args, void* stream, const char* name) {
+  TensorList<D, Args> list;
+  int64_t largest = 0;
+  auto flush = [&] {
+    if (list.count == 0) return;
+    const dim3 grid(blocks_for(largest), unsigned(list.count));
+    RG_LAUNCH(kernel, grid, kThreads, 0, as_stream(stream), list);
+    list.count = 0;
+    largest = 0;
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    const ParamUpdate<T>& u = updates[i];
+    RG_CHECK(u.n >= 0, name, ": element count must be >= 0, got ", u.n);
+    if (u.n == 0) continue;
+    const int t = list.count++;
+    list.p[t] = dev(u.p);
+    list.g[t] = dev(u.g);
+    list.s1[t] = dev(u.state1);
+    list.s2[t] = dev(u.state2);
+    list.n[t] = u.n;
+    list.args[t] = args(u);
+    largest = std::max(largest, u.n);
+    if (list.count == kMaxTensors) flush();
+  }
+  flush();
 }
 
 }  // namespace
@@ -119,11 +204,61 @@ void Optim<Cuda>::adam_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamP
             dev(m), dev(v), n, a);
 }
 
+template <>
+template <class T>
+void Optim<Cuda>::sgd_step_many(const ParamUpdate<T>* updates, int64_t count,
+                                const SgdParams& params, Ctx ctx) {
+  using namespace cuda::detail;
+  using D = device_t<T>;
+  using A = compute_t<D>;
+  for (int64_t i = 0; i < count; ++i) {
+    SgdParams s = params;
+    s.weight_decay = updates[i].weight_decay;
+    kernels::detail::check_sgd(updates[i].n, s, updates[i].state1);
+  }
+  cuda::launch_many(
+      cuda::sgd_many_kernel<D>, updates, count,
+      [&](const ParamUpdate<T>& u) {
+        return cuda::SgdArgs<A>{A(params.lr),          A(params.momentum),
+                                A(1.0 - params.dampening), A(u.weight_decay),
+                                u.weight_decay != 0,   params.momentum != 0,
+                                params.nesterov,       u.first_step};
+      },
+      ctx.stream, "sgd_step_many");
+}
+
+template <>
+template <class T>
+void Optim<Cuda>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
+                                 const AdamParams& params, Ctx ctx) {
+  using namespace cuda::detail;
+  using D = device_t<T>;
+  using A = compute_t<D>;
+  for (int64_t i = 0; i < count; ++i) kernels::detail::check_adam(updates[i].n, updates[i].step);
+  cuda::launch_many(
+      cuda::adam_many_kernel<D>, updates, count,
+      [&](const ParamUpdate<T>& u) {
+        const double bc1 = 1.0 - std::pow(params.beta1, double(u.step));
+        const double bc2 = 1.0 - std::pow(params.beta2, double(u.step));
+        return cuda::AdamArgs<A>{A(params.lr / bc1),
+                                 A(1.0 / std::sqrt(bc2)),
+                                 A(params.beta1),
+                                 A(params.beta2),
+                                 A(params.eps),
+                                 A(u.weight_decay),
+                                 A(1.0 - params.lr * u.weight_decay),
+                                 u.weight_decay != 0,
+                                 params.decoupled_weight_decay};
+      },
+      ctx.stream, "adam_step_many");
+}
+
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
 auto cuda_optim_kernels() {
   using K = Optim<Cuda>;
-  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>};
+  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>, &K::sgd_step_many<T>,
+                    &K::adam_step_many<T>};
 }
 RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_optim_kernels)
 

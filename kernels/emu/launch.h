@@ -56,10 +56,14 @@ bool checked_build();
 namespace detail {
 
 // A kernel's pointer parameters are the memory it touches, as far as the race detector can tell:
-// `const T*` is read, `T*` read and written, each from the pointer to the end of its block.
+// `const T*` is read, `T*` read and written, each from the pointer to the end of its block. A
+// struct parameter that holds pointers (a multi-tensor list) names them itself with a member
+// `void append_accesses(std::vector<MemAccess>&) const`.
 template <class T>
 void add_pointer_access(const T& value, std::vector<MemAccess>& out) {
-  if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {
+  if constexpr (requires { value.append_accesses(out); }) {
+    value.append_accesses(out);
+  } else if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {
     if (value != nullptr) {
       out.push_back(MemAccess{value, kToBlockEnd, !std::is_const_v<std::remove_pointer_t<T>>});
     }

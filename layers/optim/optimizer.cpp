@@ -2,8 +2,11 @@
 // sgd_step and adam_step.
 #include "layers/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/cuda/stream_trace.h"
@@ -21,6 +24,25 @@ namespace {
 // stream, around the per-parameter kernels, which get none of their own).
 Device params_device(const std::vector<Tensor>& params) {
   return params.empty() ? Device::cpu() : params.front().device();
+}
+
+// The indices of the parameters to update, grouped by (device, dtype) in first-seen order: each
+// group is one multi-tensor kernel call (kernels::Optim<B>::*_step_many).
+std::vector<std::vector<size_t>> update_groups(const std::vector<Tensor>& params,
+                                               const std::vector<size_t>& indices) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<std::pair<Device, DType>> keys;
+  for (size_t i : indices) {
+    const std::pair<Device, DType> key{params[i].device(), params[i].dtype()};
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      groups.push_back({i});
+    } else {
+      groups[size_t(it - keys.begin())].push_back(i);
+    }
+  }
+  return groups;
 }
 
 }  // namespace
@@ -135,21 +157,33 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
 void Sgd::step() {
   NoGradGuard no_grad;
   const cuda::OpSpan span("sgd.step", "optimizer", params_device(params_));
-  kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
+  const kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
+  std::vector<size_t> live;               // the parameters with a gradient
+  std::vector<char> first(params_.size());  // whose momentum buffer is new
   for (size_t i = 0; i < params_.size(); ++i) {
-    s.weight_decay = weight_decay(i);
-    Tensor& p = params_[i];
-    const Tensor g = p.grad();
+    const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
-    const bool first = options_.momentum != 0 && !momentum_[i].defined();
-    if (first) momentum_[i] = empty_like(p);
-    check_grad(p, g, i);
-    dispatch_on(p.device(), p.dtype(), "sgd", [&]<class T, class B>() {
-      T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
-      kernels::Optim<B>::sgd_step(p.data<T>(), g.data<T>(), buf, p.numel(), s, first,
-                                  kernel_ctx(p));
+    check_grad(params_[i], g, i);
+    first[i] = options_.momentum != 0 && !momentum_[i].defined();
+    if (first[i]) momentum_[i] = empty_like(params_[i]);
+    live.push_back(i);
+  }
+  // All parameters of one device and dtype in one multi-tensor call (a few kernel launches).
+  for (const std::vector<size_t>& group : update_groups(params_, live)) {
+    const Tensor& lead = params_[group.front()];
+    dispatch_on(lead.device(), lead.dtype(), "sgd", [&]<class T, class B>() {
+      std::vector<kernels::ParamUpdate<T>> updates;
+      updates.reserve(group.size());
+      for (size_t i : group) {
+        Tensor& p = params_[i];
+        T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
+        updates.push_back({p.data<T>(), p.grad().data<T>(), buf, nullptr, p.numel(),
+                           weight_decay(i), first[i] != 0, 0});
+      }
+      kernels::Optim<B>::sgd_step_many(updates.data(), int64_t(updates.size()), s,
+                                       kernel_ctx(lead));
     });
-    p.bump_version();
+    for (size_t i : group) params_[i].bump_version();
   }
 }
 
@@ -193,23 +227,34 @@ void Adam::step() {
   NoGradGuard no_grad;
   const cuda::OpSpan span(decoupled_ ? "adamw.step" : "adam.step", "optimizer",
                           params_device(params_));
-  kernels::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps, 0.0, decoupled_};
+  const kernels::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps, 0.0, decoupled_};
+  std::vector<size_t> live;  // the parameters with a gradient
   for (size_t i = 0; i < params_.size(); ++i) {
-    a.weight_decay = weight_decay(i);
-    Tensor& p = params_[i];
-    const Tensor g = p.grad();
+    const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
+    check_grad(params_[i], g, i);
     if (!m_[i].defined()) {
-      m_[i] = zeros_like(p);
-      v_[i] = zeros_like(p);
+      m_[i] = zeros_like(params_[i]);
+      v_[i] = zeros_like(params_[i]);
     }
-    const int64_t step = ++steps_[i];
-    check_grad(p, g, i);
-    dispatch_on(p.device(), p.dtype(), name().c_str(), [&]<class T, class B>() {
-      kernels::Optim<B>::adam_step(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
-                                   p.numel(), a, step, kernel_ctx(p));
+    ++steps_[i];
+    live.push_back(i);
+  }
+  // All parameters of one device and dtype in one multi-tensor call (a few kernel launches).
+  for (const std::vector<size_t>& group : update_groups(params_, live)) {
+    const Tensor& lead = params_[group.front()];
+    dispatch_on(lead.device(), lead.dtype(), name().c_str(), [&]<class T, class B>() {
+      std::vector<kernels::ParamUpdate<T>> updates;
+      updates.reserve(group.size());
+      for (size_t i : group) {
+        Tensor& p = params_[i];
+        updates.push_back({p.data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(),
+                           p.numel(), weight_decay(i), false, steps_[i]});
+      }
+      kernels::Optim<B>::adam_step_many(updates.data(), int64_t(updates.size()), a,
+                                        kernel_ctx(lead));
     });
-    p.bump_version();
+    for (size_t i : group) params_[i].bump_version();
   }
 }
 

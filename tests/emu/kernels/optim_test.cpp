@@ -110,6 +110,75 @@ TEST(EmuOptim, AdamMatchesCpu) {
   });
 }
 
+// The multi-tensor steps (sgd_step_many, adam_step_many: one launch per 24 parameters) against
+// one call per parameter, bit for bit: 30 parameters (two launches), empty ones among them, each
+// with its own weight decay, first-step flag or step number, in every dtype and both backends.
+template <class T>
+struct ManyParams {
+  std::vector<std::vector<T>> p, g, s1, s2;
+  std::vector<kernels::ParamUpdate<T>> updates() {
+    std::vector<kernels::ParamUpdate<T>> u;
+    for (size_t t = 0; t < p.size(); ++t)
+      u.push_back({p[t].data(), g[t].data(), s1[t].data(), s2[t].data(), int64_t(p[t].size()),
+                   t % 3 == 0 ? 0.0 : 1e-3 * double(t), t % 2 == 0, int64_t(1 + t % 4)});
+    return u;
+  }
+};
+
+template <class T>
+ManyParams<T> many_params() {
+  ManyParams<T> m;
+  for (uint64_t t = 0; t < 30; ++t) {
+    const int64_t n = t % 7 == 6 ? 0 : kAwkwardSizes[t % kAwkwardSizes.size()];
+    m.p.push_back(random_values<T>(n, 100 + t));
+    m.g.push_back(random_values<T>(n, 200 + t));
+    m.s1.push_back(random_values<T>(n, 300 + t));
+    m.s2.push_back(random_values<T>(n, 400 + t, 0.f, 1.f));  // a second moment is >= 0
+  }
+  return m;
+}
+
+template <class B, class T>
+void expect_many_equals_one_at_a_time(const std::string& backend) {
+  for (const auto& c : kSgdCases) {
+    ManyParams<T> many = many_params<T>(), one = many;
+    auto u = many.updates();
+    kernels::Optim<B>::sgd_step_many(u.data(), int64_t(u.size()), c.params, {});
+    for (const auto& x : one.updates()) {
+      SgdParams sp = c.params;
+      sp.weight_decay = x.weight_decay;
+      kernels::Optim<B>::sgd_step(x.p, x.g, x.state1, x.n, sp, x.first_step, {});
+    }
+    for (size_t t = 0; t < many.p.size(); ++t) {
+      const std::string what = backend + label<T>(std::string(" sgd_step_many ") + c.name, t);
+      expect_close(many.p[t], one.p[t], 0, 0, what + " params");
+      expect_close(many.s1[t], one.s1[t], 0, 0, what + " momentum");
+    }
+  }
+  for (const auto& c : kAdamCases) {
+    ManyParams<T> many = many_params<T>(), one = many;
+    auto u = many.updates();
+    kernels::Optim<B>::adam_step_many(u.data(), int64_t(u.size()), c.params, {});
+    for (const auto& x : one.updates()) {
+      AdamParams ap = c.params;
+      ap.weight_decay = x.weight_decay;
+      kernels::Optim<B>::adam_step(x.p, x.g, x.state1, x.state2, x.n, ap, x.step, {});
+    }
+    for (size_t t = 0; t < many.p.size(); ++t) {
+      const std::string what = backend + label<T>(std::string(" adam_step_many ") + c.name, t);
+      expect_close(many.p[t], one.p[t], 0, 0, what + " params");
+      expect_close(many.s1[t], one.s1[t], 0, 0, what + " first moment");
+      expect_close(many.s2[t], one.s2[t], 0, 0, what + " second moment");
+    }
+  }
+}
+
+TEST(EmuOptim, ManyTensorsInOneLaunchEqualOneAtATimeBitwise) {
+  for_each_float_type([]<class T>() { expect_many_equals_one_at_a_time<kernels::Cuda, T>("cuda"); });
+  expect_many_equals_one_at_a_time<kernels::Cpu, float>("cpu");
+  expect_many_equals_one_at_a_time<kernels::Cpu, double>("cpu");
+}
+
 TEST(EmuOptim, ZeroSizeDoesNothingAndBadArgumentsThrow) {
   std::vector<float> p = {42.f}, g = {1.f}, m = {0.f}, v = {0.f};
   CudaOptim::sgd_step(p.data(), g.data(), m.data(), 0, {0.1, 0.9, 0, 0, false}, true, {});
