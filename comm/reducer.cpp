@@ -278,10 +278,11 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     Bucket& b = buckets[k];
     const bool last = k + 1 == buckets.size();
     if (last) {
-      Tensor status = Tensor::empty({kStatusElements}, DType::f64);
-      status.data<double>()[0] = has_findings ? 1.0 : 0.0;
-      status.data<double>()[1] = data_end != kHasMore ? 1.0 : 0.0;
-      status_slot().copy_(status.to(b.dtype).to(b.flat.device()));
+      // Written on the bucket's device by two fill kernels: a copy from the host would be a
+      // pageable copy that stalls the host on CUDA.
+      const Tensor slot = status_slot();
+      Tensor(slot.flat_narrow(0, 1)).fill_(has_findings ? 1.0 : 0.0);
+      Tensor(slot.flat_narrow(1, 1)).fill_(data_end != kHasMore ? 1.0 : 0.0);
     }
     if (powersgd && synced >= opt.powersgd.start_iter && b.dtype == DType::f32) {
       std::vector<Shape> shapes;

@@ -14,12 +14,19 @@
 #include <thread>
 #include <vector>
 
+#include "comm/ddp.h"
 #include "comm/gpu_per_rank.h"
 #include "comm/hash_store.h"
+#include "engine/cuda/device_guard.h"
 #include "engine/cuda/runtime.h"
+#include "engine/device_checks.h"
+#include "engine/ops/factory.h"
+#include "engine/ops/loss.h"
 #include "engine/tensor.h"
 #include "kernels/emu/device_properties.h"
 #include "kernels/emu/shim/nccl.h"
+#include "layers/models/registry.h"
+#include "layers/optim/optimizer.h"
 #include "support/collective_checks.h"
 #include "support/errors.h"
 #include "support/run_ranks.h"
@@ -181,6 +188,42 @@ TEST_F(ProcessGroupNcclThreads, AFailedNcclCallSaysWhatNcclSaid) {
   EXPECT_NE(std::string(ncclGetErrorString(ncclInvalidArgument)).find("NCCL_DEBUG"),
             std::string::npos);
   EXPECT_EQ(msg.find("NCCL_DEBUG"), std::string::npos) << msg;
+}
+
+// Host stalls of a steady DDP step over NCCL (issue "ResNet-18 on Hopper"): the gradients'
+// all-reduces, the batch and the loss's check block nothing; the status element that DDP sums
+// with the last bucket (findings and out-of-data flags) is written on the device and, still, read
+// back once per synchronized backward: a copy into pageable memory and a stream synchronization.
+// Reading it one iteration late (every rank at the same point, ranks that run out of data
+// included) is the remaining step to 0.
+TEST_F(ProcessGroupNcclThreads, ASteadyDdpStepStallsOnlyToReadTheStatusElement) {
+  constexpr int kRanks = 2;
+  auto store = std::make_shared<HashStore>();
+  std::vector<int64_t> stalls(kRanks, -1);
+  run_ranks(kRanks, [&](int rank) {
+    cuda::set_device(rank);
+    auto pg = std::make_shared<ProcessGroupNCCL>(store, rank, kRanks, options());
+    auto model = nn::make_model({.name = "mlp", .sample_shape = {1, 28, 28}, .num_classes = 10});
+    model->to(Device::cuda(rank));
+    DistributedDataParallel ddp(model, pg);
+    optim::Sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    const Tensor x = full({4, 1, 28, 28}, 0.5, DType::f32, Device::cuda(rank));
+    const Tensor y = from_vector<int64_t>({1, 7, 3, 0}, {4}).to(Device::cuda(rank));
+    DeferredChecks checks;
+    auto step = [&] {
+      checks.poll();
+      opt.zero_grad();
+      cross_entropy(ddp.forward(x), y).backward();
+      opt.step();
+    };
+    for (int i = 0; i < 3; ++i) step();  // the first iterations rebuild the buckets
+    const int64_t before = cuda::runtime().backend().host_blocking_calls();
+    step();
+    stalls[size_t(rank)] = cuda::runtime().backend().host_blocking_calls() - before;
+    checks.flush();
+    cuda::synchronize(rank);
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(stalls[size_t(r)], 2) << "rank " << r;
 }
 
 }  // namespace
