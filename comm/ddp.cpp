@@ -106,11 +106,15 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
 void DistributedDataParallel::end_of_data() {
   RG_CHECK(join_ == nullptr,
            "DDP: end_of_data() inside a Join context (Join's finish() ends the data there)");
-  // Nothing to do when the last synchronized backward ended every rank's data; otherwise the
-  // collectives of one synchronized forward and backward, in their order, flagged out of data.
-  if (reducer_->consume_all_ended()) return;
-  if (broadcasts_buffers()) broadcast_state(/*params=*/false, /*buffers=*/true);
-  reducer_->end_of_data();
+  // Nothing to do once a synchronized backward has ended every rank's data (its status is read one
+  // iteration late: consume_all_ended reads it here); otherwise the collectives of one
+  // synchronized forward and backward, in their order, flagged out of data, until the statuses
+  // say that every rank's data has ended or the shadow iteration's finalize raises the error that
+  // the other ranks raise at the same point.
+  while (!reducer_->consume_all_ended()) {
+    if (broadcasts_buffers()) broadcast_state(/*params=*/false, /*buffers=*/true);
+    reducer_->end_of_data();
+  }
 }
 
 void DistributedDataParallel::join_main_hook(const JoinRound& round) {

@@ -54,7 +54,8 @@ class DistributedDataParallel : public Joinable {
   bool require_backward_grad_sync() const { return sync_; }
 
   // Uneven inputs without Join (see Reducer): the next synchronized backward is this rank's last
-  // in this pass over its data; end_of_data() after the loop, on every rank.
+  // in this pass over its data; end_of_data() after the loop, on every rank (it also raises what
+  // the last synchronized backward's status, read one iteration late, reports).
   void announce_last_iteration() { reducer_->announce_last_iteration(); }
   void end_of_data();
 

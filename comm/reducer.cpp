@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <unordered_set>
 
 #include "comm/bucket_assignment.h"
@@ -12,6 +13,7 @@
 #include "engine/autograd/engine.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
+#include "engine/device_checks.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/trace.h"
@@ -101,10 +103,18 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   std::vector<int64_t> findings;
   bool has_findings = false;
   int64_t findings_iteration = 0;
-  // Uneven inputs: this iteration's DataEnd for this rank; all_ended: the last synchronized
-  // iteration ended every rank's data (end_of_data() then has nothing to do).
+  // Uneven inputs: this iteration's DataEnd for this rank.
   DataEnd data_end = kHasMore;
-  bool all_ended = false;
+  // A synchronized iteration's summed status elements on their way to the host (a copy into
+  // pinned memory: no stall), read at the next synchronized finalize, where every rank is at the
+  // same point of the collective sequence, or by end_of_data; with this rank's DataEnd and the
+  // iteration (1-based) they belong to.
+  struct PendingStatus {
+    AsyncScalar findings, ended;
+    int64_t iteration = 0;
+    DataEnd data_end = kHasMore;
+  };
+  std::optional<PendingStatus> pending_status;
   bool join_active = false;
   int divisor = 1;      // the gradient sums are divided by it (world size, or Join's active ranks)
   bool shadow = false;  // this iteration is a joined or out-of-data rank's, with zero gradients
@@ -397,15 +407,16 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
       if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
-    const Tensor status = status_slot().to(Device::cpu()).to(DType::f64);
-    const double with_findings = status.data<double>()[0], ended = status.data<double>()[1];
-    // Some ranks' data ended here and others' did not (never asked under Join, where joined
-    // ranks shadow the others by design).
-    const bool uneven = !join_active && ended > 0.5 && ended < pg->size() - 0.5;
-    if (with_findings > 0.5 || uneven) report_findings();
-    all_ended = !join_active && ended > 0.5;
+    // The previous synchronized iteration's status first (its copy has long arrived), then this
+    // one's goes on its way: reading it now would stall the host until the GPU catches up.
+    if (pending_status) check_status();
+    const Tensor slot = status_slot();
+    pending_status = PendingStatus{AsyncScalar(slot.flat_narrow(0, 1)),
+                                   AsyncScalar(slot.flat_narrow(1, 1)), synced + 1, data_end};
     data_end = kHasMore;
-    if (all_ended && shadow) return;  // every rank out of data: nothing to write back
+    // end_of_data's shadow iteration (not Join's): its status decides what follows (every rank
+    // out of data, or an error); no gradient to write back.
+    if (shadow && !join_active) return;
     std::vector<char> globally_used(params.size(), 1);
     if (opt.static_graph) {
       // The first iteration, or the first after a resume (every rank is a fresh process then).
@@ -449,19 +460,32 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     return all.to(Device::cpu()).to_vector<int64_t>();
   }
 
-  // Some rank had findings (the status element said so on every rank): gather them and throw the
+  // The pending status, read (waiting for its copy if need be): findings on some rank, or data
+  // that ended on some ranks and not on others (never asked under Join, where joined ranks shadow
+  // the others by design), end in the same error on every rank. Returns the ranks whose data
+  // ended in that iteration.
+  double check_status() {
+    const PendingStatus p = std::move(*pending_status);
+    pending_status.reset();
+    const double with_findings = p.findings.get(), ended = p.ended.get();
+    const bool uneven = !join_active && ended > 0.5 && ended < pg->size() - 0.5;
+    if (with_findings > 0.5 || uneven) report_findings(p.iteration, p.data_end);
+    return ended;
+  }
+
+  // Some rank had findings (the status element of `iteration` said so on every rank), or the
+  // ranks' data ended unevenly there (this rank's DataEnd: my_end): gather them and throw the
   // same error everywhere.
-  [[noreturn]] void report_findings() {
+  [[noreturn]] void report_findings(int64_t iteration, DataEnd my_end) {
     const size_t n = params.size();
     constexpr size_t kHead = 2;  // iteration, DataEnd
     std::vector<int64_t> mine(n + kHead, kFine);
-    mine[0] = has_findings ? findings_iteration : synced + 1;
-    mine[1] = data_end;
+    mine[0] = has_findings ? findings_iteration : iteration;
+    mine[1] = my_end;
     if (has_findings) std::copy(findings.begin(), findings.end(), mine.begin() + kHead);
     has_findings = false;
     data_end = kHasMore;
     const std::vector<int64_t> all = gather_rows(mine);
-    const int64_t iteration = synced + 1;
     std::vector<int64_t> ends;
     for (int r = 0; r < pg->size(); ++r) ends.push_back(all[size_t(r) * (n + kHead) + 1]);
     const bool no_batch = std::count(ends.begin(), ends.end(), int64_t(kNoBatch)) > 0;
@@ -755,9 +779,17 @@ void Reducer::restore_synced_iterations(int64_t n) {
 void Reducer::announce_last_iteration() { state_->data_end = kLastBatch; }
 
 bool Reducer::consume_all_ended() {
-  const bool ended = state_->all_ended;
-  state_->all_ended = false;
-  return ended;
+  State& s = *state_;
+  if (!s.pending_status) return false;
+  // Read at the epoch's end, where waiting costs nothing. Findings, or data that has not ended on
+  // every rank, leave the status pending: the next shadow iteration's finalize raises the error
+  // (or, when no rank's data has ended yet, reads the next status), at the same point as the
+  // other ranks' next finalize.
+  if (s.pending_status->findings.get() > 0.5 ||
+      s.pending_status->ended.get() < s.pg->size() - 0.5 || s.join_active)
+    return false;
+  s.pending_status.reset();
+  return true;
 }
 
 void Reducer::end_of_data() {
@@ -766,7 +798,6 @@ void Reducer::end_of_data() {
   RG_CHECK(!s.join_active, "DDP: end_of_data() under Join");
   s.data_end = kNoBatch;
   shadow_iteration(-1);
-  s.all_ended = false;
 }
 
 void Reducer::set_divisor(int divisor) {

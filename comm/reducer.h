@@ -109,15 +109,18 @@ class Reducer {
 
   // Uneven inputs without Join: this rank's next synchronized backward is its last in this pass
   // over its data. The ranks compare it in the status element of that backward's last bucket (no
-  // extra collective); when some ranks end there and others do not, every rank throws an error
-  // naming them and the iteration. When all end there, end_of_data() has nothing to do.
+  // extra collective), which every rank reads one synchronized iteration late, at the same point
+  // (the copy to the host then never stalls it): when some ranks ended and others did not, every
+  // rank throws an error naming them and the iteration, in the next synchronized backward (the
+  // ranks still training) or in end_of_data() (the others). Missing or doubled gradients are
+  // reported the same way, one iteration late, as PyTorch reports them at the next forward.
   void announce_last_iteration();
-  // After this rank's loop over its data (DistributedDataParallel::end_of_data): whether the
-  // last synchronized backward ended every rank's data (announced), clearing it; if not, the
-  // buffer broadcast and then end_of_data(), which runs the buckets of one iteration with zeros,
-  // flagged "out of data": ranks still training get them in their backward and every rank
-  // throws the named error; when every rank is here, nothing is written back (with
-  // gradient_as_bucket_view, .grad is then zero).
+  // After this rank's loop over its data (DistributedDataParallel::end_of_data, in a loop):
+  // reads the pending status; true when it says every rank's data ended (announced), with no
+  // findings. Otherwise the buffer broadcast and then end_of_data(), which runs the buckets of
+  // one iteration with zeros, flagged "out of data", writing nothing back: ranks still training
+  // get them in their backward, and its finalize (like theirs) raises the named error when the
+  // pending status says so.
   bool consume_all_ended();
   void end_of_data();
   // Join (comm/join.h): the divisor of the gradient sums from now on (the world size when not

@@ -85,14 +85,19 @@ void expect_group_still_in_step(Rig& s, DistributedDataParallel& ddp) {
   for (const auto& [name, p] : s.net->named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
 }
 
-// The error of one training iteration run by `iteration` on a fresh Net under DDP: it must come
-// well before any collective timeout, and leave the group in step.
+// The error of one training iteration run by `iteration` on a fresh Net under DDP, which the next
+// synchronized backward reports (DDP reads each iteration's status one iteration late, so that
+// reading it never stalls the host; PyTorch too reports these at the next iteration): it must
+// come well before any collective timeout, and leave the group in step.
 std::string error_of_iteration(
     const std::function<void(Rig&, DistributedDataParallel&)>& iteration) {
   Rig s;
   DistributedDataParallel ddp(s.net);
   const auto start = Clock::now();
-  const std::string e = shown(rg::testing::error_of([&] { iteration(s, ddp); }));
+  const std::string e = shown(rg::testing::error_of([&] {
+    iteration(s, ddp);
+    s.step(ddp);
+  }));
   EXPECT_LT(seconds_since(start), kNoHangSeconds);
   expect_group_still_in_step(s, ddp);
   return e;
@@ -119,8 +124,9 @@ TEST(DdpDiagnostics, AParameterWithoutGradientOnOneRankIsNamedOnEveryRank) {
 }
 
 TEST(DdpDiagnostics, ARankWhereNoParameterGotAGradientIsNamedAtItsNextForward) {
-  // Rank 1 runs a training forward and never its backward: its next forward reports it, after
-  // sending the buckets that the other ranks wait for at the end of their backward.
+  // Rank 1 runs a training forward and never its backward: its next forward sends the buckets
+  // that the other ranks wait for at the end of their backward, and the iteration after reports
+  // it.
   const std::string e = error_of_iteration([](Rig& s, DistributedDataParallel& ddp) {
     const Tensor out = ddp(s.x);
     if (default_group()->rank() == 1)

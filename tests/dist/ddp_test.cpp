@@ -429,12 +429,26 @@ TEST(Ddp, UnusedParametersAreANamedErrorWithoutFindUnusedParameters) {
   data::SyntheticDataset data(kB, kShape, 10, 5);
   const data::Batch b = batch(data, 0, kB);
   {
+    // DDP reads each iteration's status one iteration late (no host stall): the next synchronized
+    // backward reports iteration 1.
     auto model = std::make_shared<PartlyUsed>();
     DistributedDataParallel ddp(model, default_group());
-    const std::string e =
-        rg::testing::error_of([&] { cross_entropy(ddp(b.inputs), b.targets).backward(); });
+    const std::string e = rg::testing::error_of([&] {
+      cross_entropy(ddp(b.inputs), b.targets).backward();
+      cross_entropy(ddp(b.inputs), b.targets).backward();
+    });
+    EXPECT_NE(e.find("reduction could not finish in iteration 1"), std::string::npos) << e;
     EXPECT_NE(e.find("unused.weight, unused.bias"), std::string::npos) << e;
     EXPECT_NE(e.find("find_unused_parameters"), std::string::npos) << e;
+  }
+  {
+    // Or end_of_data(), after the last iteration of the data.
+    auto model = std::make_shared<PartlyUsed>();
+    DistributedDataParallel ddp(model, default_group());
+    cross_entropy(ddp(b.inputs), b.targets).backward();
+    const std::string e = rg::testing::error_of([&] { ddp.end_of_data(); });
+    EXPECT_NE(e.find("reduction could not finish in iteration 1"), std::string::npos) << e;
+    EXPECT_NE(e.find("unused.weight, unused.bias"), std::string::npos) << e;
   }
   // Every rank sent its buckets anyway and threw the same error, so the group is still in step.
   default_group()->barrier()->wait();
