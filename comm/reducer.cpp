@@ -356,8 +356,10 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   // it has findings to report, else 0. The element is summed with the gradients, so after the
   // usual wait every rank reads the same count of ranks with findings; only when that is not 0
   // do the ranks all_gather their per-parameter findings (every rank alike) and throw one error
-  // naming each rank's parameters. The normal path costs one element in one all-reduce and its
-  // read (one value copied to the host for device groups). A rank where no parameter got a
+  // naming each rank's parameters. Every rank reads the count one synchronized iteration late,
+  // here (or in end_of_data): the copy into pinned memory has arrived by then, so the host is not
+  // stalled waiting for the GPU. The normal path costs one element in one all-reduce and its
+  // asynchronous copy. A rank where no parameter got a
   // gradient never gets here from a hook: its next forward calls this instead
   // (finish_abandoned_iteration), before the buffer broadcast, so its collectives line up with
   // the ranks waiting here. A parameter marked twice after the last bucket left travels with the
