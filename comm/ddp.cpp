@@ -125,6 +125,9 @@ void DistributedDataParallel::join_main_hook(const JoinRound& round) {
 }
 
 void DistributedDataParallel::join_post_hook(bool is_last_joiner) {
+  // The last Join iteration's findings (read one iteration late) are raised here, where every rank
+  // is, rather than at some later backward.
+  reducer_->check_pending_status();
   // PyTorch's _sync_final_model: the highest rank among the last to join is the authority.
   Tensor t = full({1}, is_last_joiner ? double(pg_->rank()) : -1.0, DType::i64);
   Tensor on_group = on_group_device(*pg_, t);

@@ -113,6 +113,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     AsyncScalar findings, ended;
     int64_t iteration = 0;
     DataEnd data_end = kHasMore;
+    bool join_active = false;  // under Join the ends are not compared (joined ranks shadow)
   };
   std::optional<PendingStatus> pending_status;
   bool join_active = false;
@@ -363,7 +364,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   // gradient never gets here from a hook: its next forward calls this instead
   // (finish_abandoned_iteration), before the buffer broadcast, so its collectives line up with
   // the ranks waiting here. A parameter marked twice after the last bucket left travels with the
-  // next iteration's status, one iteration late.
+  // next iteration's status, two iterations late.
   void finalize() {
     NoGradGuard no_grad;
     callback_queued = false;
@@ -413,12 +414,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     // one's goes on its way: reading it now would stall the host until the GPU catches up.
     if (pending_status) check_status();
     const Tensor slot = status_slot();
-    pending_status = PendingStatus{AsyncScalar(slot.flat_narrow(0, 1)),
-                                   AsyncScalar(slot.flat_narrow(1, 1)), synced + 1, data_end};
+    pending_status =
+        PendingStatus{AsyncScalar(slot.flat_narrow(0, 1)), AsyncScalar(slot.flat_narrow(1, 1)),
+                      synced + 1, data_end, join_active};
     data_end = kHasMore;
-    // end_of_data's shadow iteration (not Join's): its status decides what follows (every rank
-    // out of data, or an error); no gradient to write back.
-    if (shadow && !join_active) return;
+    // end_of_data's shadow iteration (not Join's) runs the collectives of a normal iteration (the
+    // ranks still training run one, and find out one iteration later) but writes nothing back: its
+    // status decides what follows (every rank out of data, or an error).
+    const bool write_back = !(shadow && !join_active);
     std::vector<char> globally_used(params.size(), 1);
     if (opt.static_graph) {
       // The first iteration, or the first after a resume (every rank is a fresh process then).
@@ -436,7 +439,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
         for (size_t i = 0; i < params.size(); ++i) globally_used[i] = char(used.data<int32_t>()[i]);
       }
     }
-    for (size_t i = 0; i < params.size(); ++i) {
+    for (size_t i = 0; i < params.size() && write_back; ++i) {
       const Tensor& param = params[i].second;
       const Tensor& view = buckets[bucket_of[i]].views[pos_in_bucket[i]];
       Tensor grad = param.grad();
@@ -470,7 +473,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     const PendingStatus p = std::move(*pending_status);
     pending_status.reset();
     const double with_findings = p.findings.get(), ended = p.ended.get();
-    const bool uneven = !join_active && ended > 0.5 && ended < pg->size() - 0.5;
+    const bool uneven = !p.join_active && ended > 0.5 && ended < pg->size() - 0.5;
     if (with_findings > 0.5 || uneven) report_findings(p.iteration, p.data_end);
     return ended;
   }
@@ -510,7 +513,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       missing[size_t(r)] = m.empty()       ? kAllGot
                            : m.size() == n ? "no parameter got one (did backward run after the "
                                              "forward?)"
-                                           : name_list(m) + " got none";
+                                           : name_list(m) + " got none" + late;
       twice[size_t(r)] = t.empty() ? kNone : name_list(t) + late;
     }
     std::string msg = detail::cat("DDP: reduction could not finish in iteration ", iteration, ".");
@@ -539,7 +542,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     }
     if (any_missing)
       msg += detail::cat(
-          " Parameters received no gradient in this backward: ", by_rank(missing, kAllGot),
+          " Parameters received no gradient in a backward: ", by_rank(missing, kAllGot),
           ". If the model does not use every parameter in every forward, construct "
           "DistributedDataParallel with find_unused_parameters=true (ringgrad-train "
           "--find-unused-parameters); a rank where no parameter got one may have run a training "
@@ -788,7 +791,7 @@ bool Reducer::consume_all_ended() {
   // (or, when no rank's data has ended yet, reads the next status), at the same point as the
   // other ranks' next finalize.
   if (s.pending_status->findings.get() > 0.5 ||
-      s.pending_status->ended.get() < s.pg->size() - 0.5 || s.join_active)
+      s.pending_status->ended.get() < s.pg->size() - 0.5 || s.pending_status->join_active)
     return false;
   s.pending_status.reset();
   return true;
@@ -800,6 +803,10 @@ void Reducer::end_of_data() {
   RG_CHECK(!s.join_active, "DDP: end_of_data() under Join");
   s.data_end = kNoBatch;
   shadow_iteration(-1);
+}
+
+void Reducer::check_pending_status() {
+  if (state_->pending_status) state_->check_status();
 }
 
 void Reducer::set_divisor(int divisor) {

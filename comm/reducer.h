@@ -123,6 +123,10 @@ class Reducer {
   // pending status says so.
   bool consume_all_ended();
   void end_of_data();
+  // Reads the pending status now (waiting for its copy) and raises what it reports, on every rank
+  // alike: all ranks call it at the same point (the end of a Join, DistributedDataParallel's
+  // join_post_hook), so a finding of the last iteration is not carried past it.
+  void check_pending_status();
   // Join (comm/join.h): the divisor of the gradient sums from now on (the world size when not
   // joined), whether a Join context is active (no end-of-data check then), and one iteration
   // shadowed with zero gradients by a joined rank, `synced` being the active ranks' count of

@@ -123,7 +123,7 @@ TEST(DdpDiagnostics, AParameterWithoutGradientOnOneRankIsNamedOnEveryRank) {
        "--find-unused-parameters"});
 }
 
-TEST(DdpDiagnostics, ARankWhereNoParameterGotAGradientIsNamedAtItsNextForward) {
+TEST(DdpDiagnostics, ARankThatSkippedItsBackwardIsNamedOnEveryRank) {
   // Rank 1 runs a training forward and never its backward: its next forward sends the buckets
   // that the other ranks wait for at the end of their backward, and the iteration after reports
   // it.

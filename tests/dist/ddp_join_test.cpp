@@ -246,11 +246,11 @@ TEST(DdpJoin, BuffersComeFromTheHighestActiveRankAndFinallyFromTheLastToJoin) {
 }
 
 // Rank world-1 has one batch fewer than the others, and no Join.
-std::string error_without_join(bool announce) {
+std::string error_without_join(bool announce, DdpOptions options = {}) {
   const int rank = default_group()->rank(), world = default_group()->size();
   auto net = std::make_shared<Net>();
   net->to(group_device());
-  DistributedDataParallel ddp(net);
+  DistributedDataParallel ddp(net, default_group(), options);
   const RankData mine(rank);
   const int steps = rank == world - 1 ? 2 : 3;
   const auto start = Clock::now();
@@ -288,6 +288,22 @@ TEST(DdpJoin, WithoutJoinTheRankThatRanOutIsNamedAtItsEndOfData) {
       {"reduction could not finish in iteration 3",
        last_rank() + ": ran out of data (no batch for iteration 3, its last was iteration 2)",
        others_than_last() + ": had a batch for iteration 3", "dist::Join", "--join"});
+}
+
+// The out-of-data rank's end_of_data runs the collectives of a normal iteration (the used-flags
+// all-reduce of find_unused_parameters, static_graph's first-iteration gather) while the others
+// train their last iteration: the statuses are read one iteration late, so both must line up.
+TEST(DdpJoin, WithoutJoinTheRankThatRanOutIsNamedWithFindUnusedParametersOrStaticGraph) {
+  for (const bool static_graph : {false, true}) {
+    DdpOptions o;
+    o.find_unused_parameters = !static_graph;
+    o.static_graph = static_graph;
+    expect_all_in(error_without_join(false, o),
+                  {"reduction could not finish in iteration 3",
+                   last_rank() + ": ran out of data (no batch for iteration 3, its last was "
+                                 "iteration 2)",
+                   others_than_last() + ": had a batch for iteration 3"});
+  }
 }
 
 TEST(DdpJoin, WithoutJoinAnAnnouncedLastBatchIsComparedInItsBackward) {
