@@ -17,8 +17,9 @@ class ProcessGroup;
 
 namespace rg::train {
 
-// A batch tensor's copy to the training device: asynchronous (no host stall) when it is in
-// pinned memory; while tracing, a span on the stream's lane.
+// A batch tensor's copy to the training device (the tensor itself when already there):
+// asynchronous (no host stall) when it is in pinned memory; while tracing, a span on the current
+// stream's lane.
 Tensor batch_to_device(const Tensor& t, Device device);
 
 struct FeederOptions {
@@ -33,6 +34,7 @@ class Feeder {
  public:
   Feeder(std::shared_ptr<const data::Dataset> data, dist::ProcessGroup* pg,
          const FeederOptions& options);
+  ~Feeder();
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t dataset_size() const { return data_->size(); }
   // Epoch `epoch` (1-based) continues as the rest of its order from sample `from` on, re-split
@@ -49,7 +51,15 @@ class Feeder {
   int64_t schedule_step(int epoch, int64_t steps) const;
   // Starts epoch `epoch` at its step `first_step`.
   void start_epoch(int epoch, int64_t first_step);
-  std::optional<data::Batch> next();
+  // CUDA training: next() hands out batches already on `device`. Each batch's copy runs on a
+  // copy stream while the step before it runs (pinned batches, non_blocking copies); the compute
+  // stream waits for it with an event, and the batch's memory is reused only after the compute
+  // stream's work on it (record_stream). The batches are the same, so results are bit for bit
+  // those of copying in the step.
+  void prefetch_to(Device device);
+  // The next batch, or nullopt at the epoch's end; `another`: a batch will be asked for after
+  // this one (with prefetch_to its copy starts now).
+  std::optional<data::Batch> next(bool another = true);
 
  private:
   std::shared_ptr<const data::Dataset> data_;
@@ -60,6 +70,9 @@ class Feeder {
   std::optional<data::RankBatches> resplit_;
   int resplit_epoch_ = 0;
   int64_t resplit_from_ = -1;
+  // prefetch_to's device, copy stream, event and staged batch (feeder.cpp).
+  struct Prefetch;
+  std::unique_ptr<Prefetch> prefetch_;
 };
 
 }  // namespace rg::train

@@ -235,6 +235,10 @@ void Trainer::continue_resplit() {
 void Trainer::wrap_model() {
   distributed_.wrap(model_, options_.batch_size, options_.seed, options_.model_name, options_.name,
                     *out_);
+  // On CUDA the next batch is copied while the current step runs (DataParallel scatters the host
+  // batch itself).
+  if (distributed_.device().is_cuda() && !distributed_.scatters_host_batch())
+    feeder_.prefetch_to(distributed_.device());
   dist::DistributedDataParallel* ddp = distributed_.ddp();
   if (!ddp) return;
   // The buckets the interrupted run had rebuilt, so every all-reduce sums as it did there.
@@ -316,7 +320,8 @@ bool Trainer::train_step() {
     checks->set_context(fmt::format("training step {} of epoch {}", s.step + 1, s.epoch));
   }
   fire([&](Callback& c) { c.on_step_start(s); });
-  std::optional<data::Batch> batch = feeder_.next();
+  std::optional<data::Batch> batch =
+      feeder_.next(s.epoch_steps + 1 < s.my_planned && s.step + 1 < s.planned_steps);
   if (!batch) return false;
   s.batch = &*batch;
   fire([&](Callback& c) { c.on_batch(s); });

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -264,9 +265,12 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   std::map<std::string, int> count;  // "category/op" on a stream lane
   double conv_us = 0;
   std::string first_conv;
+  std::set<std::string> copy_lanes, conv_lanes;
   for (const TraceEvent& e : t.events) {
     if (e.pid != 0 || !t.on_stream(e)) continue;
     ++count[e.cat + "/" + op_of(e)];
+    if (e.cat == "data copy") copy_lanes.insert(t.lane_name(e));
+    if (op_of(e) == "conv2d") conv_lanes.insert(t.lane_name(e));
     if (e.cat == "op" && op_of(e) == "conv2d") {
       conv_us += e.dur;
       if (first_conv.empty()) first_conv = e.name;
@@ -281,6 +285,11 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_EQ(count["loss/loss"], kSteps) << seen;
   EXPECT_EQ(count["optimizer/sgd.step"], kSteps) << seen;
   EXPECT_EQ(count["data copy/copy to device"], 2 * kSteps) << "inputs and targets:" << seen;
+  // The batches are copied on a copy stream of their own (train::Feeder::prefetch_to), the next
+  // one while a step runs; nothing past the last step.
+  ASSERT_EQ(copy_lanes.size(), 1u);
+  ASSERT_EQ(conv_lanes.size(), 1u);
+  EXPECT_NE(*copy_lanes.begin(), *conv_lanes.begin());
   EXPECT_EQ(count["backward kernels/Conv2dBackward"], kSteps * kConvs) << seen;
   EXPECT_EQ(count["op/cross_entropy"], 0) << "the loss's ops are inside its span:" << seen;
 
