@@ -435,7 +435,10 @@ EpochSummary Trainer::summarize(int epoch) {
   if (evaluator_ && ((every > 0 && epoch % every == 0) || last)) {
     fire([&](Callback& c) { c.on_eval_start(state_); });
     const auto amp_scope = step_.autocast();  // evaluated as trained
+    DeferredChecks* checks = DeferredChecks::current();
+    if (checks) checks->set_context(fmt::format("evaluation after epoch {}", epoch));
     const EvalResult e = evaluator_->evaluate(*model_, epoch);
+    if (checks) checks->flush();  // the evaluation's own checks are raised with it
     s.evaluated = true;
     s.test_loss = e.loss;
     s.top1 = e.top1;
