@@ -525,17 +525,23 @@ void BM_AdaptiveAvgPool1x1Backward(benchmark::State& state) {
   });
 }
 
-// ---- Batch norm on the NCHW activations (per-channel arrays of C doubles). The stats and backward
-// kernels read x (and gy) twice, in two passes over each channel; the formulas count one read. ----
+// ---- Batch norm on the NCHW activations (per-channel arrays of C doubles). stats reads x once;
+// backward reads gy and x twice (the sums, then the input gradient); the formulas count that. ----
+
+Tensor batch_norm_workspace() {
+  return device_tensor(BatchNorm::workspace_bytes(kImgN, kImgC, kImgHW), DType::u8);
+}
+rg::kernels::Workspace as_workspace(Tensor& ws) { return {ws.raw_data(), ws.numel()}; }
 
 void BM_BatchNormStats(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kImgNumel), mean = device_tensor(kImgC, DType::f64),
-         var = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64);
+         var = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64),
+         ws = batch_norm_workspace();
   // Reads x, writes mean, var and invstd: N*C*HW * 4 + 3 * C * 8.
   run(state, double(kImgNumel) * 4 + 3.0 * kImgC * 8, [&](void* s) {
     BatchNorm::stats(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(), var.data<double>(),
-                     invstd.data<double>(), 1e-5, {s});
+                     invstd.data<double>(), 1e-5, as_workspace(ws), {s});
   });
 }
 
@@ -547,7 +553,8 @@ void BM_BatchNormApply(benchmark::State& state) {
   // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 2 * C * (8 + 4).
   run(state, 2.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 12, [&](void* s) {
     BatchNorm::apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
-                     invstd.data<double>(), w.data<float>(), b.data<float>(), y.data<float>(), {s});
+                     invstd.data<double>(), w.data<float>(), b.data<float>(), state.range(0) != 0,
+                     y.data<float>(), {s});
   });
 }
 
@@ -555,14 +562,15 @@ void BM_BatchNormBackward(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor gy = device_tensor(kImgNumel), x = device_tensor(kImgNumel),
          mean = device_tensor(kImgC, DType::f64), invstd = device_tensor(kImgC, DType::f64),
-         w = device_tensor(kImgC), gx = device_tensor(kImgNumel), gw = device_tensor(kImgC),
-         gb = device_tensor(kImgC);
-  // Training mode. Reads gy, x, mean, invstd and weight, writes gx, gweight and gbias:
-  // 3 * N*C*HW * 4 + 2 * C * 8 + 3 * C * 4.
-  run(state, 3.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 8 + 3.0 * kImgC * 4, [&](void* s) {
+         w = device_tensor(kImgC), b = device_tensor(kImgC), gx = device_tensor(kImgNumel),
+         gw = device_tensor(kImgC), gb = device_tensor(kImgC), ws = batch_norm_workspace();
+  // Training mode (argument 1: fused relu). Reads gy and x twice, writes gx, gweight and gbias:
+  // 5 * N*C*HW * 4 + 2 * C * 8 + 3 * C * 4.
+  run(state, 5.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 8 + 3.0 * kImgC * 4, [&](void* s) {
     BatchNorm::backward(gy.data<float>(), x.data<float>(), kImgN, kImgC, kImgHW,
-                        mean.data<double>(), invstd.data<double>(), w.data<float>(), true,
-                        gx.data<float>(), gw.data<float>(), gb.data<float>(), {s});
+                        mean.data<double>(), invstd.data<double>(), w.data<float>(),
+                        b.data<float>(), true, state.range(0) != 0, gx.data<float>(),
+                        gw.data<float>(), gb.data<float>(), as_workspace(ws), {s});
   });
 }
 
@@ -722,8 +730,10 @@ BENCHMARK(BM_AdaptiveAvgPool1x1Backward)
     ->Name("cuda/adaptive_avg_pool2d_1x1_backward_f32")
     ->UseManualTime();
 BENCHMARK(BM_BatchNormStats)->Name("cuda/batch_norm_stats_f32")->UseManualTime();
-BENCHMARK(BM_BatchNormApply)->Name("cuda/batch_norm_apply_f32")->UseManualTime();
-BENCHMARK(BM_BatchNormBackward)->Name("cuda/batch_norm_backward_f32")->UseManualTime();
+BENCHMARK(BM_BatchNormApply)->Name("cuda/batch_norm_apply_f32")->Arg(0)->UseManualTime();
+BENCHMARK(BM_BatchNormApply)->Name("cuda/batch_norm_relu_apply_f32")->Arg(1)->UseManualTime();
+BENCHMARK(BM_BatchNormBackward)->Name("cuda/batch_norm_backward_f32")->Arg(0)->UseManualTime();
+BENCHMARK(BM_BatchNormBackward)->Name("cuda/batch_norm_relu_backward_f32")->Arg(1)->UseManualTime();
 BENCHMARK(BM_BatchNormUpdateRunning)->Name("cuda/batch_norm_update_running_f32")->UseManualTime();
 BENCHMARK(BM_AdamStep)->Name("cuda/adam_step_f32")->UseManualTime();
 BENCHMARK(BM_UnscaleCheckFinite)->Name("cuda/unscale_check_finite_f32")->UseManualTime();

@@ -19,16 +19,22 @@ namespace rg::kernels {
 
 template <class B>
 struct BatchNorm {
-  // mean[ch] and the biased variance var[ch] over the n * hw values of each channel (two passes:
-  // the variance sums squares around the mean); invstd[ch] = 1 / sqrt(var[ch] + eps) unless
-  // invstd is null.
+  // Scratch bytes stats and backward need for these sizes (CUDA: per-slice partial sums of a
+  // channel and per-channel coefficients; the CPU none). 0 when c is 0.
+  static int64_t workspace_bytes(int64_t n, int64_t c, int64_t hw);
+  // mean[ch] and the biased variance var[ch] over the n * hw values of each channel, summed in
+  // f64 around a shift (the CPU: the mean, in a second pass; CUDA: the channel's first value, in
+  // one pass, which for f32/f64 data cancels no more than the two-pass form); invstd[ch] = 1 /
+  // sqrt(var[ch] + eps) unless invstd is null.
   template <class T>
   static void stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var,
-                    double* invstd, double eps, Ctx ctx);
-  // y = (x - mean) * (invstd * weight) + bias; weight/bias may be null (1 and 0).
+                    double* invstd, double eps, Workspace workspace, Ctx ctx);
+  // y = (x - mean) * (invstd * weight) + bias; weight/bias may be null (1 and 0). relu: then
+  // y = y < 0 ? 0 : y (relu's rule: NaN stays NaN), exactly relu applied to the unfused result.
   template <class T>
   static void apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                    const double* invstd, const T* weight, const T* bias, T* y, Ctx ctx);
+                    const double* invstd, const T* weight, const T* bias, bool relu, T* y,
+                    Ctx ctx);
   // running = (1 - momentum) * running + momentum * batch (in f64), with the unbiased batch
   // variance var * count / (count - 1) for running_var (PyTorch's formula); either may be null.
   template <class T>
@@ -38,10 +44,15 @@ struct BatchNorm {
   // From gy: gx (null: not wanted), gweight and gbias (null: not wanted). With batch statistics
   // (training) gx = weight * invstd / m * (m * gy - sum(gy) - xhat * sum(gy * xhat)) over the
   // m = n * hw values of a channel; with running statistics gx = gy * weight * invstd.
+  // relu: the backward of apply(..., relu = true): gy counts only where apply's output is
+  // positive (recomputed from x, mean, invstd, weight and bias with apply's arithmetic, so the
+  // mask is the one relu_backward would take from the saved output), bit for bit the composition
+  // relu_backward then backward.
   template <class T>
   static void backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                       const double* mean, const double* invstd, const T* weight, bool batch_stats,
-                       T* gx, T* gweight, T* gbias, Ctx ctx);
+                       const double* mean, const double* invstd, const T* weight, const T* bias,
+                       bool batch_stats, bool relu, T* gx, T* gweight, T* gbias,
+                       Workspace workspace, Ctx ctx);
   // The backward in two halves, for a batch norm whose statistics span several arrays (processes,
   // SyncBatchNorm): this array's per-channel sums[ch] = sum(gy) and sums[c + ch] = sum(gy * xhat)
   // (f64, 2 * c values), which the caller may add up across arrays, ...

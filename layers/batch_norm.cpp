@@ -2,6 +2,7 @@
 // synchronized, the op is sync_batch_norm (as torch.nn.SyncBatchNorm.forward decides).
 #include "layers/batch_norm.h"
 
+#include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/sync_batch_norm.h"
@@ -20,7 +21,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward_impl(const Tensor& x) {
+void BatchNorm2d::begin_forward(const Tensor& x) {
   // SyncBatchNorm, as PyTorch's, also takes [N, C] inputs.
   RG_CHECK((x.dim() == 4 || (sync_ && x.dim() == 2)) && x.size(1) == features_, type_name(), "(",
            features_, "): expected input [N, ", features_, ", H, W]", sync_ ? " or [N, C]" : "",
@@ -28,6 +29,19 @@ Tensor BatchNorm2d::forward_impl(const Tensor& x) {
   if (is_training()) {
     count_batch_(num_batches_tracked);  // on the device: no read back to the host
   }
+}
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) {
+  if (sync_ || has_hooks()) return relu(forward(x));
+  return traced_call(x, [this](const Tensor& in) {
+    begin_forward(in);
+    return batch_norm_relu(in, running_mean, running_var, weight, bias, is_training(), momentum_,
+                           eps_);
+  });
+}
+
+Tensor BatchNorm2d::forward_impl(const Tensor& x) {
+  begin_forward(x);
   if (sync_ && is_training()) {
     // PyTorch's rule: synchronize only in training, with more than one replica; otherwise (no
     // process group, world size 1, eval mode) this is plain batch norm.

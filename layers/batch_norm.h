@@ -14,6 +14,11 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   Tensor forward_impl(const Tensor& x) override;
+  // relu(forward(x)), as one op (batch_norm_relu: one pass over the activation less, no saved
+  // output) unless something could tell: a hook on this module (it sees the batch norm's own
+  // output) or a SyncBatchNorm. The same values either way (tests/device/
+  // batch_norm_relu_device_test.cpp), within f32 rounding where f32 would take cuDNN unfused.
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override { return sync_ ? "SyncBatchNorm" : "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
@@ -29,6 +34,8 @@ class BatchNorm2d : public Module {
   std::string extra_repr() const override;
 
  private:
+  // The input check and, in training, the batch count: what every forward does first.
+  void begin_forward(const Tensor& x);
   int64_t features_;
   double eps_, momentum_;
   bool sync_ = false;

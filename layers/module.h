@@ -148,6 +148,11 @@ class Module {
   virtual std::string extra_repr() const { return ""; }
   // What the module computes; subclasses implement this (users call forward()).
   virtual Tensor forward_impl(const Tensor& x) = 0;
+  // For a module's fused forward (BatchNorm2d::forward_relu): whether any hook is registered on
+  // it (a hook must see the unfused output, so the caller then goes through forward()), and f(x)
+  // run as forward() runs forward_impl (named on the trace, inside a "module" span).
+  bool has_hooks() const;
+  Tensor traced_call(const Tensor& x, const std::function<Tensor(const Tensor&)>& f);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);

@@ -134,14 +134,23 @@ Tensor Module::run_forward_hooks(const Tensor& input, Tensor output) {
 }
 
 Tensor Module::traced_forward_impl(const Tensor& x) {
-  if (!trace::enabled()) return forward_impl(x);
+  return traced_call(x, [this](const Tensor& in) { return forward_impl(in); });
+}
+
+Tensor Module::traced_call(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+  if (!trace::enabled()) return f(x);
   std::string name = path();
   if (name.empty()) name = type_name();
   trace::NameScope scope(name);
   const auto t0 = trace::Clock::now();
-  Tensor y = forward_impl(x);
+  Tensor y = f(x);
   trace::span(std::move(name), "module", t0, trace::Clock::now());
   return y;
+}
+
+bool Module::has_hooks() const {
+  return !(forward_pre_hooks_.empty() && forward_hooks_.empty() && backward_hooks_.empty() &&
+           backward_pre_hooks_.empty());
 }
 
 }  // namespace rg::nn

@@ -104,22 +104,82 @@ std::array<Tensor, 2> running_statistics(const Tensor& running_mean, const Tenso
   return {running_mean.to(DType::f64), rdiv(sqrt(add(running_var.to(DType::f64), eps)), 1.0)};
 }
 
-// The backward of our kernels from f64 mean and invstd, on either device.
-autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, Tensor mean,
-                                      Tensor invstd, bool training, bool gx, bool gw, bool gb,
-                                      int64_t n, int64_t c, int64_t hw) {
-  return [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, training, gx, gw, gb, n, c,
+// Scratch memory for BatchNorm<B>'s stats and backward on x's device.
+template <class B>
+Tensor batch_norm_workspace(int64_t n, int64_t c, int64_t hw, Device device) {
+  return Tensor::empty({kernels::BatchNorm<B>::workspace_bytes(n, c, hw)}, DType::u8, device);
+}
+kernels::Workspace as_workspace(const Tensor& ws) { return {ws.raw_data(), ws.numel()}; }
+
+// The backward of our kernels from f64 mean and invstd, on either device; relu: of the fused
+// batch_norm_relu, whose relu mask the kernels recompute from x, weight and bias.
+autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                      Tensor mean, Tensor invstd, bool training, bool relu,
+                                      bool gx, bool gw, bool gb, int64_t n, int64_t c,
+                                      int64_t hw) {
+  return [sx = SavedTensor(x), sw = SavedTensor(weight), sb = SavedTensor(relu ? bias : Tensor()),
+          mean, invstd, training, relu, gx, gw, gb, n, c,
           hw](const Tensor& grad) -> std::vector<Tensor> {
-    const Tensor xv = sx.get(), wv = sw.get();
+    const Tensor xv = sx.get(), wv = sw.get(), bv = sb.get();
     auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
     dispatch_on(grad.device(), grad.dtype(), "batch_norm backward", [&]<class T, class B>() {
+      const Tensor ws = batch_norm_workspace<B>(n, c, hw, grad.device());
       kernels::BatchNorm<B>::backward(
           grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
-          wv.defined() ? wv.data<T>() : nullptr, training, gx ? dx.data<T>() : nullptr,
-          gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr, kernel_ctx(grad));
+          wv.defined() ? wv.data<T>() : nullptr, bv.defined() ? bv.data<T>() : nullptr, training,
+          relu, gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
+          gb ? db.data<T>() : nullptr, as_workspace(ws), kernel_ctx(grad));
     });
     return {dx, dw, db};
   };
+}
+
+// Our kernels, on either device: f64 mean and invstd per channel, kept for the backward; relu:
+// the fused batch_norm_relu. The statistics and the normalization are two dispatches; one span on
+// the trace holds both.
+Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running_mean,
+                          const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                          bool training, bool relu, double momentum, double eps, int64_t n,
+                          int64_t c, int64_t hw) {
+  const cuda::OpSpan span(op, "op", x.device());
+  Tensor mean, invstd;
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (training) {
+    mean = Tensor::empty({c}, DType::f64, x.device());
+    invstd = Tensor::empty({c}, DType::f64, x.device());
+    const Tensor var = Tensor::empty({c}, DType::f64, x.device());
+    dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+      using K = kernels::BatchNorm<B>;
+      const Tensor ws = batch_norm_workspace<B>(n, c, hw, x.device());
+      K::stats(x.data<T>(), n, c, hw, mean.data<double>(), var.data<double>(),
+               invstd.data<double>(), eps, as_workspace(ws), kernel_ctx(x));
+      if (running_mean.defined()) {
+        K::update_running(running_mean.data<T>(), running_var.data<T>(), mean.data<double>(),
+                          var.data<double>(), c, n * hw, momentum, kernel_ctx(x));
+      }
+    });
+    if (running_mean.defined()) {
+      running_mean.bump_version();
+      running_var.bump_version();
+    }
+  } else {
+    const auto stats = running_statistics(running_mean, running_var, eps);
+    mean = stats[0];
+    invstd = stats[1];
+  }
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    kernels::BatchNorm<B>::apply(x.data<T>(), n, c, hw, mean.data<double>(),
+                                 invstd.data<double>(),
+                                 weight.defined() ? weight.data<T>() : nullptr,
+                                 bias.defined() ? bias.data<T>() : nullptr, relu, out.data<T>(),
+                                 kernel_ctx(x));
+  });
+  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
+  const bool gb = autograd::needs_grad({bias});
+  return autograd::record(out, relu ? "BatchNormReluBackward" : "BatchNormBackward",
+                          {x, weight, bias},
+                          kernels_backward(x, weight, bias, mean, invstd, training, relu, gx, gw,
+                                           gb, n, c, hw));
 }
 
 // The cuDNN path (forward_cudnn), with f32 per-channel mean and invstd on the device kept for the
@@ -146,8 +206,8 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
                                                                invstd.to(DType::f64)}
                                        : running_statistics(running_mean, running_var, eps);
     return autograd::record(out, "BatchNormBackward", {x, weight, bias},
-                            kernels_backward(x, weight, mean64, invstd64, training, gx, gw, gb, n,
-                                             c, hw));
+                            kernels_backward(x, weight, bias, mean64, invstd64, training, false,
+                                             gx, gw, gb, n, c, hw));
   }
   return autograd::record(
       out, "BatchNormBackward", {x, weight, bias},
@@ -195,6 +255,17 @@ std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
       !(running_mean.defined() && (running_mean.requires_grad() || running_var.requires_grad())),
       op, ": running_mean/running_var are statistics updated in place and must not require grad");
   return {n, c, hw};
+}
+
+void check_batch_norm_mode(const char* op, const Tensor& x, const Tensor& running_mean,
+                           bool training, int64_t count) {
+  if (training) {
+    RG_CHECK(count > 1, op, ": expected more than 1 value per channel when training, got input ",
+             shape_str(x.shape()));
+  } else {
+    RG_CHECK(running_mean.defined(), op,
+             ": running_mean and running_var are required in evaluation mode (training=false)");
+  }
 }
 
 std::optional<Tensor> batch_norm_through_f32(const Tensor& x, const Tensor& running_mean,
@@ -248,59 +319,35 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
   const auto [n, c, hw] =
       detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
-  const int64_t count = n * hw;
-  if (training) {
-    RG_CHECK(count > 1, op, ": expected more than 1 value per channel when training, got input ",
-             shape_str(x.shape()));
-  } else {
-    RG_CHECK(running_mean.defined(), op,
-             ": running_mean and running_var are required in evaluation mode (training=false)");
-  }
+  detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
 
   if (x.device().is_cuda() && use_cudnn(x.dtype(), n, c, hw, eps, training)) {
     return batch_norm_cudnn(x, running_mean, running_var, weight, bias, training, momentum, eps, n,
                             c, hw);
   }
 
-  // Our kernels, on either device: f64 mean and invstd per channel, kept for the backward. The
-  // statistics and the normalization are two dispatches; one span on the trace holds both.
-  const cuda::OpSpan span(op, "op", x.device());
-  Tensor mean, invstd;
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (training) {
-    mean = Tensor::empty({c}, DType::f64, x.device());
-    invstd = Tensor::empty({c}, DType::f64, x.device());
-    const Tensor var = Tensor::empty({c}, DType::f64, x.device());
-    dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
-      using K = kernels::BatchNorm<B>;
-      K::stats(x.data<T>(), n, c, hw, mean.data<double>(), var.data<double>(),
-               invstd.data<double>(), eps, kernel_ctx(x));
-      if (running_mean.defined()) {
-        K::update_running(running_mean.data<T>(), running_var.data<T>(), mean.data<double>(),
-                          var.data<double>(), c, count, momentum, kernel_ctx(x));
-      }
-    });
-    if (running_mean.defined()) {
-      running_mean.bump_version();
-      running_var.bump_version();
-    }
-  } else {
-    const auto stats = running_statistics(running_mean, running_var, eps);
-    mean = stats[0];
-    invstd = stats[1];
+  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, training, false,
+                            momentum, eps, n, c, hw);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps) {
+  const char* op = "batch_norm_relu";
+  check_inputs(op, {x});
+  if (auto out = detail::batch_norm_through_f32(
+          x, running_mean, running_var, weight, bias, training,
+          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+              const Tensor& b) {
+            return batch_norm_relu(x32, rm, rv, w, b, training, momentum, eps);
+          })) {
+    return *out;
   }
-  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
-    kernels::BatchNorm<B>::apply(x.data<T>(), n, c, hw, mean.data<double>(),
-                                 invstd.data<double>(),
-                                 weight.defined() ? weight.data<T>() : nullptr,
-                                 bias.defined() ? bias.data<T>() : nullptr, out.data<T>(),
-                                 kernel_ctx(x));
-  });
-  const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
-  const bool gb = autograd::needs_grad({bias});
-  return autograd::record(out, "BatchNormBackward", {x, weight, bias},
-                          kernels_backward(x, weight, mean, invstd, training, gx, gw, gb, n, c,
-                                           hw));
+  const auto [n, c, hw] =
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
+  detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
+  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, training, true,
+                            momentum, eps, n, c, hw);
 }
 
 }  // namespace rg

@@ -19,6 +19,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
 
+// relu(batch_norm(...)) in one op (the BatchNorm2d -> ReLU of ResNet blocks): the same result bit
+// for bit on the CPU, one pass over the activation less on either device, and its backward
+// recomputes relu's mask from the input instead of saving the output. Our kernels on both
+// devices (cuDNN's legacy batch norm cannot fuse an activation in NCHW).
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training,
+                       double momentum = 0.1, double eps = 1e-5);
+
 // num_batches_tracked += 1, in place on its device (BatchNorm2d's counter: an i64 scalar). Never
 // reads the counter back to the host: on CUDA one kernel on the current stream.
 void count_batch_(const Tensor& num_batches_tracked);
@@ -29,6 +37,9 @@ namespace detail {
 std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
                                              const Tensor& running_mean, const Tensor& running_var,
                                              const Tensor& weight, const Tensor& bias, double eps);
+// training: more than one value per channel; evaluation: running statistics defined.
+void check_batch_norm_mode(const char* op, const Tensor& x, const Tensor& running_mean,
+                           bool training, int64_t count);
 // f16/bf16 activations with f32 parameters or statistics (autocast), and f16/bf16 on the CPU:
 // f32_op(x, running_mean, running_var, weight, bias) on f32 copies, its result in x's dtype, half
 // running statistics updated in place from their f32 copies (training). nullopt otherwise: the

@@ -92,8 +92,10 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   Tensor local = zeros({2 * c + 1}, DType::f64, device);
   dispatch_on(device, x.dtype(), op, [&]<class T, class B>() {
     if (local_count > 0) {
-      kernels::BatchNorm<B>::stats(x.data<T>(), n, c, hw, local.data<double>(),
-                                   local.data<double>() + c, nullptr, eps, kernel_ctx(x));
+      using K = kernels::BatchNorm<B>;
+      const Tensor ws = Tensor::empty({K::workspace_bytes(n, c, hw)}, DType::u8, device);
+      K::stats(x.data<T>(), n, c, hw, local.data<double>(), local.data<double>() + c, nullptr, eps,
+               kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(x));
     }
   });
   local.narrow(0, 2 * c, 1).fill_(double(local_count));
@@ -117,7 +119,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
     }
     K::apply(x.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
              weight.defined() ? weight.data<T>() : nullptr,
-             bias.defined() ? bias.data<T>() : nullptr, out.data<T>(), kernel_ctx(x));
+             bias.defined() ? bias.data<T>() : nullptr, false, out.data<T>(), kernel_ctx(x));
   });
   if (running_mean.defined()) {
     running_mean.bump_version();

@@ -45,7 +45,7 @@ void accumulate(int64_t hw, Lanes& acc, F&& f) {
 template <>
 template <class T>
 void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var,
-                           double* invstd, double eps, Ctx ctx) {
+                           double* invstd, double eps, Workspace, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_stats", n, c, hw);
   RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
   const double count = double(n * hw);
@@ -79,7 +79,8 @@ void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double*
 template <>
 template <class T>
 void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                           const double* invstd, const T* weight, const T* bias, T* y, Ctx ctx) {
+                           const double* invstd, const T* weight, const T* bias, bool relu, T* y,
+                           Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
   cpu::parallel_for(
       0, n * c, channel_grain(1, hw),
@@ -94,9 +95,17 @@ void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const d
           const T* p = x + job * hw;
           T* q = y + job * hw;
           for (int64_t i = 0; i < hw; ++i) q[i] = (p[i] - m) * scale + shift;
+          if (relu) {
+            for (int64_t i = 0; i < hw; ++i) q[i] = q[i] < T(0) ? T(0) : q[i];
+          }
         }
       },
       ctx.threads);
+}
+
+template <>
+int64_t BatchNorm<Cpu>::workspace_bytes(int64_t, int64_t, int64_t) {
+  return 0;
 }
 
 template <>
@@ -124,16 +133,32 @@ void BatchNorm<Cpu>::update_running(T* running_mean, T* running_var, const doubl
 
 namespace {
 
-// Channel ch's sum(gy) and sum(gy * (x - mean)), in one pass.
+// The recomputed output of apply(..., relu) that gates gy (null `mask`: no relu): g where
+// apply's y = (x - m) * scale + shift, with apply's arithmetic in T, is positive, else 0.
+template <class T>
+struct ReluMask {
+  bool on = false;
+  T m{}, scale{}, shift{};
+  T gate(T g, T x) const { return !on || (x - m) * scale + shift > T(0) ? g : T(0); }
+};
+template <class T>
+ReluMask<T> relu_mask(bool relu, int64_t ch, const double* mean, const double* invstd,
+                      const T* weight, const T* bias) {
+  if (!relu) return {};
+  return {true, T(mean[ch]), T(invstd[ch] * (weight ? double(weight[ch]) : 1.0)),
+          bias ? bias[ch] : T(0)};
+}
+
+// Channel ch's sum(g) and sum(g * (x - mean)) in one pass, g = mask.gate(gy, x).
 template <class T>
 std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                                        int64_t ch, double m) {
+                                        int64_t ch, double m, const ReluMask<T>& mask = {}) {
   Lanes gy_lanes, gy_xmu_lanes;
   for (int64_t s = 0; s < n; ++s) {
     const T* g = gy + (s * c + ch) * hw;
     const T* p = x + (s * c + ch) * hw;
-    accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes](int64_t i, int lane) {
-      const double gv = double(g[i]);
+    accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes, &mask](int64_t i, int lane) {
+      const double gv = double(mask.gate(g[i], p[i]));
       gy_lanes.v[lane] += gv;
       return gv * (double(p[i]) - m);
     });
@@ -147,7 +172,7 @@ std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int6
 template <class T>
 void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, int64_t ch, double m,
                     double is, double w, bool batch_stats, double sum_gy, double sum_gy_xhat,
-                    double count, T* gx) {
+                    double count, T* gx, const ReluMask<T>& mask = {}) {
   const double a = w * is;
   const double b = batch_stats ? -w * is * is * sum_gy_xhat / count : 0.0;
   const double d = batch_stats ? -w * is * sum_gy / count : 0.0;
@@ -156,7 +181,11 @@ void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, i
     const T* g = gy + (s * c + ch) * hw;
     const T* p = x + (s * c + ch) * hw;
     T* q = gx + (s * c + ch) * hw;
-    for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
+    if (mask.on) {
+      for (int64_t i = 0; i < hw; ++i) q[i] = ta * mask.gate(g[i], p[i]) + tb * (p[i] - tm) + td;
+    } else {
+      for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
+    }
   }
 }
 
@@ -166,7 +195,8 @@ template <>
 template <class T>
 void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                               const double* mean, const double* invstd, const T* weight,
-                              bool batch_stats, T* gx, T* gweight, T* gbias, Ctx ctx) {
+                              const T* bias, bool batch_stats, bool relu, T* gx, T* gweight,
+                              T* gbias, Workspace, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   const double count = double(n * hw);
   cpu::parallel_for(
@@ -174,14 +204,15 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
       [&](int64_t lo, int64_t hi) {
         for (int64_t ch = lo; ch < hi; ++ch) {
           const double m = mean[ch], is = invstd[ch];
+          const ReluMask<T> mask = relu_mask(relu, ch, mean, invstd, weight, bias);
           // sum(gy) and sum(gy * xhat) with xhat = (x - mean) * invstd.
-          const auto [sum_gy, sum_gy_xmu] = gradient_sums(gy, x, n, c, hw, ch, m);
+          const auto [sum_gy, sum_gy_xmu] = gradient_sums(gy, x, n, c, hw, ch, m, mask);
           const double sum_gy_xhat = sum_gy_xmu * is;
           if (gweight) gweight[ch] = T(sum_gy_xhat);
           if (gbias) gbias[ch] = T(sum_gy);
           if (!gx) continue;
           input_gradient(gy, x, n, c, hw, ch, m, is, weight ? double(weight[ch]) : 1.0, batch_stats,
-                         sum_gy, sum_gy_xhat, count, gx);
+                         sum_gy, sum_gy_xhat, count, gx, mask);
         }
       },
       ctx.threads);

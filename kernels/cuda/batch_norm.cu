@@ -1,7 +1,12 @@
-// The batch-norm kernels on CUDA (kernels/batch_norm.h). Statistics and the backward take one
-// block per channel: a channel's n * hw values are n runs of hw contiguous elements, summed in f64
-// with warp shuffles then shared memory (a fixed tree); normalization is elementwise in the
-// compute type, from per-channel coefficients formed in f64.
+// The batch-norm kernels on CUDA (kernels/batch_norm.h). A channel's n * hw values are n runs of
+// hw contiguous elements. Statistics and the backward's sums split each channel into slices of
+// consecutive images (slices_for: enough blocks to fill the GPU whatever c is), one block per
+// slice summing in f64 with warp shuffles then shared memory; a second kernel adds a channel's
+// slice partials in slice order, so the trees depend only on the sizes: results are
+// deterministic. Normalization and the input gradient are elementwise grid-stride loops in the
+// compute type, from per-channel coefficients formed in f64; no loop divides per element
+// (SliceWalk, ChannelWalk track the position incrementally). SyncBatchNorm's backward halves
+// (backward_reduce, backward_elemt) keep one block per channel.
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
@@ -40,45 +45,6 @@ __device__ __forceinline__ int64_t channel_index(int64_t j, int64_t ch, int64_t 
 }
 
 template <class D>
-__global__ void stats_kernel(const D* x, int64_t n, int64_t c, int64_t hw, double* mean,
-                             double* var, double* invstd, double eps) {
-  __shared__ double scratch[32];
-  const int64_t m = n * hw;
-  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
-    double sum = 0;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x)
-      sum += static_cast<double>(load(x[channel_index(j, ch, c, hw)]));
-    const double mu = block_sum(sum, scratch) / static_cast<double>(m);
-    // Second pass around the mean: no cancellation from E[x^2] - E[x]^2.
-    double sq = 0;
-    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const double d = static_cast<double>(load(x[channel_index(j, ch, c, hw)])) - mu;
-      sq += d * d;
-    }
-    const double v = block_sum(sq, scratch) / static_cast<double>(m);
-    if (threadIdx.x == 0) {
-      mean[ch] = mu;
-      var[ch] = v;
-      if (invstd) invstd[ch] = 1.0 / sqrt(v + eps);
-    }
-  }
-}
-
-template <class D>
-__global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, const double* mean,
-                             const double* invstd, const D* weight, const D* bias, D* y) {
-  using A = compute_t<D>;
-  for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
-    const int64_t ch = idx / hw % c;
-    // Centre first: folding the mean into one shift would cancel when |mean| is large.
-    const A m = static_cast<A>(mean[ch]);
-    const A scale = static_cast<A>(invstd[ch] * (weight ? static_cast<double>(load(weight[ch])) : 1.0));
-    const A shift = bias ? load(bias[ch]) : A(0);
-    y[idx] = store<D>((load(x[idx]) - m) * scale + shift);
-  }
-}
-
-template <class D>
 __global__ void update_running_kernel(D* running_mean, D* running_var, const double* mean,
                                       const double* var, int64_t c, double unbias,
                                       double momentum) {
@@ -91,6 +57,281 @@ __global__ void update_running_kernel(D* running_mean, D* running_var, const dou
       running_var[ch] = store<D>((1 - momentum) * static_cast<double>(load(running_var[ch])) +
                                  momentum * var[ch] * unbias);
     }
+  }
+}
+
+// ---- Sliced statistics, normalization (+ relu) and backward --------------------------------
+
+constexpr unsigned int kSliceThreads = 256;
+constexpr int64_t kTargetBlocks = 1024;    // slices of all channels: several blocks per SM
+constexpr int64_t kMinSliceValues = 8192;  // a slice's values at least, when a channel has more
+
+// Slices per channel: whole images each, at most n, each under 2^31 values.
+int64_t slices_for(int64_t n, int64_t c, int64_t hw) {
+  if (n == 0 || c == 0) return 1;
+  int64_t s = std::min({(kTargetBlocks + c - 1) / c, std::max<int64_t>(n * hw / kMinSliceValues, 1),
+                        n});
+  while (s < n && (n + s - 1) / s * hw >= (int64_t{1} << 31)) s = std::min(2 * s, n);
+  return std::max<int64_t>(s, 1);
+}
+
+// Channel ch's values in images [i0, i1), a block's threads striding over them: at(u) is the
+// element index of the slice's u-th value, tracked without dividing per value.
+struct SliceWalk {
+  int64_t base, c_hw;
+  unsigned int hw, r, p, dr, dp;
+  __device__ SliceWalk(int64_t i0, int64_t ch, int64_t c, int64_t hw_)
+      : base(i0 * c * hw_ + ch * hw_), c_hw(c * hw_), hw(static_cast<unsigned int>(hw_)),
+        r(threadIdx.x / hw), p(threadIdx.x % hw), dr(blockDim.x / hw), dp(blockDim.x % hw) {}
+  __device__ __forceinline__ int64_t at() const { return base + r * c_hw + p; }
+  __device__ __forceinline__ void next() {
+    r += dr;
+    p += dp;
+    if (p >= hw) {
+      p -= hw;
+      ++r;
+    }
+  }
+};
+
+// A grid-stride loop over the elements of [n, c, hw], tracking each index's channel.
+struct ChannelWalk {
+  int64_t idx, stride, c, hw, p, ch, dp, dch;
+  __device__ ChannelWalk(int64_t c_, int64_t hw_)
+      : idx(grid_start()), stride(grid_stride()), c(c_), hw(hw_), p(idx % hw_),
+        ch(idx / hw_ % c_), dp(stride % hw_), dch(stride / hw_ % c_) {}
+  __device__ __forceinline__ void next() {
+    idx += stride;
+    p += dp;
+    ch += dch;
+    if (p >= hw) {
+      p -= hw;
+      ++ch;
+    }
+    if (ch >= c) ch -= c;
+  }
+};
+
+// apply's value before relu, stored in D: the one expression the forward and the backward's
+// relu mask share, so both round (and contract) it alike.
+template <class D, class A>
+__device__ __forceinline__ D normalized(A x, A m, A scale, A shift) {
+  return store<D>((x - m) * scale + shift);
+}
+
+// Per-channel coefficients of apply: centre first (folding the mean into one shift would cancel
+// when |mean| is large), scale = invstd * weight formed in f64.
+template <class D>
+struct ApplyCoefficients {
+  using A = compute_t<D>;
+  A m, scale, shift;
+  __device__ ApplyCoefficients(int64_t ch, const double* mean, const double* invstd,
+                               const D* weight, const D* bias)
+      : m(static_cast<A>(mean[ch])),
+        scale(static_cast<A>(invstd[ch] * (weight ? static_cast<double>(load(weight[ch])) : 1.0))),
+        shift(bias ? static_cast<A>(load(bias[ch])) : A(0)) {}
+  // Whether apply(..., relu)'s output at x is positive (relu_backward's test on that output).
+  __device__ __forceinline__ bool positive(A x) const {
+    return load(normalized<D>(x, m, scale, shift)) > A(0);
+  }
+};
+
+// Values summed (n), their sum and M2 = sum((x - mean)^2), merged with Chan et al.'s pairwise
+// update: the spread of each part is taken around its own mean, so no large mean cancels.
+struct Moments {
+  double n = 0, sum = 0, m2 = 0;
+  __device__ __forceinline__ void merge(const Moments& o) {
+    if (o.n == 0) return;
+    if (n == 0) {
+      *this = o;
+      return;
+    }
+    const double total = n + o.n, delta = o.sum / o.n - sum / n;
+    m2 += o.m2 + delta * delta * (n * o.n / total);
+    sum += o.sum;
+    n = total;
+  }
+  __device__ __forceinline__ Moments shuffled(int offset) const {
+    return {__shfl_xor_sync(kFullMask, n, offset), __shfl_xor_sync(kFullMask, sum, offset),
+            __shfl_xor_sync(kFullMask, m2, offset)};
+  }
+};
+
+// A block's Moments merged with a fixed tree (warp shuffles, then one per warp), for thread 0.
+// scratch: 3 x 32 doubles of shared memory.
+__device__ Moments block_moments(Moments v, double (*scratch)[32]) {
+  for (int offset = 16; offset > 0; offset /= 2) v.merge(v.shuffled(offset));
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    scratch[0][warp] = v.n;
+    scratch[1][warp] = v.sum;
+    scratch[2][warp] = v.m2;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < blockDim.x / 32 ? Moments{scratch[0][lane], scratch[1][lane], scratch[2][lane]}
+                               : Moments{};
+    for (int offset = 16; offset > 0; offset /= 2) v.merge(v.shuffled(offset));
+  }
+  return v;
+}
+
+// Per slice: its values' sum and M2 (each thread's around its first value, in f64, then merged),
+// written to partial[k * c + ch] and partial[(slices + k) * c + ch].
+template <class D>
+__global__ void stats_partial_kernel(const D* x, int64_t n, int64_t c, int64_t hw, int64_t slices,
+                                     double* partial) {
+  __shared__ double scratch[3][32];
+  const int64_t ch = blockIdx.x / slices, k = blockIdx.x % slices;
+  const int64_t i0 = k * n / slices, i1 = (k + 1) * n / slices;
+  const unsigned int values = static_cast<unsigned int>((i1 - i0) * hw);
+  SliceWalk w(i0, ch, c, hw);
+  const double shift =
+      threadIdx.x < values ? static_cast<double>(load(x[w.at()])) : 0.0;  // this thread's first
+  double count = 0, s0 = 0, s1 = 0, s2 = 0;
+  RG_UNROLL(4)
+  for (unsigned int u = threadIdx.x; u < values; u += blockDim.x, w.next()) {
+    const double v = static_cast<double>(load(x[w.at()]));
+    const double d = v - shift;
+    count += 1;
+    s0 += v;
+    s1 += d;
+    s2 += d * d;
+  }
+  Moments mine;
+  if (count > 0) {
+    const double m2 = s2 - s1 * s1 / count;  // rounding may leave it just below 0; NaN stays NaN
+    mine = {count, s0, m2 < 0 ? 0.0 : m2};
+  }
+  const Moments total = block_moments(mine, scratch);
+  if (threadIdx.x == 0) {
+    partial[k * c + ch] = total.sum;
+    partial[(slices + k) * c + ch] = total.m2;
+  }
+}
+
+// Per channel: the slices' Moments merged in slice order, then mean, the biased variance and
+// invstd.
+__global__ void stats_finish_kernel(int64_t n, int64_t c, int64_t hw, int64_t slices,
+                                    const double* partial, double* mean, double* var,
+                                    double* invstd, double eps) {
+  for (int64_t ch = grid_start(); ch < c; ch += grid_stride()) {
+    Moments all;
+    for (int64_t k = 0; k < slices; ++k) {
+      const double values = static_cast<double>(((k + 1) * n / slices - k * n / slices) * hw);
+      all.merge({values, partial[k * c + ch], partial[(slices + k) * c + ch]});
+    }
+    const double m = static_cast<double>(n * hw);  // 0: NaN statistics, as 0 / 0
+    const double v = all.m2 / m;
+    mean[ch] = all.sum / m;
+    var[ch] = v;
+    if (invstd) invstd[ch] = 1.0 / sqrt(v + eps);
+  }
+}
+
+template <class D>
+__global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, const double* mean,
+                             const double* invstd, const D* weight, const D* bias, bool relu,
+                             D* y) {
+  using A = compute_t<D>;
+  ChannelWalk w(c, hw);
+  int64_t cached = -1;
+  A m = 0, scale = 0, shift = 0;
+  RG_UNROLL(4)
+  for (; w.idx < total; w.next()) {
+    if (w.ch != cached) {
+      const ApplyCoefficients<D> k(w.ch, mean, invstd, weight, bias);
+      m = k.m;
+      scale = k.scale;
+      shift = k.shift;
+      cached = w.ch;
+    }
+    const D v = normalized<D>(load(x[w.idx]), m, scale, shift);
+    y[w.idx] = relu && load(v) < A(0) ? store<D>(A(0)) : v;
+  }
+}
+
+// Per slice: sum(g) and sum(g * (x - mean)) in f64, g = gy (relu: where apply's output is
+// positive, else 0), into partial as stats_partial_kernel's.
+template <class D>
+__global__ void backward_partial_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
+                                        int64_t slices, const double* mean, const double* invstd,
+                                        const D* weight, const D* bias, bool relu,
+                                        double* partial) {
+  using A = compute_t<D>;
+  __shared__ double scratch[32];
+  const int64_t ch = blockIdx.x / slices, k = blockIdx.x % slices;
+  const int64_t i0 = k * n / slices, i1 = (k + 1) * n / slices;
+  const double mu = mean[ch];
+  const ApplyCoefficients<D> coef(ch, mean, invstd, weight, bias);
+  const unsigned int values = static_cast<unsigned int>((i1 - i0) * hw);
+  double sum_g = 0, sum_g_xmu = 0;
+  SliceWalk w(i0, ch, c, hw);
+  RG_UNROLL(4)
+  for (unsigned int u = threadIdx.x; u < values; u += blockDim.x, w.next()) {
+    const int64_t at = w.at();
+    const A xv = load(x[at]);
+    const double g = relu && !coef.positive(xv) ? 0.0 : static_cast<double>(load(gy[at]));
+    sum_g += g;
+    sum_g_xmu += g * (static_cast<double>(xv) - mu);
+  }
+  sum_g = block_sum(sum_g, scratch);
+  sum_g_xmu = block_sum(sum_g_xmu, scratch);
+  if (threadIdx.x == 0) {
+    partial[k * c + ch] = sum_g;
+    partial[(slices + k) * c + ch] = sum_g_xmu;
+  }
+}
+
+// Per channel: the slices' sums in slice order; gweight, gbias; and gx's coefficients
+// gx = a * g + b * (x - mean) + d (as input_gradient forms them) into coef[0..3c).
+template <class D>
+__global__ void backward_finish_kernel(int64_t c, int64_t slices, double m, const double* partial,
+                                       const double* invstd, const D* weight, bool batch_stats,
+                                       D* gweight, D* gbias, double* coef) {
+  for (int64_t ch = grid_start(); ch < c; ch += grid_stride()) {
+    double sum_g = 0, sum_g_xmu = 0;
+    for (int64_t k = 0; k < slices; ++k) {
+      sum_g += partial[k * c + ch];
+      sum_g_xmu += partial[(slices + k) * c + ch];
+    }
+    const double is = invstd[ch];
+    const double sum_g_xhat = sum_g_xmu * is;
+    if (gweight) gweight[ch] = store<D>(sum_g_xhat);
+    if (gbias) gbias[ch] = store<D>(sum_g);
+    const double w = weight ? static_cast<double>(load(weight[ch])) : 1.0;
+    coef[ch] = w * is;
+    coef[c + ch] = batch_stats ? -w * is * is * sum_g_xhat / m : 0.0;
+    coef[2 * c + ch] = batch_stats ? -w * is * sum_g / m : 0.0;
+  }
+}
+
+template <class D>
+__global__ void backward_input_kernel(const D* gy, const D* x, int64_t c, int64_t hw,
+                                      int64_t total, const double* mean, const double* invstd,
+                                      const D* weight, const D* bias, bool relu,
+                                      const double* coef, D* gx) {
+  using A = compute_t<D>;
+  ChannelWalk w(c, hw);
+  int64_t cached = -1;
+  A a = 0, b = 0, d = 0, mu = 0, m = 0, scale = 0, shift = 0;
+  RG_UNROLL(4)
+  for (; w.idx < total; w.next()) {
+    if (w.ch != cached) {
+      const ApplyCoefficients<D> k(w.ch, mean, invstd, weight, bias);
+      m = k.m;
+      scale = k.scale;
+      shift = k.shift;
+      a = static_cast<A>(coef[w.ch]);
+      b = static_cast<A>(coef[c + w.ch]);
+      d = static_cast<A>(coef[2 * c + w.ch]);
+      mu = static_cast<A>(mean[w.ch]);
+      cached = w.ch;
+    }
+    const A xv = load(x[w.idx]);
+    const bool keep = !relu || load(normalized<D>(xv, m, scale, shift)) > A(0);
+    const A g = keep ? load(gy[w.idx]) : A(0);
+    gx[w.idx] = store<D>(a * g + b * (xv - mu) + d);
   }
 }
 
@@ -125,30 +366,6 @@ __device__ void input_gradient(const D* gy, const D* x, int64_t m, int64_t ch, i
   for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
     const int64_t at = channel_index(j, ch, c, hw);
     gx[at] = store<D>(a * load(gy[at]) + b * (load(x[at]) - mu_a) + d);
-  }
-}
-
-template <class D>
-__global__ void backward_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
-                                const double* mean, const double* invstd, const D* weight,
-                                bool batch_stats, D* gx, D* gweight, D* gbias) {
-  __shared__ double scratch[32];
-  const int64_t m = n * hw;
-  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
-    const double mu = mean[ch], is = invstd[ch];
-    // sum(gy) and sum(gy * (x - mean)); xhat = (x - mean) * invstd.
-    double sum_gy, sum_gy_xmu;
-    gradient_sums(gy, x, m, ch, c, hw, mu, scratch, sum_gy, sum_gy_xmu);
-    const double sum_gy_xhat = sum_gy_xmu * is;
-    if (threadIdx.x == 0) {
-      if (gweight) gweight[ch] = store<D>(sum_gy_xhat);
-      if (gbias) gbias[ch] = store<D>(sum_gy);
-    }
-    if (gx) {
-      const double w = weight ? static_cast<double>(load(weight[ch])) : 1.0;
-      input_gradient(gy, x, m, ch, c, hw, mu, is, w, batch_stats, sum_gy, sum_gy_xhat,
-                     static_cast<double>(m), gx);
-    }
   }
 }
 
@@ -190,28 +407,60 @@ unsigned int channel_grid(int64_t c) { return static_cast<unsigned int>(std::min
 }  // namespace
 
 template <>
+int64_t BatchNorm<Cuda>::workspace_bytes(int64_t n, int64_t c, int64_t hw) {
+  if (c <= 0) return 0;
+  // stats: 2 partials per slice and channel; backward: those and 3 coefficients per channel.
+  return (2 * slices_for(n, c, hw) + 3) * c * static_cast<int64_t>(sizeof(double));
+}
+
+namespace {
+
+void check_workspace(const char* op, Workspace workspace, int64_t n, int64_t c, int64_t hw) {
+  const int64_t need = BatchNorm<Cuda>::workspace_bytes(n, c, hw);
+  RG_CHECK(workspace.data != nullptr && workspace.bytes >= need, op, ": needs a workspace of ",
+           need, " bytes (workspace_bytes), got ", workspace.bytes);
+  RG_CHECK(hw < (int64_t{1} << 31), op, ": at most 2^31 - 1 values per image and channel, got ",
+           hw);
+}
+
+unsigned int slice_grid(int64_t slices, int64_t c) { return static_cast<unsigned int>(slices * c); }
+
+}  // namespace
+
+template <>
 template <class T>
 void BatchNorm<Cuda>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean,
-                            double* var, double* invstd, double eps, Ctx ctx) {
+                            double* var, double* invstd, double eps, Workspace workspace,
+                            Ctx ctx) {
   using D = device_t<T>;
   detail::check_batch_norm_sizes("batch_norm_stats", n, c, hw);
   RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
   if (c == 0) return;
   RG_CHECK(mean != nullptr && var != nullptr, "batch_norm_stats: mean and var must not be null");
-  RG_LAUNCH(stats_kernel<D>, channel_grid(c), channel_threads(n * hw), 0, as_stream(ctx.stream),
-            dev(x), n, c, hw, mean, var, invstd, eps);
+  check_workspace("batch_norm_stats", workspace, n, c, hw);
+  double* partial = static_cast<double*>(workspace.data);
+  // No values: no slices, and the finish kernel's 0 / 0 gives NaN statistics.
+  const int64_t m = n * hw;
+  const int64_t slices = m == 0 ? 0 : slices_for(n, c, hw);
+  if (slices > 0) {
+    RG_LAUNCH(stats_partial_kernel<D>, slice_grid(slices, c), kSliceThreads, 0,
+              as_stream(ctx.stream), dev(x), n, c, hw, slices, partial);
+  }
+  RG_LAUNCH(stats_finish_kernel, blocks_for(c), kThreads, 0, as_stream(ctx.stream), n, c, hw,
+            slices, partial, mean, var, invstd, eps);
 }
 
 template <>
 template <class T>
 void BatchNorm<Cuda>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                            const double* invstd, const T* weight, const T* bias, T* y, Ctx ctx) {
+                            const double* invstd, const T* weight, const T* bias, bool relu, T* y,
+                            Ctx ctx) {
   using D = device_t<T>;
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
   const int64_t total = n * c * hw;
   if (total == 0) return;
   RG_LAUNCH(apply_kernel<D>, blocks_for(total), kThreads, 0, as_stream(ctx.stream), dev(x), c, hw,
-            total, mean, invstd, dev(weight), dev(bias), dev(y));
+            total, mean, invstd, dev(weight), dev(bias), relu, dev(y));
 }
 
 template <>
@@ -231,13 +480,28 @@ template <>
 template <class T>
 void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                                const double* mean, const double* invstd, const T* weight,
-                               bool batch_stats, T* gx, T* gweight, T* gbias, Ctx ctx) {
+                               const T* bias, bool batch_stats, bool relu, T* gx, T* gweight,
+                               T* gbias, Workspace workspace, Ctx ctx) {
   using D = device_t<T>;
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   if (c == 0) return;
-  RG_LAUNCH(backward_kernel<D>, channel_grid(c), channel_threads(n * hw), 0,
-            as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, mean, invstd, dev(weight),
-            batch_stats, dev(gx), dev(gweight), dev(gbias));
+  check_workspace("batch_norm_backward", workspace, n, c, hw);
+  const int64_t m = n * hw;
+  const int64_t slices = m == 0 ? 0 : slices_for(n, c, hw);
+  double* partial = static_cast<double*>(workspace.data);
+  double* coef = partial + 2 * slices_for(n, c, hw) * c;
+  if (slices > 0) {
+    RG_LAUNCH(backward_partial_kernel<D>, slice_grid(slices, c), kSliceThreads, 0,
+              as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, slices, mean, invstd, dev(weight),
+              dev(bias), relu, partial);
+  }
+  RG_LAUNCH(backward_finish_kernel<D>, blocks_for(c), kThreads, 0, as_stream(ctx.stream), c,
+            slices, static_cast<double>(m), partial, invstd, dev(weight), batch_stats,
+            dev(gweight), dev(gbias), coef);
+  if (!gx || m == 0) return;
+  RG_LAUNCH(backward_input_kernel<D>, blocks_for(n * c * hw), kThreads, 0, as_stream(ctx.stream),
+            dev(gy), dev(x), c, hw, n * c * hw, mean, invstd, dev(weight), dev(bias), relu, coef,
+            dev(gx));
 }
 
 template <>

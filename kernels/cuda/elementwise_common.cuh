@@ -13,6 +13,14 @@
 
 #include "kernels/half.h"
 
+// `#pragma unroll n` for nvcc; nothing under the CPU emulator (GCC rejects the pragma).
+#ifdef RG_CUDA_EMU
+#define RG_UNROLL(n)
+#else
+#define RG_PRAGMA(x) _Pragma(#x)
+#define RG_UNROLL(n) RG_PRAGMA(unroll n)
+#endif
+
 namespace rg::kernels::cuda::detail {
 
 // Threads per block of every grid-stride kernel, and a grid cap: enough blocks to fill any current

@@ -522,8 +522,8 @@ void normalize(const BnShape& s, const std::vector<P>& xv, const std::vector<dou
                const std::vector<double>& invstd, const void* scale, const void* bias, void* y) {
   std::vector<P> out(xv.size());
   BatchNorm<Cpu>::apply<P>(xv.data(), s.n, s.c, s.hw, mean.data(), invstd.data(),
-                           static_cast<const P*>(scale), static_cast<const P*>(bias), out.data(),
-                           {});
+                           static_cast<const P*>(scale), static_cast<const P*>(bias), false,
+                           out.data(), {});
   cpu::cast<P, T>(out.data(), static_cast<T*>(y), int64_t(out.size()));
 }
 
@@ -583,7 +583,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
             const std::vector<P> xv = widen<T, P>(x, s.n * s.c * s.hw);
             std::vector<double> mean(size_t(s.c)), var(size_t(s.c));
             BatchNorm<Cpu>::stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data(), nullptr,
-                                     0.0, {});
+                                     0.0, {}, {});
             const std::vector<double> invstd = inverse_std(var, epsilon);
             normalize<T, P>(s, xv, mean, invstd, scale, bias, y);
             // cuDNN's running variance takes the unbiased batch variance, as
@@ -676,14 +676,14 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
             } else {  // recomputed from x, as cuDNN does without the cache
               std::vector<double> var(size_t(s.c));
               BatchNorm<Cpu>::stats<P>(xv.data(), s.n, s.c, s.hw, mean.data(), var.data(), nullptr,
-                                       0.0, {});
+                                       0.0, {}, {});
               invstd = inverse_std(var, epsilon);
             }
             std::vector<P> gx(static_cast<size_t>(total));
             BatchNorm<Cpu>::backward<P>(gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(),
-                                        invstd.data(), static_cast<const P*>(scale), true,
-                                        gx.data(), static_cast<P*>(scale_diff),
-                                        static_cast<P*>(bias_diff), {});
+                                        invstd.data(), static_cast<const P*>(scale), nullptr,
+                                        true, false, gx.data(), static_cast<P*>(scale_diff),
+                                        static_cast<P*>(bias_diff), {}, {});
             cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), total);
           });
     return CUDNN_STATUS_SUCCESS;

@@ -37,7 +37,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor BasicBlock::forward_impl(const Tensor& x) {
-  Tensor out = relu(bn1_->forward(conv1_->forward(x)));
+  Tensor out = bn1_->forward_relu(conv1_->forward(x));
   out = bn2_->forward(conv2_->forward(out));
   const Tensor identity = downsample_ ? downsample_->forward(x) : x;
   // Moved: the sum and the relu are written over bn2's output, which nothing saves (torchvision's
@@ -64,7 +64,7 @@ ResNet18::ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem)
 }
 
 Tensor ResNet18::forward_impl(const Tensor& x) {
-  Tensor h = relu(bn1_->forward(conv1_->forward(x)));
+  Tensor h = bn1_->forward_relu(conv1_->forward(x));
   if (imagenet_stem_) h = max_pool2d(h, {3, 3}, {2, 2}, {1, 1});
   for (auto& layer : layers_) h = layer->forward(h);
   h = flatten(adaptive_avg_pool2d(h, {1, 1}), 1);

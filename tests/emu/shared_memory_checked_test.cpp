@@ -100,13 +100,22 @@ TEST(EmuChecked, BatchNorm) {
   std::vector<double> mean(c), var(c), invstd(c);
   std::vector<float> y(x.size()), gx(x.size()), gw(c), gb(c);
   const std::vector<float> w(c, 1.f), b(c, 0.f), gy(x.size(), 1.f);
-  BatchNorm::stats(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), 1e-5, {});
-  BatchNorm::apply(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(), y.data(),
+  std::vector<unsigned char> ws(static_cast<size_t>(BatchNorm::workspace_bytes(n, c, hw)));
+  const kernels::Workspace workspace{ws.data(), int64_t(ws.size())};
+  BatchNorm::stats(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), 1e-5, workspace,
                    {});
-  BatchNorm::backward(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), true,
-                      gx.data(), gw.data(), gb.data(), {});
-  for (float v : gb) EXPECT_FLOAT_EQ(v, float(n * hw));
-  for (float v : gx) EXPECT_NEAR(v, 0.f, 1e-4);  // a constant gy has no gradient through the mean
+  BatchNorm::apply(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(), true,
+                   y.data(), {});
+  BatchNorm::backward(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(),
+                      b.data(), true, true, gx.data(), gw.data(), gb.data(), workspace, {});
+  // With relu, gy counts where y > 0: for a ramp per image, half of each channel's values.
+  for (size_t ch = 0; ch < gb.size(); ++ch) {
+    float positive = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < hw; ++j) positive += y[size_t((i * c + int64_t(ch)) * hw + j)] > 0;
+    }
+    EXPECT_FLOAT_EQ(gb[ch], positive);
+  }
 }
 
 TEST(EmuChecked, Pooling) {

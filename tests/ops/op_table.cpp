@@ -438,22 +438,31 @@ OpEntry adaptive_avg_pool2d_entry() {
 
 // ---- batch_norm.h ----
 
-OpFn bn(bool training, bool affine, bool stats, double eps = 1e-5) {
+using BatchNormOp = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, bool, double, double);
+
+OpFn bn(bool training, bool affine, bool stats, double eps = 1e-5,
+        BatchNormOp op = &batch_norm) {
   // inputs: x, then weight and bias when affine, then running mean and var when stats.
   return [=](const V& v) {
     const Tensor w = affine ? v[1] : Tensor(), b = affine ? v[2] : Tensor();
     const size_t s = affine ? 3 : 1;
-    return batch_norm(v[0], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w, b, training,
-                      0.1, eps);
+    return op(v[0], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w, b, training, 0.1,
+              eps);
   };
 }
 
-OpEntry batch_norm_entry() {
+// batch_norm and the fused batch_norm_relu: the same samples and bad inputs (the fused op's
+// agreement with relu(batch_norm(...)) bit for bit is tests/ops/batch_norm_relu_test.cpp).
+OpEntry batch_norm_entry(const std::string& name = "batch_norm", BatchNormOp op = &batch_norm) {
+  const auto bn = [op](bool training, bool affine, bool stats, double eps = 1e-5) {
+    return ::rg::testing::bn(training, affine, stats, eps, op);
+  };
   OpEntry e;
-  e.name = "batch_norm";
+  e.name = name;
   e.forward = bn(true, true, false);
   e.half_tolerance_scale = 4;  // statistics over a batch, normalized by them
-  e.samples = [] {
+  e.samples = [bn] {
     Generator gen(18);
     auto affine = [&](const Shape& x, int64_t c, double lo = -2, double hi = 3) {
       return V{uniform(x, gen, lo, hi), uniform({c}, gen, 0.5, 1.5), uniform({c}, gen)};
@@ -493,15 +502,15 @@ OpEntry batch_norm_entry() {
       if (x.inputs.size() == 5) x.grad_inputs = 3;
     return s;
   };
-  e.bad_inputs = [] {
+  e.bad_inputs = [bn, name] {
     const V good{zeros({2, 3}), ones({3}), zeros({3})};
-    std::vector<OpBadInput> bad = common_bad_inputs("batch_norm", good);
+    std::vector<OpBadInput> bad = common_bad_inputs(name, good);
     bad.push_back({"3-d input",
                    {zeros({2, 3, 4}), ones({3}), zeros({3})},
                    "expected a 2-d [N, C] or 4-d [N, C, H, W] input"});
     bad.push_back({"weight of the wrong size",
                    {zeros({2, 3}), ones({4}), zeros({3})},
-                   "batch_norm: weight has shape"});
+                   name + ": weight has shape"});
     bad.push_back({"negative eps", good, "eps must be non-negative", bn(true, true, false, -1.0)});
     bad.push_back({"evaluation without running statistics", good, "are required in evaluation mode",
                    bn(false, true, false)});
@@ -1568,6 +1577,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(avg_pool2d_entry());
   t.push_back(adaptive_avg_pool2d_entry());
   t.push_back(batch_norm_entry());
+  t.push_back(batch_norm_entry("batch_norm_relu", &batch_norm_relu));
   t.push_back(sync_batch_norm_entry());
   t.push_back(layer_norm_entry());
   t.push_back(dropout_entry());

@@ -45,6 +45,15 @@ std::string describe(const char* op, const char* type, const std::array<int64_t,
 
 constexpr double kEps = 1e-5;
 
+// Scratch for one backend's stats/backward at these sizes (kept alive by the returned vector).
+template <class K>
+std::vector<unsigned char> scratch_for(int64_t n, int64_t c, int64_t hw) {
+  return std::vector<unsigned char>(static_cast<size_t>(K::workspace_bytes(n, c, hw)));
+}
+inline kernels::Workspace ws(std::vector<unsigned char>& v) {
+  return {v.data(), static_cast<int64_t>(v.size())};
+}
+
 // The CPU kernel's f64 statistics of x (f32 or f64: the reference type of the values).
 struct Stats {
   std::vector<double> mean, var, invstd;
@@ -55,7 +64,7 @@ Stats cpu_stats(const std::vector<R>& x, int64_t n, int64_t c, int64_t hw) {
   Stats s{std::vector<double>(static_cast<size_t>(c)),
           std::vector<double>(static_cast<size_t>(c)),
           std::vector<double>(static_cast<size_t>(c))};
-  Cpu::stats<R>(x.data(), n, c, hw, s.mean.data(), s.var.data(), s.invstd.data(), kEps, {});
+  Cpu::stats<R>(x.data(), n, c, hw, s.mean.data(), s.var.data(), s.invstd.data(), kEps, {}, {});
   return s;
 }
 
@@ -66,7 +75,8 @@ void check_stats(const std::array<int64_t, 3>& shape) {
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 1), 3.f, 7.f);
   std::vector<double> mean(static_cast<size_t>(c)), var(static_cast<size_t>(c)),
       invstd(static_cast<size_t>(c));
-  Cu::stats<T>(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), kEps, {});
+  auto scratch = scratch_for<Cu>(n, c, hw);
+  Cu::stats<T>(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), kEps, ws(scratch), {});
   const Stats want = cpu_stats(convert_all<ref_t<T>>(x), n, c, hw);
   // f64 sums on both backends over the same values: only the summation order differs.
   expect_close(mean, want.mean, 1e-13, 1e-12,
@@ -78,7 +88,7 @@ void check_stats(const std::array<int64_t, 3>& shape) {
 }
 
 template <class T>
-void check_apply(const std::array<int64_t, 3>& shape, bool affine) {
+void check_apply(const std::array<int64_t, 3>& shape, bool affine, bool relu = false) {
   const auto [n, c, hw] = shape;
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 2));
   const auto weight = random_values<T>(c, uint64_t(c + 3), 0.5f, 1.5f);
@@ -87,38 +97,47 @@ void check_apply(const std::array<int64_t, 3>& shape, bool affine) {
   const Stats st = cpu_stats(xf, n, c, hw);
   std::vector<T> y(x.size());
   Cu::apply<T>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-               affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, y.data(), {});
+               affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, relu, y.data(),
+               {});
   const auto wf = convert_all<ref_t<T>>(weight), bf = convert_all<ref_t<T>>(bias);
   std::vector<ref_t<T>> want(x.size());
   Cpu::apply<ref_t<T>>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                       affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, want.data(),
-                       {});
-  expect_close(
-      y, want, 1e-5, default_rtol<T>(),
-      describe(affine ? "batch_norm_apply affine" : "batch_norm_apply", type_name<T>(), shape));
+                       affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, relu,
+                       want.data(), {});
+  expect_close(y, want, 1e-5, default_rtol<T>(),
+               describe(affine ? "batch_norm_apply affine" : "batch_norm_apply", type_name<T>(),
+                        shape) +
+                   (relu ? " relu" : ""));
+  if (relu) {
+    for (double v : convert_all<double>(y)) ASSERT_GE(v, 0.0);
+  }
 }
 
 template <class T>
-void check_backward(const std::array<int64_t, 3>& shape, bool affine, bool batch_stats) {
+void check_backward(const std::array<int64_t, 3>& shape, bool affine, bool batch_stats,
+                    bool relu = false) {
   const auto [n, c, hw] = shape;
   const int64_t m = n * hw;
   const std::string what =
-      ::rg::detail::cat(affine ? " affine" : "", batch_stats ? " batch_stats" : " running_stats");
+      ::rg::detail::cat(affine ? " affine" : "", batch_stats ? " batch_stats" : " running_stats",
+                        relu ? " relu" : "");
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 5));
   const auto gy = random_values<T>(n * c * hw, uint64_t(n * c * hw + 6));
   const auto weight = random_values<T>(c, uint64_t(c + 7), 0.5f, 1.5f);
+  const auto bias = random_values<T>(c, uint64_t(c + 8));
   const auto xf = convert_all<ref_t<T>>(x), gyf = convert_all<ref_t<T>>(gy),
-             wf = convert_all<ref_t<T>>(weight);
+             wf = convert_all<ref_t<T>>(weight), bf = convert_all<ref_t<T>>(bias);
   const Stats st = cpu_stats(xf, n, c, hw);
   std::vector<T> gx(x.size()), gw(static_cast<size_t>(c)), gb(static_cast<size_t>(c));
+  auto scratch = scratch_for<Cu>(n, c, hw);
   Cu::backward<T>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                  affine ? weight.data() : nullptr, batch_stats, gx.data(), gw.data(), gb.data(),
-                  {});
+                  affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, batch_stats,
+                  relu, gx.data(), gw.data(), gb.data(), ws(scratch), {});
   std::vector<ref_t<T>> want_gx(x.size()), want_gw(static_cast<size_t>(c)),
       want_gb(static_cast<size_t>(c));
   Cpu::backward<ref_t<T>>(gyf.data(), xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                          affine ? wf.data() : nullptr, batch_stats, want_gx.data(),
-                          want_gw.data(), want_gb.data(), {});
+                          affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, batch_stats,
+                          relu, want_gx.data(), want_gw.data(), want_gb.data(), {}, {});
   // Sums over the m values of a channel carry m roundings of terms of size ~1.
   const double sum_atol = 2e-6 * double(m);
   expect_close(gb, want_gb, sum_atol, default_rtol<T>(),
@@ -146,6 +165,15 @@ TEST(EmuBatchNorm, ApplyMatchesCpu) {
   });
 }
 
+TEST(EmuBatchNorm, ApplyWithReluMatchesCpu) {
+  for_each_type([]<class T>() {
+    for (const auto& s : shapes()) {
+      check_apply<T>(s, true, true);
+      check_apply<T>(s, false, true);
+    }
+  });
+}
+
 TEST(EmuBatchNorm, BackwardMatchesCpu) {
   for_each_type([]<class T>() {
     for (const auto& s : shapes()) {
@@ -156,20 +184,43 @@ TEST(EmuBatchNorm, BackwardMatchesCpu) {
   });
 }
 
+TEST(EmuBatchNorm, BackwardWithReluMatchesCpu) {
+  for_each_type([]<class T>() {
+    for (const auto& s : shapes()) {
+      for (bool affine : {true, false}) {
+        for (bool batch_stats : {true, false}) check_backward<T>(s, affine, batch_stats, true);
+      }
+    }
+  });
+}
+
+// Many channels and images: several slices per channel (kernels/cuda/batch_norm.cu splits a
+// channel's images over blocks when c is small), partials merged across slices.
+TEST(EmuBatchNorm, SlicedChannelsMatchCpu) {
+  const std::array<int64_t, 3> shape{64, 2, 1024};  // 8 slices per channel
+  check_stats<float>(shape);
+  check_stats<double>(shape);
+  for (bool relu : {false, true}) {
+    check_backward<float>(shape, true, true, relu);
+    check_backward<double>(shape, true, true, relu);
+  }
+}
+
 TEST(EmuBatchNorm, BackwardWithoutGxOrParameterGrads) {
   const int64_t n = 3, c = 4, hw = 33;
   const auto x = random_values<float>(n * c * hw, 1);
   const auto gy = random_values<float>(n * c * hw, 2);
   const Stats st = cpu_stats(x, n, c, hw);
   std::vector<float> gx(x.size(), 7.f), gb(static_cast<size_t>(c));
+  auto scratch = scratch_for<Cu>(n, c, hw);
   Cu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
-                      true, nullptr, nullptr, gb.data(), {});
+                      nullptr, true, false, nullptr, nullptr, gb.data(), ws(scratch), {});
   std::vector<float> want_gb(static_cast<size_t>(c));
   Cpu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
-                       true, nullptr, nullptr, want_gb.data(), {});
+                       nullptr, true, false, nullptr, nullptr, want_gb.data(), {}, {});
   expect_close(gb, want_gb, 1e-6, 1e-6, "gbias only");
   Cu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
-                      true, gx.data(), nullptr, nullptr, {});
+                      nullptr, true, false, gx.data(), nullptr, nullptr, ws(scratch), {});
   EXPECT_NE(gx[0], 7.f);
 }
 
@@ -204,6 +255,7 @@ TEST(EmuBatchNorm, StatsAndBackwardAreDeterministic) {
   const auto gy = random_values<float>(n * c * hw, 12);
   std::array<std::vector<double>, 2> mean, var, invstd;
   std::array<std::vector<float>, 2> gw, gb;
+  auto scratch = scratch_for<Cu>(n, c, hw);
   for (int run = 0; run < 2; ++run) {
     mean[run].resize(static_cast<size_t>(c));
     var[run].resize(static_cast<size_t>(c));
@@ -211,9 +263,10 @@ TEST(EmuBatchNorm, StatsAndBackwardAreDeterministic) {
     gw[run].resize(static_cast<size_t>(c));
     gb[run].resize(static_cast<size_t>(c));
     Cu::stats<float>(x.data(), n, c, hw, mean[run].data(), var[run].data(), invstd[run].data(),
-                     kEps, {});
+                     kEps, ws(scratch), {});
     Cu::backward<float>(gy.data(), x.data(), n, c, hw, mean[run].data(), invstd[run].data(),
-                        nullptr, true, nullptr, gw[run].data(), gb[run].data(), {});
+                        nullptr, nullptr, true, false, nullptr, gw[run].data(), gb[run].data(),
+                        ws(scratch), {});
   }
   const size_t bytes = size_t(c) * sizeof(float);
   EXPECT_EQ(std::memcmp(mean[0].data(), mean[1].data(), 2 * bytes), 0);
@@ -229,8 +282,9 @@ TEST(EmuBatchNorm, StatisticsAccumulateInDoubleOnBothBackends) {
   std::vector<float> x(size_t(hw), 1e-3f);
   x[0] = 4096.f;
   double mean = 0, var = 0, want_mean = 0, want_var = 0;
-  Cu::stats<float>(x.data(), n, c, hw, &mean, &var, nullptr, kEps, {});
-  Cpu::stats<float>(x.data(), n, c, hw, &want_mean, &want_var, nullptr, kEps, {});
+  auto scratch = scratch_for<Cu>(n, c, hw);
+  Cu::stats<float>(x.data(), n, c, hw, &mean, &var, nullptr, kEps, ws(scratch), {});
+  Cpu::stats<float>(x.data(), n, c, hw, &want_mean, &want_var, nullptr, kEps, {}, {});
   const double exact = (4096.0 + double(hw - 1) * double(1e-3f)) / double(hw);
   EXPECT_NEAR(want_mean, exact, 1e-15);
   EXPECT_NEAR(mean, exact, 1e-15);
@@ -240,17 +294,25 @@ TEST(EmuBatchNorm, StatisticsAccumulateInDoubleOnBothBackends) {
 TEST(EmuBatchNorm, RejectsBadArgumentsOnBothBackends) {
   std::vector<float> x(8);
   std::vector<double> mean(2), var(2);
+  auto scratch = scratch_for<Cu>(2, 2, 2);
   const auto both = [&]<class K>() {
     EXPECT_THROW(K::template stats<float>(x.data(), 2, -2, 2, mean.data(), var.data(), nullptr,
-                                          kEps, {}),
+                                          kEps, ws(scratch), {}),
                  Error);
     EXPECT_THROW(K::template stats<float>(x.data(), 2, 2, 2, mean.data(), var.data(), nullptr,
-                                          -1.0, {}),
+                                          -1.0, ws(scratch), {}),
                  Error);
   };
   both.template operator()<Cu>();
   both.template operator()<Cpu>();
-  EXPECT_THROW(Cu::stats<float>(x.data(), 2, 2, 2, nullptr, var.data(), nullptr, kEps, {}), Error);
+  EXPECT_THROW(
+      Cu::stats<float>(x.data(), 2, 2, 2, nullptr, var.data(), nullptr, kEps, ws(scratch), {}),
+      Error);
+  // CUDA's stats and backward need their workspace.
+  std::vector<unsigned char> small(8);
+  EXPECT_THROW(
+      Cu::stats<float>(x.data(), 2, 2, 2, mean.data(), var.data(), nullptr, kEps, ws(small), {}),
+      Error);
 }
 
 }  // namespace

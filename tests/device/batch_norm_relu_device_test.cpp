@@ -1,0 +1,125 @@
+// The fused batch_norm_relu against its composition relu(batch_norm(...)): bit for bit on the CPU
+// and, with our kernels on both sides (set_cudnn_enabled(false)), on cuda:0; within f32's
+// tolerance of the cuDNN batch norm that f32 takes by default. Forward, every gradient and the
+// running statistics, training and evaluation. The ResNet-18 block uses the fused op
+// (layers/models/resnet.cpp), so this is what makes its results those of the unfused model.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "device/device_test_util.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/batch_norm.h"
+#include "engine/ops/cudnn.h"
+
+namespace rg {
+namespace {
+
+using testing::DeviceResult;
+using testing::kCuda;
+using testing::random_tensor;
+using testing::run_on;
+using V = std::vector<Tensor>;
+
+struct Outcome {
+  DeviceResult result;
+  Tensor running_mean, running_var;
+};
+
+// Inputs x, weight, bias on `device` (x's values spread so that about half are cut by relu);
+// running statistics (constants) updated in training.
+Outcome run(bool fused, Device device, DType dtype, bool training) {
+  Generator gen(21);
+  const Tensor x = random_tensor({4, 3, 5, 7}, gen, dtype, -2.0, 3.0);
+  const Tensor w = random_tensor({3}, gen, dtype, 0.5, 1.5);
+  const Tensor b = random_tensor({3}, gen, dtype, -0.5, 0.5);
+  const Tensor upstream = random_tensor({4, 3, 5, 7}, gen, dtype);
+  Outcome r;
+  r.running_mean = random_tensor({3}, gen, dtype, -0.2, 0.2).to(device);
+  r.running_var = random_tensor({3}, gen, dtype, 0.5, 1.5).to(device);
+  const auto f = [&](const V& v) {
+    return fused ? batch_norm_relu(v[0], r.running_mean, r.running_var, v[1], v[2], training)
+                 : relu(batch_norm(v[0], r.running_mean, r.running_var, v[1], v[2], training));
+  };
+  r.result = run_on(device, f, {x, w, b}, upstream);
+  return r;
+}
+
+void expect_identical(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  const Tensor a64 = a.to(Device::cpu()).to(DType::f64), b64 = b.to(Device::cpu()).to(DType::f64);
+  const auto av = a64.to_vector<double>(), bv = b64.to_vector<double>();
+  ASSERT_EQ(av.size(), bv.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < av.size(); ++i) differ += av[i] != bv[i];
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << av.size() << " values differ";
+}
+
+void expect_fused_equals_composition(Device device, DType dtype, bool training,
+                                     const std::string& what) {
+  const Outcome fused = run(true, device, dtype, training);
+  const Outcome composed = run(false, device, dtype, training);
+  expect_identical(fused.result.out, composed.result.out, what + " forward");
+  const char* names[] = {"x", "weight", "bias"};
+  for (size_t i = 0; i < 3; ++i) {
+    expect_identical(fused.result.grads[i], composed.result.grads[i],
+                     what + " grad of " + names[i]);
+  }
+  expect_identical(fused.running_mean, composed.running_mean, what + " running_mean");
+  expect_identical(fused.running_var, composed.running_var, what + " running_var");
+  // Some values are cut and some pass: the mask matters.
+  const auto out = fused.result.out.to(Device::cpu()).to(DType::f64).to_vector<double>();
+  size_t zeros = 0;
+  for (double v : out) zeros += v == 0.0;
+  EXPECT_GT(zeros, out.size() / 5) << what;
+  EXPECT_LT(zeros, out.size() * 4 / 5) << what;
+}
+
+TEST(BatchNormRelu, EqualsTheCompositionBitForBitOnTheCpu) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (bool training : {true, false}) {
+      expect_fused_equals_composition(Device::cpu(), dtype, training,
+                                      std::string("cpu ") + dtype_name(dtype) +
+                                          (training ? " training" : " eval"));
+    }
+  }
+}
+
+// Our batch-norm kernels on CUDA while it lives.
+struct CudnnOff {
+  CudnnOff() { set_cudnn_enabled(false); }
+  ~CudnnOff() { set_cudnn_enabled(true); }
+};
+
+TEST(BatchNormRelu, EqualsTheCompositionBitForBitOnCudaWithOurKernels) {
+  RG_REQUIRE_DEVICE();
+  const CudnnOff ours;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (bool training : {true, false}) {
+      expect_fused_equals_composition(kCuda, dtype, training,
+                                      std::string("cuda ") + dtype_name(dtype) +
+                                          (training ? " training" : " eval"));
+    }
+  }
+}
+
+// With cuDNN on, f32's unfused batch norm is cuDNN's (f32 statistics), the fused one ours.
+TEST(BatchNormRelu, AgreesWithCudnnsBatchNormThenRelu) {
+  RG_REQUIRE_DEVICE();
+  for (bool training : {true, false}) {
+    const std::string what = training ? "training" : "eval";
+    const Outcome fused = run(true, kCuda, DType::f32, training);
+    const Outcome composed = run(false, kCuda, DType::f32, training);
+    testing::expect_close(fused.result.out, composed.result.out, 1e-5, 1e-4, what + " forward");
+    for (size_t i = 0; i < 3; ++i) {
+      testing::expect_close(fused.result.grads[i], composed.result.grads[i], 1e-4, 1e-4,
+                            what + " grad " + std::to_string(i));
+    }
+    testing::expect_close(fused.running_var, composed.running_var, 1e-6, 1e-5,
+                          what + " running_var");
+  }
+}
+
+}  // namespace
+}  // namespace rg
