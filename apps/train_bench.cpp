@@ -32,6 +32,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
+#include "layers/batch_norm.h"
 #include "layers/amp/grad_scaler.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
@@ -129,6 +130,13 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
   train->add_flag("--cudnn-benchmark", t.cudnn_benchmark,
                   "CUDA: time cuDNN's convolution algorithms once per shape and take the fastest "
                   "(torch.backends.cudnn.benchmark)");
+  train->add_option("--cudnn", t.cudnn,
+                    "CUDA: batch norm and average pooling through cuDNN (true) or our kernels "
+                    "(false; convolutions always use cuDNN)")
+      ->default_val(true);
+  train->add_option("--fuse-bn-relu", t.fuse_bn_relu,
+                    "ResNet: each BatchNorm2d followed by ReLU as one fused op (true) or two")
+      ->default_val(true);
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;
@@ -147,6 +155,8 @@ int run_train_bench(const TrainBenchOptions& o) {
     cuda::set_device(device.index);
   }
   set_cudnn_benchmark(o.cudnn_benchmark);
+  set_cudnn_enabled(o.cudnn);
+  nn::set_batch_norm_relu_fusion(o.fuse_bn_relu);
   // With --ddp every rank trains on its own batches and the job's throughput is reported by
   // rank 0: world size x batch x steps over the window's time (DDP's all-reduces keep the ranks
   // in step, so rank 0's clock is the job's).
@@ -239,6 +249,8 @@ int run_train_bench(const TrainBenchOptions& o) {
                       {"warmup", o.warmup},
                       {"deferred_checks", o.deferred_checks},
                       {"cudnn_benchmark", o.cudnn_benchmark},
+                      {"cudnn", o.cudnn},
+                      {"fuse_bn_relu", o.fuse_bn_relu},
                       {"window_steps", o.window_steps},
                       {"rates", rates},
                       {"median", median},

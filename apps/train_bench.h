@@ -30,6 +30,8 @@ struct TrainBenchOptions {
   // window (engine/device_checks.h) instead of once per op call, which stalls the host.
   bool deferred_checks = true;
   bool cudnn_benchmark = false;  // rg::set_cudnn_benchmark (torch.backends.cudnn.benchmark)
+  bool cudnn = true;             // rg::set_cudnn_enabled: off, batch norm runs our kernels
+  bool fuse_bn_relu = true;      // nn::set_batch_norm_relu_fusion
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& o);

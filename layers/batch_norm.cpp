@@ -2,6 +2,8 @@
 // synchronized, the op is sync_batch_norm (as torch.nn.SyncBatchNorm.forward decides).
 #include "layers/batch_norm.h"
 
+#include <atomic>
+
 #include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/factory.h"
@@ -10,6 +12,13 @@
 #include "layers/sync_batch_norm.h"
 
 namespace rg::nn {
+
+namespace {
+std::atomic<bool> g_fuse_relu{true};
+}  // namespace
+
+void set_batch_norm_relu_fusion(bool on) { g_fuse_relu = on; }
+bool batch_norm_relu_fusion() { return g_fuse_relu; }
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
     : features_(num_features), eps_(eps), momentum_(momentum) {
@@ -32,7 +41,7 @@ void BatchNorm2d::begin_forward(const Tensor& x) {
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x) {
-  if (sync_ || has_hooks()) return relu(forward(x));
+  if (sync_ || has_hooks() || !batch_norm_relu_fusion()) return relu(forward(x));
   return traced_call(x, [this](const Tensor& in) {
     begin_forward(in);
     return batch_norm_relu(in, running_mean, running_var, weight, bias, is_training(), momentum_,

@@ -10,6 +10,11 @@
 
 namespace rg::nn {
 
+// Whether BatchNorm2d::forward_relu fuses (on by default); off, it is relu(forward(x)), for
+// comparing the two (ringgrad-bench train --fuse-bn-relu false).
+void set_batch_norm_relu_fusion(bool on);
+bool batch_norm_relu_fusion();
+
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
