@@ -78,7 +78,6 @@ bool empty(const Conv2dGeometry& g) {
 struct Choice {
   int algo;
   size_t workspace;
-  cudnnMathType_t math;  // the math type cuDNN reported for (and timed) the algorithm
 };
 
 const char* pass_name(CudnnPass pass) {
@@ -92,23 +91,18 @@ const char* pass_name(CudnnPass pass) {
 // and a pass that has none is an error naming it, as PyTorch's; with benchmark alone, the fastest
 // (the point of timing); otherwise the first deterministic one, else the first. cuDNN marks as
 // non-deterministic the algorithms that accumulate with float atomics (backward data ALGO_0,
-// backward filter ALGO_0 and ALGO_3). Each candidate comes with the math type cuDNN ranked or
-// timed it in, which the convolution then runs with (cudnnSetConvolutionMathType, as PyTorch
-// does: the algorithm alone does not say whether tensor-core kernels run); a candidate that would
-// convert inputs down (TENSOR_OP_MATH_ALLOW_CONVERSION) is never taken, nor tensor-core math for
-// f32 with TF32 off (`tensor_ops` false).
+// backward filter ALGO_0 and ALGO_3). The convolution runs in the descriptor's math type: running
+// each candidate in the math type cuDNN reports for it (perf.mathType, as PyTorch's v7 path does)
+// was tried and measured on an H200 (ResNet-18 b256 bf16: 16.8k img/s against about 21k this way,
+// f32 unchanged, and --cudnn-benchmark still slower than the heuristics), so it was taken out.
 template <class Perf>
-Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, bool benchmark,
-            bool tensor_ops) {
-  constexpr int kAllowConversion = 2;  // CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, bool benchmark) {
   const Perf* fallback = nullptr;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > size_t(kMaxConvWorkspaceBytes)) continue;
-    if (int(p.mathType) == kAllowConversion) continue;
-    if (!tensor_ops && p.mathType != CUDNN_FMA_MATH) continue;
     if (p.determinism == CUDNN_DETERMINISTIC || (benchmark && !deterministic)) {
-      return {int(p.algo), p.memory, p.mathType};
+      return {int(p.algo), p.memory};
     }
     if (fallback == nullptr) fallback = &p;
   }
@@ -118,7 +112,7 @@ Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, boo
            kMaxConvWorkspaceBytes >> 20, " MiB workspace; run without --deterministic");
   RG_CHECK(fallback != nullptr, "cuda::conv2d: cuDNN offers no ", pass_name(pass),
            " algorithm for this shape within a ", kMaxConvWorkspaceBytes >> 20, " MiB workspace");
-  return {int(fallback->algo), fallback->memory, fallback->mathType};
+  return {int(fallback->algo), fallback->memory};
 }
 
 // cuDNN's candidates for one pass: its heuristic's ranking (cudnnGet*_v7, instant), or with
@@ -126,9 +120,8 @@ Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, boo
 // fastest first), as torch.backends.cudnn.benchmark does. Called with h's mutex held.
 template <class T>
 Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool deterministic,
-             bool benchmark, bool allow_tf32) {
+             bool benchmark) {
   constexpr int kMax = 16;
-  const bool tensor_ops = !std::is_same_v<T, float> || allow_tf32;
   int count = 0;
   if (pass == CudnnPass::forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
@@ -139,7 +132,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
                                                            &count, perf));
     }
-    return pick(perf, count, pass, deterministic, benchmark, tensor_ops);
+    return pick(perf, count, pass, deterministic, benchmark);
   }
   if (pass == CudnnPass::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
@@ -150,7 +143,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d,
                                                                 kMax, &count, perf));
     }
-    return pick(perf, count, pass, deterministic, benchmark, tensor_ops);
+    return pick(perf, count, pass, deterministic, benchmark);
   }
   cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
   if (benchmark) {
@@ -160,7 +153,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
     RG_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d,
                                                                 kMax, &count, perf));
   }
-  return pick(perf, count, pass, deterministic, benchmark, tensor_ops);
+  return pick(perf, count, pass, deterministic, benchmark);
 }
 
 // The cached algorithm of (current device, geometry, dtype, pass, math, policy), chosen on first
@@ -175,8 +168,7 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   const ConvAlgoKey key =
       conv_algo_key(device, int(pass), g, int(data_type<T>()), int(CUDNN_TENSOR_NCHW), allow_tf32,
                     deterministic, benchmark);
-  return cache.get_or_choose(
-      key, [&] { return query<T>(h, d, pass, deterministic, benchmark, allow_tf32); });
+  return cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
 }
 
 // The descriptors of (every geometry field, math), kept per thread (cudnn::cached; the dtype is
@@ -220,7 +212,6 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
   const Choice c = choose<T>(h, d, g, CudnnPass::forward, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
-  RG_CUDA_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
   RG_CUDA_CHECK(cudnnConvolutionForward(h, &one, d.x.d, x, d.w.d, w, d.conv.d,
                                         cudnnConvolutionFwdAlgo_t(c.algo), workspace,
                                         size_t(workspace_bytes), &zero, d.y.d, y));
@@ -242,7 +233,6 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
   const Choice c = choose<T>(h, d, g, CudnnPass::backward_data, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
-  RG_CUDA_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
   RG_CUDA_CHECK(cudnnConvolutionBackwardData(h, &one, d.w.d, w, d.y.d, gy, d.conv.d,
                                              cudnnConvolutionBwdDataAlgo_t(c.algo), workspace,
                                              size_t(workspace_bytes), &zero, d.x.d, gx));
@@ -266,7 +256,6 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
   const Choice c = choose<T>(h, d, g, CudnnPass::backward_weight, allow_tf32);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
-  RG_CUDA_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
   RG_CUDA_CHECK(cudnnConvolutionBackwardFilter(h, &one, d.x.d, x, d.y.d, gy, d.conv.d,
                                                cudnnConvolutionBwdFilterAlgo_t(c.algo), workspace,
                                                size_t(workspace_bytes), &zero, d.w.d, gw));

@@ -205,18 +205,16 @@ void count_call(const std::string& name) {
 // the weight gradient.
 template <class Perf>
 cudnnStatus_t offer_algorithms(int requested, int* returned, Perf* perf, int deterministic_algo,
-                               cudnnMathType_t math, bool weight_pass = false) {
+                               bool weight_pass = false) {
   if (requested < 1 || returned == nullptr || perf == nullptr) return CUDNN_STATUS_BAD_PARAM;
   using Algo = decltype(Perf{}.algo);
-  // Each candidate runs in the descriptor's math type (cuDNN reports it; callers set it).
-  const auto entry = [math](int algo, bool deterministic, float ms) {
+  const auto entry = [](int algo, bool deterministic, float ms) {
     Perf p{};
     p.algo = static_cast<Algo>(algo);
     p.status = CUDNN_STATUS_SUCCESS;
     p.time = ms;
     p.memory = 0;
     p.determinism = deterministic ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
-    p.mathType = math;
     return p;
   };
   std::vector<Perf> offer;
@@ -341,8 +339,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x, w, conv, y, g)) return CUDNN_STATUS_BAD_PARAM;
-  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                          conv->math);
+  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t handle, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
@@ -351,8 +348,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
   Conv2dGeometry g;
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(dx, w, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
-  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
-                          conv->math);
+  return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
@@ -362,7 +358,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
   if (handle == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!geometry(x, dw, conv, dy, g)) return CUDNN_STATUS_BAD_PARAM;
   return offer_algorithms(requested, returned, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
-                          conv->math, /*weight_pass=*/true);
+                          /*weight_pass=*/true);
 }
 
 // The benchmark offers what the heuristic does ("timed" as offer_algorithms orders them), counted.
