@@ -4,6 +4,13 @@
 // communication is what backward's final callback spent waiting for them; overlap efficiency =
 // (communication - exposed) / communication. Medians over the timed iterations (--stat min: the
 // fastest iteration), then the mean over ranks.
+//
+// --device cuda: each iteration ends with a device synchronization, so its host time is the GPU's
+// time. The host cannot see when the GPU waits, so communication is the link's time for the
+// iteration's buckets (the modelled transfers' total with --sim-link; with real NCCL the same
+// buckets all-reduced back to back on their own) and exposed communication is what DDP adds to
+// the compute-only iteration (iteration - compute, at least 0; it also holds DDP's bucket copies).
+// Step profiles take their times from CUDA events on the compute stream (the GPU timeline).
 #include "apps/overlap_bench.h"
 
 #include <fmt/format.h>
@@ -14,12 +21,19 @@
 #include <fstream>
 #include <numeric>
 
+#include "apps/common/plot.h"
 #include "apps/scale_sim.h"
 #include "comm/ddp.h"
 #include "comm/init.h"
+#include "comm/process_group_nccl.h"
 #include "comm/sim_link.h"
 #include "data/synthetic.h"
+#include "engine/cuda/device_guard.h"
+#include "engine/cuda/event.h"
+#include "engine/cuda/stream.h"
 #include "engine/ops/factory.h"
+#include "engine/trace.h"
+#include "train/trace_writer.h"
 #include "engine/ops/loss.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
@@ -42,10 +56,13 @@ size_t fastest(const std::vector<double>& v) {
   return size_t(std::min_element(v.begin(), v.end()) - v.begin());
 }
 
-double mean_over_ranks(dist::ProcessGroup& pg, double x) {
-  Tensor t = full({1}, x, DType::f64);
-  pg.all_reduce(t, dist::ReduceOp::avg)->wait();
-  return t.item();
+// The mean of each value over the ranks (on the group's device: NCCL reduces device tensors).
+std::vector<double> mean_over_ranks(dist::ProcessGroup& pg, const std::vector<double>& v) {
+  Tensor t = dist::on_group_device(pg, from_vector(v, {int64_t(v.size())}, DType::f64));
+  pg.all_reduce(t, dist::ReduceOp::sum)->wait();
+  std::vector<double> out = t.to(Device::cpu()).to_vector<double>();
+  for (double& x : out) x /= pg.size();
+  return out;
 }
 
 struct Row {
@@ -53,6 +70,7 @@ struct Row {
   size_t num_buckets = 0;
   bool overlap = false;
   double iter_ms = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0;
+  double total_bytes = 0;  // of the buckets
   // The final wait also holds a little bookkeeping, so with nothing hidden it can exceed the
   // link time by a hair; that is 0% hidden, not a negative share.
   double efficiency() const {
@@ -79,31 +97,60 @@ double link_busy_ms(const dist::IterationTimeline& t) {
 // them: forward (with zero_grad and the loss), backward, the optimizer step, and each
 // parameter's gradient-ready time after backward began (its post-accumulate hook). The hooks are
 // registered once, before DDP's, and do nothing (one load) outside a sampled iteration.
+// On CUDA every mark is an event recorded on the compute stream (a gradient's when its hook runs,
+// after its accumulation was queued), and the times are the GPU's between them.
 class Profiler {
  public:
-  explicit Profiler(nn::Module& model)
+  Profiler(nn::Module& model, Device device)
       : params_(model.named_parameters()), marks_(std::make_shared<Marks>()) {
+    marks_->device = device;
     marks_->at.resize(params_.size());
+    if (device.is_cuda()) {
+      for (size_t i = 0; i < params_.size(); ++i) marks_->events.emplace_back(true);
+    }
     for (size_t i = 0; i < params_.size(); ++i)
       params_[i].second.register_post_accumulate_grad_hook([m = marks_, i](Tensor&) {
-        if (m->armed) m->at[i] = Clock::now();
+        if (!m->armed) return;
+        if (m->device.is_cuda()) {
+          m->events[i].record(cuda::current_stream(m->device.index));
+        } else {
+          m->at[i] = Clock::now();
+        }
       });
   }
 
   void sample(optim::Optimizer& opt, const data::Batch& b,
               const std::function<Tensor(const Tensor&)>& forward) {
+    const bool gpu = marks_->device.is_cuda();
+    std::vector<cuda::Event> ev;
+    auto mark = [&] {
+      if (!gpu) return;
+      ev.emplace_back(true);
+      ev.back().record(cuda::current_stream(marks_->device.index));
+    };
+    mark();
     const auto t0 = Clock::now();
     opt.zero_grad();
     Tensor loss = cross_entropy(forward(b.inputs), b.targets);
+    mark();
     const auto t1 = Clock::now();
     marks_->armed = true;
     loss.backward();
     marks_->armed = false;
+    mark();
     const auto t2 = Clock::now();
     opt.step();
+    mark();
     const auto t3 = Clock::now();
-    std::vector<double> s = {ms(t1 - t0), ms(t2 - t1), ms(t3 - t2)};
-    for (const auto& at : marks_->at) s.push_back(ms(at - t1));
+    std::vector<double> s;
+    if (gpu) {
+      ev.back().synchronize();
+      s = {ev[0].elapsed_ms(ev[1]), ev[1].elapsed_ms(ev[2]), ev[2].elapsed_ms(ev[3])};
+      for (const cuda::Event& e : marks_->events) s.push_back(ev[1].elapsed_ms(e));
+    } else {
+      s = {ms(t1 - t0), ms(t2 - t1), ms(t3 - t2)};
+      for (const auto& at : marks_->at) s.push_back(ms(at - t1));
+    }
     samples_.push_back(std::move(s));
   }
 
@@ -124,15 +171,15 @@ class Profiler {
         v.push_back(median(x));
       }
     }
-    Tensor t = from_vector(v, {int64_t(v.size())}, DType::f64);
-    pg.all_reduce(t, dist::ReduceOp::avg)->wait();  // one all-reduce for every field
-    v = t.to_vector<double>();
+    v = mean_over_ranks(pg, v);  // one all-reduce for every field
     scale::StepProfile p;
     p.model = name;
     p.source = fmt::format(
         "ringgrad-bench overlap: compute-only iteration {}, batch {} per rank, {} of {}, mean "
-        "over {} ranks",
-        when, batch, fastest_only ? "fastest" : "median", samples_.size(), pg.size());
+        "over {} ranks, times from {}",
+        when, batch, fastest_only ? "fastest" : "median", samples_.size(), pg.size(),
+        marks_->device.is_cuda() ? "CUDA events on " + marks_->device.str() + "'s compute stream"
+                                 : "the host clock");
     p.measured_ranks = pg.size();
     p.forward_ms = v[0];
     p.backward_ms = v[1];
@@ -148,7 +195,9 @@ class Profiler {
  private:
   struct Marks {
     bool armed = false;
+    Device device = Device::cpu();
     std::vector<Clock::time_point> at;
+    std::vector<cuda::Event> events;  // CUDA: one per parameter, timing enabled
   };
   NamedTensors params_;
   std::shared_ptr<Marks> marks_;
@@ -175,7 +224,23 @@ CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
   c->add_option("--iters", o.iters, "timed iterations per configuration")
       ->check(CLI::PositiveNumber);
   c->add_option("--sim-link", o.sim_link,
-                "GBPS,LATENCY_US: all-reduces take the time of such a link and move no data");
+                "GBPS,LATENCY_US (or 450GBps,2us) or a preset: all-reduces take the time of such "
+                "a link (latency + 2(n-1)/n x bytes / bandwidth) and move no data. Presets:\n" +
+                    dist::sim_link_presets_help());
+  c->add_option("--sim-ranks", o.sim_ranks,
+                "with --sim-link: the ranks the modelled ring spans (default: the job's; needed "
+                "with one process)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--device", o.device,
+                "cpu (gloo) or cuda: the model on the GPU, over NCCL with one process per GPU, "
+                "or with --sim-link on one GPU with modelled transfers on the NCCL stream")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--trace", o.trace,
+                "write a Chrome trace of the timed DDP iterations (CUDA: GPU spans; the modelled "
+                "transfers on the NCCL stream's lane)");
+  c->add_option("--plot", o.plot,
+                "write a PNG per model: iteration time against the mean bucket size, overlapped "
+                "and not ('{model}' in the path: the model's name)");
   c->add_option("--allreduce", o.allreduce, "auto | native | ring | shm (real all-reduces)");
   c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
   c->add_option("--stat", o.stat,
@@ -189,22 +254,80 @@ CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
   return c;
 }
 
+namespace {
+
+// The same buckets as one iteration's, all-reduced back to back on their own over `pg` (f32,
+// the buckets' sizes): the link's busy time for an iteration, for real NCCL, whose transfers the
+// host cannot time inside the iteration. Median of `reps`, after one untimed round.
+double standalone_comm_ms(dist::ProcessGroup& pg, const std::vector<size_t>& bytes, Device device,
+                          int reps) {
+  std::vector<Tensor> t;
+  for (size_t b : bytes) t.push_back(zeros({int64_t(std::max<size_t>(b / 4, 1))}, DType::f32, device));
+  std::vector<double> v;
+  for (int r = 0; r <= reps; ++r) {
+    cuda::synchronize(device.index);
+    const auto t0 = Clock::now();
+    for (Tensor& x : t) pg.all_reduce(x)->wait();
+    cuda::synchronize(device.index);
+    if (r > 0) v.push_back(ms(Clock::now() - t0));
+  }
+  return median(v);
+}
+
+std::string with_model(std::string path, const std::string& model, size_t models,
+                       const char* flag) {
+  const auto at = path.find("{model}");
+  RG_CHECK(at != std::string::npos || models == 1, flag, " '", path,
+           "' needs '{model}' in it when several models run");
+  if (at != std::string::npos) path.replace(at, 7, model);
+  return path;
+}
+
+}  // namespace
+
 int run_overlap_bench(const OverlapBenchOptions& o) {
+  const bool gpu = o.device == "cuda";
+  const bool sim = !o.sim_link.empty();
+  RG_CHECK(o.sim_ranks == 0 || sim, "--sim-ranks ", o.sim_ranks,
+           " needs --sim-link (the link model whose ring it sizes)");
   dist::InitOptions init;
-  init.backend = "gloo";
+  init.backend = gpu ? "nccl" : "gloo";
   init.group.algorithm = dist::parse_algorithm(o.allreduce);
   auto real = dist::init_process_group(init);
+  Device device = Device::cpu();
+  if (gpu) {
+    device = real->tensor_device();
+    cuda::set_device(device.index);
+    RG_CHECK(sim || real->size() > 1,
+             "ringgrad-bench overlap --device cuda in one process: give --sim-link (a link model, "
+             "e.g. nvlink-h100) and --sim-ranks N to model N GPUs on this one, or run one process "
+             "per GPU under ringgrad-run for real NCCL");
+  }
+  dist::SimLink link;
   std::shared_ptr<dist::ProcessGroup> pg = real;
-  if (!o.sim_link.empty())
-    pg = std::make_shared<dist::SimulatedLinkGroup>(real, dist::parse_sim_link(o.sim_link));
+  if (sim) {
+    link = dist::parse_sim_link(o.sim_link);
+    link.ranks = o.sim_ranks;
+    RG_CHECK(link.ranks > 1 || real->size() > 1,
+             "--sim-link with one process: give --sim-ranks N (N >= 2), the ranks the modelled "
+             "ring spans");
+    pg = std::make_shared<dist::SimulatedLinkGroup>(real, link);
+  }
+  const int model_ranks = link.ranks > 0 ? link.ranks : real->size();
   const bool root = real->rank() == 0;
   if (root) {
-    fmt::print("# ringgrad-bench overlap: {} ranks, {}\n", real->size(),
-               o.sim_link.empty() ? fmt::format("real gloo all-reduce ({})", o.allreduce)
-                                  : fmt::format("simulated link {} GB/s + {} us per all-reduce "
-                                                "(no data moved)",
-                                                dist::parse_sim_link(o.sim_link).gbps,
-                                                dist::parse_sim_link(o.sim_link).latency_us));
+    const std::string where =
+        gpu ? fmt::format("{} on {}", real->size() == 1 ? "1 process" : fmt::format("{} processes", real->size()),
+                          device.str())
+            : fmt::format("{} ranks", real->size());
+    const std::string how =
+        !sim ? fmt::format("real {} all-reduce ({})", gpu ? "NCCL" : "gloo", o.allreduce)
+        : gpu ? fmt::format("modelled link {} among {} ranks, transfers on the NCCL stream (no "
+                            "data moved)",
+                            link.describe(), model_ranks)
+              : fmt::format("simulated link {} among {} ranks (no data moved)", link.describe(),
+                            model_ranks);
+    fmt::print("# ringgrad-bench overlap: {}, {}\n", where, how);
     fmt::print("# {:<9} {:>7} {:>4} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "model", "bucket", "#",
                "overlap", "iter ms", "compute", "comm ms", "exposed", "hidden");
   }
@@ -215,10 +338,19 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
     data::SyntheticDataset data(batch, shape, 10, 7);
     std::vector<int64_t> idx(static_cast<size_t>(batch));
     std::iota(idx.begin(), idx.end(), 0);
-    const data::Batch b = data.get_batch(idx, 0);
+    data::Batch b = data.get_batch(idx, 0);
     auto model = nn::make_model({.name = name, .sample_shape = shape, .num_classes = 10});
+    if (gpu) {
+      model->to(device);
+      b.inputs = b.inputs.to(device);
+      b.targets = b.targets.to(device);
+    }
     model->train();
     optim::Sgd opt(model->parameters(), {.lr = 0.001, .momentum = 0.9});
+    // On CUDA each iteration ends with a device synchronization: its host time is the GPU's.
+    auto finish = [&] {
+      if (gpu) cuda::synchronize(device.index);
+    };
     auto timed = [&](const std::function<Tensor(const Tensor&)>& fwd, int n,
                      const std::function<void()>& after) {
       std::vector<double> times;
@@ -227,6 +359,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         opt.zero_grad();
         cross_entropy(fwd(b.inputs), b.targets).backward();
         opt.step();
+        finish();
         times.push_back(ms(Clock::now() - t0));
         if (after) after();
       }
@@ -241,8 +374,8 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
     // that cap's overlapped DDP iterations (so both see the same load of a shared machine);
     // otherwise one, right after the compute measurement.
     std::unique_ptr<Profiler> profiler;
-    std::string profile_path = o.profile_out;
-    const bool per_bucket = profile_path.find("{bucket}") != std::string::npos;
+    std::string profile_path;
+    const bool per_bucket = o.profile_out.find("{bucket}") != std::string::npos;
     auto write_profile = [&](const scale::StepProfile& p, const std::string& cap) {
       std::string path = profile_path;
       if (const auto at = path.find("{bucket}"); at != std::string::npos) path.replace(at, 8, cap);
@@ -253,11 +386,8 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
       fmt::print("# wrote the step profile of {} to {}\n", p.model, path);
     };
     if (!o.profile_out.empty()) {
-      const auto at = profile_path.find("{model}");
-      RG_CHECK(at != std::string::npos || o.models.size() == 1, "--profile-out '", o.profile_out,
-               "' needs '{model}' in it when several models run");
-      if (at != std::string::npos) profile_path.replace(at, 7, name);
-      profiler = std::make_unique<Profiler>(*model);
+      profile_path = with_model(o.profile_out, name, o.models.size(), "--profile-out");
+      profiler = std::make_unique<Profiler>(*model, device);
       if (!per_bucket) {
         for (int i = 0; i < o.iters; ++i) profiler->sample(opt, b, local);
         write_profile(profiler->take(*real, name, batch, use_min, "without DDP"), "");
@@ -286,25 +416,44 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
           auto guard = ddp.no_sync();
           return ddp.forward(x);
         };
+        // CUDA: the link's time for this configuration's buckets (see the file comment).
+        double link_ms = 0;
+        if (gpu) {
+          const std::vector<size_t> bytes = ddp.reducer().bucket_bytes();
+          if (sim) {
+            for (size_t x : bytes) link_ms += link.allreduce_us(double(x), model_ranks) / 1e3;
+          } else {
+            link_ms = standalone_comm_ms(*real, bytes, device, std::max(o.iters, 3));
+          }
+        }
+        if (!o.trace.empty()) trace::set_enabled(true);
         std::vector<double> comm, exposed;
         const auto iters = timed(fwd, o.iters, [&] {
-          const auto& t = ddp.reducer().last_timeline();
-          comm.push_back(link_busy_ms(t));
-          exposed.push_back(ms(t.wait_end - t.wait_start));
+          if (!gpu) {
+            const auto& t = ddp.reducer().last_timeline();
+            comm.push_back(link_busy_ms(t));
+            exposed.push_back(ms(t.wait_end - t.wait_start));
+          }
           if (sample) profiler->sample(opt, b, unsynced);
         });
+        if (!o.trace.empty()) trace::set_enabled(false);
+        if (gpu) {
+          for (double t : iters) {
+            comm.push_back(link_ms);
+            exposed.push_back(std::max(0.0, t - compute));
+          }
+        }
         if (sample)
           write_profile(profiler->take(*real, name, batch, use_min,
                                        "between DDP iterations with bucket cap " + cap),
                         cap);
-        Row r{name,
-              cap,
-              ddp.reducer().bucket_names().size(),
-              overlap,
-              mean_over_ranks(*real, use_min ? iters[fastest(iters)] : median(iters)),
-              compute,
-              mean_over_ranks(*real, use_min ? comm[fastest(iters)] : median(comm)),
-              mean_over_ranks(*real, use_min ? exposed[fastest(iters)] : median(exposed))};
+        const size_t at = use_min ? fastest(iters) : 0;
+        const std::vector<double> m = mean_over_ranks(
+            *real, {use_min ? iters[at] : median(iters), use_min ? comm[at] : median(comm),
+                    use_min ? exposed[at] : median(exposed)});
+        Row r{name, cap, ddp.reducer().bucket_names().size(), overlap, m[0], compute, m[1], m[2]};
+        r.total_bytes = 0;
+        for (size_t x : ddp.reducer().bucket_bytes()) r.total_bytes += double(x);
         if (root) {
           fmt::print("  {:<9} {:>7} {:>4} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.0f}%\n",
                      r.model, r.buckets, r.num_buckets, r.overlap ? "yes" : "no", r.iter_ms,
@@ -313,6 +462,24 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         }
         rows.push_back(r);
       }
+    }
+    if (root && !o.plot.empty()) {
+      std::vector<Series> series = {{"overlapped", {}, {}}, {"not overlapped", {}, {}}};
+      for (const Row& r : rows) {
+        if (r.model != name || r.num_buckets == 0) continue;
+        Series& s = series[r.overlap ? 0 : 1];
+        s.x.push_back(r.total_bytes / double(r.num_buckets));
+        s.y.push_back(r.iter_ms);
+      }
+      const std::string path = with_model(o.plot, name, o.models.size(), "--plot");
+      plot_png(path,
+               {fmt::format("{}: DDP iteration time{}", name,
+                            sim ? " (" + link.describe() + ", " + std::to_string(model_ranks) +
+                                      " ranks)"
+                                : ""),
+                "mean bucket size", "iteration (ms)", true, false, true},
+               series);
+      fmt::print("# wrote {}\n", path);
     }
   }
   if (root && !o.csv.empty()) {
@@ -324,6 +491,10 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
                        r.num_buckets, r.overlap ? 1 : 0, r.iter_ms, r.compute_ms, r.comm_ms,
                        r.exposed_ms, r.efficiency());
     fmt::print("# wrote {}\n", o.csv);
+  }
+  if (!o.trace.empty()) {
+    train::write_trace(o.trace, real.get());
+    if (root) fmt::print("# wrote the trace of the timed DDP iterations to {}\n", o.trace);
   }
   real->barrier()->wait();
   pg.reset();

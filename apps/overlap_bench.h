@@ -1,6 +1,9 @@
 // ringgrad-bench overlap: DDP iteration time across bucket sizes with and without overlapping
 // the all-reduces with backward, split into compute, communication and exposed communication.
-// Run it under ringgrad-run; --sim-link studies a slower network on one machine.
+// Run it under ringgrad-run; --sim-link studies a slower network on one machine. --device cuda:
+// the model on the GPU, over NCCL (one process per GPU), or with --sim-link (one GPU is enough)
+// each bucket's all-reduce a modelled transfer of the link's time on the NCCL stream among
+// --sim-ranks ranks.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,10 @@ struct OverlapBenchOptions {
   // time) and optimizer, averaged over ranks. "{model}" in the path is replaced by the model;
   // with "{bucket}", one profile per bucket cap, sampled between its overlapped DDP iterations.
   std::string profile_out;
+  std::string device = "cpu";  // cpu | cuda
+  int sim_ranks = 0;           // the ranks the modelled link's ring spans; 0: the job's
+  std::string trace;           // Chrome trace of the timed iterations (every rank's, as one file)
+  std::string plot;            // PNG: iteration time against the bucket cap, per model
 };
 
 CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o);

@@ -272,7 +272,8 @@ Cluster preset(const std::string& name) {
 }
 
 Cluster sim_link_cluster(const dist::SimLink& link) {
-  return {fmt::format("sim-link {} GB/s {} us", link.gbps, link.latency_us),
+  return {fmt::format("sim-link {} GB/s {} us{}", link.gbps, link.latency_us,
+                      link.name.empty() ? "" : " (" + link.name + ")"),
           1 << 30,
           {link.gbps, link.latency_us},
           {link.gbps, link.latency_us},
@@ -304,7 +305,7 @@ double tree_allreduce_us(double bytes, int n, const Level& l) {
 double allreduce_us(double bytes, int n, const Cluster& c, Algo algo) {
   if (n <= 1) return 0;
   if (c.sim_link)
-    return c.launch_us + c.intra.latency_us + 2.0 * (n - 1) / n * transfer_us(bytes, c.intra.gbps);
+    return c.launch_us + dist::SimLink(c.intra.gbps, c.intra.latency_us).allreduce_us(bytes, n);
   auto one_level = [&](double b, int k, const Level& l) {
     switch (algo) {
       case Algo::ring:
@@ -381,8 +382,10 @@ CLI::App* add_scale_command(CLI::App& app, ScaleOptions& o) {
       ->delimiter(',');
   c->add_option("--preset", o.presets, "dgx-a100, v100-ib, ethernet-10g")->delimiter(',');
   c->add_option("--sim-link", o.sim_link,
-                "GBPS,LATENCY_US: comm/sim_link's flat link instead of the presets (to validate "
-                "against ringgrad-bench overlap --sim-link)");
+                "GBPS,LATENCY_US or a link preset: comm/sim_link's flat link instead of the "
+                "cluster presets (to validate against ringgrad-bench overlap --sim-link). Link "
+                "presets:\n" +
+                    dist::sim_link_presets_help());
   c->add_option("--gpus", o.gpus, "GPU counts")->delimiter(',')->check(CLI::PositiveNumber);
   c->add_option("--bucket-mb", o.bucket_mb,
                 "bucket caps in MiB; 'inf' = no cap (1 MiB first bucket kept); 'single' = one "

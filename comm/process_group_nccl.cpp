@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -326,6 +327,35 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
 }
 
 int ProcessGroupNCCL::device() const { return impl_->device; }
+
+namespace {
+
+// The host function of a modelled transfer: holds the stream for the time (a sleep, then a spin
+// for the last stretch, which a sleep would overshoot by tens of microseconds).
+void hold_stream(void* arg) {
+  using C = std::chrono::steady_clock;
+  const std::unique_ptr<double> us(static_cast<double*>(arg));
+  const auto until = C::now() + std::chrono::duration_cast<C::duration>(
+                                    std::chrono::duration<double, std::micro>(*us));
+  constexpr auto kSpin = std::chrono::microseconds(200);
+  if (until - C::now() > kSpin) std::this_thread::sleep_until(until - kSpin);
+  while (C::now() < until) {
+  }
+}
+
+}  // namespace
+
+WorkPtr ProcessGroupNCCL::modelled_all_reduce(const Tensor& t, double us) {
+  impl_->check_tensor(t, "all_reduce", "input");
+  RG_CHECK(us >= 0, "modelled_all_reduce: the time must be non-negative, got ", us);
+  const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], modelled ",
+                                    static_cast<int64_t>(us + 0.5), " us");
+  return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s) {
+    auto arg = std::make_unique<double>(us);
+    RG_CUDA_CHECK(cudaLaunchHostFunc(s, &hold_stream, arg.get()));
+    arg.release();  // hold_stream owns it now
+  });
+}
 
 WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->check_tensor(t, "all_reduce", "input");

@@ -32,6 +32,11 @@ class ProcessGroupNCCL : public ProcessGroup {
   WorkPtr barrier() override;
   WorkPtr send(const Tensor& tensor, int dst, uint32_t tag = 0) override;
   WorkPtr recv(const Tensor& tensor, int src, uint32_t tag = 0) override;
+  // A modelled all-reduce (SimulatedLinkGroup): occupies the communication stream for `us`
+  // microseconds once it gets there (after the current stream's work so far, as a collective
+  // would), moving no data and taking no SM: a host function that sleeps. On the trace it is the
+  // NCCL stream's span "all_reduce ... modelled"; the Work behaves as all_reduce's.
+  WorkPtr modelled_all_reduce(const Tensor& tensor, double us);
 
  private:
   struct Impl;

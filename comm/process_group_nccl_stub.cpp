@@ -24,5 +24,6 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(const Tensor&, const Tensor&, ReduceOp)
 WorkPtr ProcessGroupNCCL::barrier() { return nullptr; }
 WorkPtr ProcessGroupNCCL::send(const Tensor&, int, uint32_t) { return nullptr; }
 WorkPtr ProcessGroupNCCL::recv(const Tensor&, int, uint32_t) { return nullptr; }
+WorkPtr ProcessGroupNCCL::modelled_all_reduce(const Tensor&, double) { return nullptr; }
 
 }  // namespace rg::dist
