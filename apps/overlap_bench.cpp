@@ -8,8 +8,8 @@
 // --device cuda: each iteration ends with a device synchronization, so its host time is the GPU's
 // time. The host cannot see when the GPU waits, so communication is the link's time for the
 // iteration's buckets (the modelled transfers' total with --sim-link; with real NCCL the same
-// buckets all-reduced back to back on their own) and exposed communication is what DDP adds to
-// the compute-only iteration (iteration - compute, at least 0; it also holds DDP's bucket copies).
+// buckets all-reduced back to back on their own) and exposed communication is how long the
+// compute stream waited for the buckets in DDP's final callback (CUDA events around the wait).
 // Step profiles take their times from CUDA events on the compute stream (the GPU timeline).
 #include "apps/overlap_bench.h"
 
@@ -30,6 +30,7 @@
 #include "data/synthetic.h"
 #include "engine/cuda/device_guard.h"
 #include "engine/cuda/event.h"
+#include "comm/reducer.h"
 #include "engine/cuda/stream.h"
 #include "engine/ops/factory.h"
 #include "engine/trace.h"
@@ -294,6 +295,13 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
   init.backend = gpu ? "nccl" : "gloo";
   init.group.algorithm = dist::parse_algorithm(o.allreduce);
   auto real = dist::init_process_group(init);
+  // Leaves the job however this returns: an error must not leave the group's threads running
+  // into the process's exit.
+  struct LeaveJob {
+    ~LeaveJob() {
+      if (dist::is_initialized()) dist::destroy_process_group();
+    }
+  } leave_job;
   Device device = Device::cpu();
   if (gpu) {
     device = real->tensor_device();
@@ -429,20 +437,18 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         if (!o.trace.empty()) trace::set_enabled(true);
         std::vector<double> comm, exposed;
         const auto iters = timed(fwd, o.iters, [&] {
-          if (!gpu) {
-            const auto& t = ddp.reducer().last_timeline();
+          const auto& t = ddp.reducer().last_timeline();
+          if (gpu) {
+            // The compute stream's wait for the buckets (events; the iteration was synchronized).
+            comm.push_back(link_ms);
+            exposed.push_back(t.device_wait_start->elapsed_ms(*t.device_wait_end));
+          } else {
             comm.push_back(link_busy_ms(t));
             exposed.push_back(ms(t.wait_end - t.wait_start));
           }
           if (sample) profiler->sample(opt, b, unsynced);
         });
         if (!o.trace.empty()) trace::set_enabled(false);
-        if (gpu) {
-          for (double t : iters) {
-            comm.push_back(link_ms);
-            exposed.push_back(std::max(0.0, t - compute));
-          }
-        }
         if (sample)
           write_profile(profiler->take(*real, name, batch, use_min,
                                        "between DDP iterations with bucket cap " + cap),

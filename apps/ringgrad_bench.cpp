@@ -11,6 +11,8 @@
 //   scale: predicted step time and scaling efficiency at 1-1024 GPUs (apps/scale_sim.h).
 //   profile: per-op GPU time per step of a ringgrad-train --trace file (apps/profile_table.h).
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -25,6 +27,20 @@
 #include "apps/train_bench.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
+
+namespace {
+
+// After an error the command's own files are closed (their streams unwound) and the message is
+// out; the process leaves without running the libraries' exit handlers: OpenBLAS 0.3.21's
+// (blas_thread_shutdown_) was seen to wait forever for its server thread when the exit came
+// from an error in the middle of an emulated CUDA run (2 runs of 4).
+[[noreturn]] void exit_after_error(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   rg::kernels::cpu::ensure_runtime_env(argc, argv);
@@ -69,11 +85,11 @@ int main(int argc, char** argv) {
     if (scale->parsed()) return rg::apps::scale::run_scale(sc);
     if (profile->parsed()) return rg::apps::run_profile(pf);
   } catch (const rg::InternalError& e) {  // a bug in ringgrad: EX_SOFTWARE
-    std::cerr << "ringgrad-bench: " << e.what() << "\n";
-    return 70;
+    std::cerr << "ringgrad-bench: " << e.what() << std::endl;
+    exit_after_error(70);
   } catch (const rg::Error& e) {
-    std::cerr << "ringgrad-bench: error: " << e.what() << "\n";
-    return 1;
+    std::cerr << "ringgrad-bench: error: " << e.what() << std::endl;
+    exit_after_error(1);
   }
   return 0;
 }

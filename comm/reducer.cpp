@@ -13,6 +13,8 @@
 #include "engine/autograd/engine.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
+#include "engine/cuda/event.h"
+#include "engine/cuda/stream.h"
 #include "engine/device_checks.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
@@ -390,6 +392,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     if (!opt.overlap || delay) launch_ready_buckets();
     delay = false;
     timeline.wait_start = Clock::now();
+    const Device device = pg->tensor_device();
+    auto device_mark = [&] {
+      if (!device.is_cuda()) return std::shared_ptr<cuda::Event>();
+      auto e = std::make_shared<cuda::Event>(true);
+      e->record(cuda::current_stream(device.index));
+      return e;
+    };
+    timeline.device_wait_start = device_mark();
     for (size_t k = 0; k < buckets.size(); ++k) {
       buckets[k].work->wait();
       timeline.buckets[k].comm_start = buckets[k].work->start_time();
@@ -407,6 +417,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       powersgd->finish(k, buckets[k].flat, qw.first);
     }
     timeline.wait_end = Clock::now();
+    timeline.device_wait_end = device_mark();
     if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
       if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);

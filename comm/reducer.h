@@ -17,6 +17,10 @@
 #include "comm/process_group.h"
 #include "engine/tensor.h"
 
+namespace rg::cuda {
+class Event;
+}
+
 namespace rg::dist {
 
 // How DDP sends a bucket, as PyTorch's built-in comm hooks: plain all-reduce, compressed to
@@ -62,6 +66,10 @@ struct IterationTimeline {
   Time backward_start{};  // first gradient hook
   Time wait_start{};      // final callback began waiting for the buckets
   Time wait_end{};
+  // CUDA: timing events on the current stream at those two points, so elapsed_ms between them
+  // (once reached) is how long the device's compute stream waited for communication (on the
+  // host the wait only queues stream waits); null on the CPU.
+  std::shared_ptr<cuda::Event> device_wait_start, device_wait_end;
   std::vector<BucketTimeline> buckets;
   std::vector<int> launch_order;  // bucket indices in the order they were issued
 };
