@@ -104,8 +104,10 @@ int64_t StepProfile::total_bytes() const {
 StepProfile parse_step_profile(const std::string& text, const std::string& file) {
   const json j = json::parse(text, nullptr, false);
   RG_CHECK(!j.is_discarded(), file, " is not JSON, so not a step profile");
-  RG_CHECK(j.is_object() && j.value("format", "") == "ringgrad-step-profile", file,
-           " is not a step profile (no \"format\": \"ringgrad-step-profile\")");
+  // j.value() would throw nlohmann's type_error for a "format" that is not a string.
+  RG_CHECK(j.is_object() && j.contains("format") && j["format"].is_string() &&
+               j["format"] == "ringgrad-step-profile",
+           file, " is not a step profile (no \"format\": \"ringgrad-step-profile\")");
   RG_CHECK(j.contains("version") && j["version"] == 1, file, " is a step profile of version ",
            j.value("version", json()).dump(), "; this ringgrad reads version 1");
   StepProfile p;
