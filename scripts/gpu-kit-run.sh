@@ -18,6 +18,10 @@
 #               device synchronized at each window's ends) of ToyNet b64, ResNet-18 b64 and b256
 #               (f32, bf16 autocast) and gpt-nano (B64, T128), ringgrad and PyTorch eager
 #               (default settings; also bf16 with channels_last) alternating, with ratios
+#   overlap     ringgrad-bench overlap --device cuda: ResNet-18 b64 with the all-reduces of 8 GPUs
+#               over NVLink and of 64 over InfiniBand modelled on the NCCL stream, then scale's
+#               predictions for 8/64/256 GPUs from its GPU step profile (docs/overlap.md; not
+#               with --quick; CSVs and profiles in DIR/overlap)
 #   memcheck    compute-sanitizer memcheck of a short ToyNet training run (not with --quick)
 #   racecheck   compute-sanitizer racecheck of the op table's f32 CUDA tests (not with --quick)
 #               (both time-boxed: status "timeout" when the box ends them, "unavailable" where
@@ -493,6 +497,34 @@ stage_micro() {
   fi
 }
 
+stage_overlap() {
+  local t0 log="$OUT/logs/overlap.log" secs rc=0 dev=cuda model=resnet18 batch=64 link l n rows
+  if [ "$QUICK" = 1 ]; then record overlap skipped 0 "not with --quick"; return; fi
+  [ "$SMOKE" = 0 ] || { dev=cpu; model=toynet; batch=4; }
+  secs="$(limit 40 15)"
+  [ "$secs" != 0 ] || { record overlap skipped 0 "the time budget is spent"; return; }
+  t0="$(now)"
+  mkdir -p "$OUT/overlap"
+  for link in nvlink-h100:8 ib-ndr:64; do
+    l="${link%:*}"
+    n="${link#*:}"
+    ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" overlap --device "$dev" --model "$model" \
+      --batch-size "$batch" --sim-link "$l" --sim-ranks "$n" --bucket-mb 1,5,25,single \
+      --warmup 3 --iters 5 --csv "$OUT/overlap/$model-b$batch-$l.csv" \
+      --profile-out "$OUT/overlap/p-$model-b$batch-$l-{bucket}.json" >>"$log" 2>&1 || rc=$?
+    [ "$rc" = 0 ] || break
+    ours "$KIT/bin/ringgrad-bench" scale --trace "$OUT/overlap/p-$model-b$batch-$l-25.json" \
+      --sim-link "$l" --gpus 8,64,256 --bucket-mb 1,5,25,single >>"$log" 2>&1 || rc=$?
+    [ "$rc" = 0 ] || break
+  done
+  rows="$(cat "$OUT/overlap/"*.csv 2>/dev/null | grep -vc '^model' || true)"
+  if [ "$rc" = 0 ]; then
+    record overlap ok "$(elapsed "$t0")" "$model b$batch, nvlink-h100 x8 and ib-ndr x64: $rows rows (logs/overlap.log, overlap/)"
+  else
+    record overlap failed "$(elapsed "$t0")" "exit code $rc: $(grep -v '^ *$' "$log" | tail -1 | cut -c1-160)"
+  fi
+}
+
 # ---- the report ----
 write_report() {
   local code="$1" md="$OUT/report.md" js="$OUT/report.json" name status secs summary first=1 e
@@ -613,6 +645,7 @@ wanted probe && stage stage_probe
 for exe in "$KIT"/tests/*; do stage stage_test "$exe"; done
 wanted mnist && stage stage_mnist
 wanted throughput && stage stage_throughput
+wanted overlap && stage stage_overlap
 wanted memcheck && stage stage_sanitizer memcheck 90 memcheck --leak-check no \
   "$KIT/bin/ringgrad-train" --model toynet --dataset mnist --data-dir "$KIT/data/mnist" \
   --device cuda --epochs 1 --max-steps 20 --eval-samples 512 --batch-size 64 --workers 0
