@@ -120,8 +120,8 @@ class Profiler {
       });
   }
 
-  void sample(optim::Optimizer& opt, const data::Batch& b,
-              const std::function<Tensor(const Tensor&)>& forward) {
+  // One compute-only iteration: `loss` runs the forward and the loss.
+  void sample(optim::Optimizer& opt, const std::function<Tensor()>& loss_of_batch) {
     const bool gpu = marks_->device.is_cuda();
     std::vector<cuda::Event> ev;
     auto mark = [&] {
@@ -132,7 +132,7 @@ class Profiler {
     mark();
     const auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor loss = cross_entropy(forward(b.inputs), b.targets);
+    Tensor loss = loss_of_batch();
     mark();
     const auto t1 = Clock::now();
     marks_->armed = true;
@@ -211,12 +211,17 @@ CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "overlap", "DDP all-reduce/backward overlap across bucket sizes (run under ringgrad-run)");
   c->option_defaults()->always_capture_default();
-  c->add_option("--model", o.models, "models to run (toynet, mlp, resnet18)")->delimiter(',');
+  c->add_option("--model", o.models,
+                "models to run (toynet, mlp, resnet18, gpt-nano, gpt-micro, gpt-mini)")
+      ->delimiter(',');
+  c->add_option("--block-size", o.block_size, "gpt-*: tokens per sample (random ids)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--bucket-mb", o.bucket_mb,
                 "bucket caps in MiB; 'inf' = no cap (1 MiB first bucket kept); 'single' = one "
                 "bucket")
       ->delimiter(',');
-  c->add_option("--batch-size", o.batch_size, "per rank (0: 64 for toynet/mlp, 16 for resnet18)")
+  c->add_option("--batch-size", o.batch_size,
+                "per rank (0: 64 for toynet/mlp, 16 for resnet18 and gpt-*)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--warmup", o.warmup,
                 "untimed iterations per configuration (>= 2: the "
@@ -341,13 +346,26 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
   }
   std::vector<Row> rows;
   for (const std::string& name : o.models) {
-    const Shape shape = name == "resnet18" ? Shape{3, 32, 32} : Shape{1, 28, 28};
-    const int64_t batch = o.batch_size > 0 ? o.batch_size : (name == "resnet18" ? 16 : 64);
-    data::SyntheticDataset data(batch, shape, 10, 7);
-    std::vector<int64_t> idx(static_cast<size_t>(batch));
-    std::iota(idx.begin(), idx.end(), 0);
-    data::Batch b = data.get_batch(idx, 0);
-    auto model = nn::make_model({.name = name, .sample_shape = shape, .num_classes = 10});
+    // gpt-*: random token ids (minGPT's character vocabulary size) and the loss over every
+    // position; the image models: SyntheticDataset's images.
+    const bool gpt = name.starts_with("gpt-");
+    constexpr int64_t kVocab = 65;
+    const Shape shape = gpt                  ? Shape{o.block_size}
+                        : name == "resnet18" ? Shape{3, 32, 32}
+                                             : Shape{1, 28, 28};
+    const int64_t batch =
+        o.batch_size > 0 ? o.batch_size : (name == "resnet18" || gpt ? 16 : 64);
+    data::Batch b;
+    if (gpt) {
+      b = data::random_token_batch(batch, o.block_size, kVocab, 7);
+    } else {
+      data::SyntheticDataset data(batch, shape, 10, 7);
+      std::vector<int64_t> idx(static_cast<size_t>(batch));
+      std::iota(idx.begin(), idx.end(), 0);
+      b = data.get_batch(idx, 0);
+    }
+    auto model = nn::make_model(
+        {.name = name, .sample_shape = shape, .num_classes = gpt ? kVocab : 10});
     if (gpu) {
       model->to(device);
       b.inputs = b.inputs.to(device);
@@ -359,13 +377,18 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
     auto finish = [&] {
       if (gpu) cuda::synchronize(device.index);
     };
+    auto loss_of = [&](const std::function<Tensor(const Tensor&)>& fwd) {
+      const Tensor out = fwd(b.inputs);
+      return gpt ? cross_entropy(out.view({-1, out.size(2)}), b.targets.view({-1}))
+                 : cross_entropy(out, b.targets);
+    };
     auto timed = [&](const std::function<Tensor(const Tensor&)>& fwd, int n,
                      const std::function<void()>& after) {
       std::vector<double> times;
       for (int i = 0; i < n; ++i) {
         const auto t0 = Clock::now();
         opt.zero_grad();
-        cross_entropy(fwd(b.inputs), b.targets).backward();
+        loss_of(fwd).backward();
         opt.step();
         finish();
         times.push_back(ms(Clock::now() - t0));
@@ -397,7 +420,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
       profile_path = with_model(o.profile_out, name, o.models.size(), "--profile-out");
       profiler = std::make_unique<Profiler>(*model, device);
       if (!per_bucket) {
-        for (int i = 0; i < o.iters; ++i) profiler->sample(opt, b, local);
+        for (int i = 0; i < o.iters; ++i) profiler->sample(opt, [&] { return loss_of(local); });
         write_profile(profiler->take(*real, name, batch, use_min, "without DDP"), "");
       }
     }
@@ -446,7 +469,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
             comm.push_back(link_busy_ms(t));
             exposed.push_back(ms(t.wait_end - t.wait_start));
           }
-          if (sample) profiler->sample(opt, b, unsynced);
+          if (sample) profiler->sample(opt, [&] { return loss_of(unsynced); });
         });
         if (!o.trace.empty()) trace::set_enabled(false);
         if (sample)

@@ -20,7 +20,8 @@ struct OverlapBenchOptions {
   std::vector<std::string> models = {"toynet", "resnet18"};
   // MiB caps; "inf": no cap (only DDP's 1 MiB first bucket is separate); "single": one bucket.
   std::vector<std::string> bucket_mb = {"1", "5", "10", "25", "50", "inf", "single"};
-  int64_t batch_size = 0;  // per rank; 0: 64 for toynet/mlp, 16 for resnet18
+  int64_t batch_size = 0;  // per rank; 0: 64 for toynet/mlp, 16 for resnet18 and gpt-*
+  int64_t block_size = 128;  // gpt-*: tokens per sample
   int warmup = 2;
   int iters = 5;
   std::string sim_link;  // "GBPS,LATENCY_US"

@@ -63,15 +63,10 @@ std::vector<Batch> make_batches(const TrainBenchOptions& o, const Shape& shape, 
                                 int rank, Device device) {
   std::vector<Batch> batches;
   if (tokens) {
-    std::mt19937_64 rng(7 + uint64_t(rank));
-    std::uniform_int_distribution<int64_t> id(0, o.vocab_size - 1);
-    const int64_t n = o.batch_size * o.block_size;
     for (int b = 0; b < 4; ++b) {
-      std::vector<int64_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) x[size_t(i)] = id(rng);
-      for (int64_t i = 0; i < n; ++i) y[size_t(i)] = id(rng);
-      batches.push_back({from_vector(x, {o.batch_size, o.block_size}).to(device),
-                         from_vector(y, {o.batch_size, o.block_size}).to(device)});
+      const data::Batch t = data::random_token_batch(o.batch_size, o.block_size, o.vocab_size,
+                                                     7 + uint64_t(rank) + 1000 * uint64_t(b));
+      batches.push_back({t.inputs.to(device), t.targets.to(device)});
     }
     return batches;
   }

@@ -1,6 +1,10 @@
 // Synthetic samples from Philox: counters [i * G, (i + 1) * G) belong to sample i.
 #include "data/synthetic.h"
 
+#include <random>
+#include <vector>
+
+#include "engine/ops/factory.h"
 #include "kernels/cpu/random.h"
 #include "kernels/error.h"
 #include "kernels/philox.h"
@@ -33,6 +37,18 @@ Batch SyntheticDataset::get_batch(std::span<const int64_t> indices, int64_t /*ep
     y[i] = int64_t(philox::block(seed_, base + groups - 1).v[0] % uint32_t(num_classes_));
   }
   return batch;
+}
+
+Batch random_token_batch(int64_t batch, int64_t block, int64_t vocab, uint64_t seed) {
+  RG_CHECK(batch > 0 && block > 0 && vocab > 0, "random_token_batch: batch, block and vocab must "
+           "be positive, got ", batch, ", ", block, ", ", vocab);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> id(0, vocab - 1);
+  const int64_t n = batch * block;
+  std::vector<int64_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = id(rng);
+  for (int64_t i = 0; i < n; ++i) y[size_t(i)] = id(rng);
+  return {from_vector(x, {batch, block}), from_vector(y, {batch, block}), {}};
 }
 
 }  // namespace rg::data

@@ -21,4 +21,9 @@ class SyntheticDataset final : public Dataset {
   uint64_t seed_;
 };
 
+// `batch` samples of `block` uniformly random token ids in [0, vocab) with targets of the same
+// shape (also random: for speed measurements, not learning), from a generator seeded by `seed`:
+// the GPT benchmarks' batches.
+Batch random_token_batch(int64_t batch, int64_t block, int64_t vocab, uint64_t seed);
+
 }  // namespace rg::data

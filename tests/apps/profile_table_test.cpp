@@ -281,7 +281,10 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_EQ(count["op/conv2d"], kSteps * kConvs) << seen;
   EXPECT_GT(conv_us, 0) << seen;
   EXPECT_EQ(first_conv, "conv1: conv2d");  // named in its module's scope
-  EXPECT_EQ(count["op/batch_norm"], kSteps * kConvs) << seen;
+  // Every convolution is followed by a batch norm; the stem's and each block's first are fused
+  // with their ReLU (BatchNorm2d::forward_relu): 1 + 8 of the 20.
+  EXPECT_EQ(count["op/batch_norm_relu"], kSteps * 9) << seen;
+  EXPECT_EQ(count["op/batch_norm"] + count["op/batch_norm_relu"], kSteps * kConvs) << seen;
   EXPECT_EQ(count["loss/loss"], kSteps) << seen;
   EXPECT_EQ(count["optimizer/sgd.step"], kSteps) << seen;
   EXPECT_EQ(count["data copy/copy to device"], 2 * kSteps) << "inputs and targets:" << seen;
