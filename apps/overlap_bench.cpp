@@ -106,12 +106,14 @@ class Profiler {
       : params_(model.named_parameters()), marks_(std::make_shared<Marks>()) {
     marks_->device = device;
     marks_->at.resize(params_.size());
+    marks_->fired.resize(params_.size());
     if (device.is_cuda()) {
       for (size_t i = 0; i < params_.size(); ++i) marks_->events.emplace_back(true);
     }
     for (size_t i = 0; i < params_.size(); ++i)
       params_[i].second.register_post_accumulate_grad_hook([m = marks_, i](Tensor&) {
         if (!m->armed) return;
+        m->fired[i] = 1;
         if (m->device.is_cuda()) {
           m->events[i].record(cuda::current_stream(m->device.index));
         } else {
@@ -135,6 +137,7 @@ class Profiler {
     Tensor loss = loss_of_batch();
     mark();
     const auto t1 = Clock::now();
+    std::fill(marks_->fired.begin(), marks_->fired.end(), 0);
     marks_->armed = true;
     loss.backward();
     marks_->armed = false;
@@ -147,10 +150,13 @@ class Profiler {
     if (gpu) {
       ev.back().synchronize();
       s = {ev[0].elapsed_ms(ev[1]), ev[1].elapsed_ms(ev[2]), ev[2].elapsed_ms(ev[3])};
-      for (const cuda::Event& e : marks_->events) s.push_back(ev[1].elapsed_ms(e));
+      // A parameter without a gradient this time counts as ready when backward ends.
+      for (size_t i = 0; i < marks_->events.size(); ++i)
+        s.push_back(marks_->fired[i] ? ev[1].elapsed_ms(marks_->events[i]) : s[1]);
     } else {
       s = {ms(t1 - t0), ms(t2 - t1), ms(t3 - t2)};
-      for (const auto& at : marks_->at) s.push_back(ms(at - t1));
+      for (size_t i = 0; i < marks_->at.size(); ++i)
+        s.push_back(marks_->fired[i] ? ms(marks_->at[i] - t1) : s[1]);
     }
     samples_.push_back(std::move(s));
   }
@@ -199,6 +205,7 @@ class Profiler {
     Device device = Device::cpu();
     std::vector<Clock::time_point> at;
     std::vector<cuda::Event> events;  // CUDA: one per parameter, timing enabled
+    std::vector<char> fired;          // this sample's hook ran
   };
   NamedTensors params_;
   std::shared_ptr<Marks> marks_;
@@ -280,6 +287,20 @@ double standalone_comm_ms(dist::ProcessGroup& pg, const std::vector<size_t>& byt
   return median(v);
 }
 
+// A --bucket-mb value other than inf/single: a positive number of MiB, else an rg::Error.
+double cap_mb(const std::string& cap) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(cap, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  RG_CHECK(used == cap.size() && used > 0 && v > 0, "--bucket-mb '", cap,
+           "': expected a positive number of MiB, 'inf' or 'single'");
+  return v;
+}
+
 std::string with_model(std::string path, const std::string& model, size_t models,
                        const char* flag) {
   const auto at = path.find("{model}");
@@ -294,6 +315,8 @@ std::string with_model(std::string path, const std::string& model, size_t models
 int run_overlap_bench(const OverlapBenchOptions& o) {
   const bool gpu = o.device == "cuda";
   const bool sim = !o.sim_link.empty();
+  for (const std::string& cap : o.bucket_mb)
+    if (cap != "inf" && cap != "single") cap_mb(cap);  // every bad value before any work
   RG_CHECK(o.sim_ranks == 0 || sim, "--sim-ranks ", o.sim_ranks,
            " needs --sim-link (the link model whose ring it sizes)");
   dist::InitOptions init;
@@ -304,6 +327,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
   // into the process's exit.
   struct LeaveJob {
     ~LeaveJob() {
+      trace::set_enabled(false);
       if (dist::is_initialized()) dist::destroy_process_group();
     }
   } leave_job;
@@ -435,7 +459,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
           d.bucket_cap_mb = 1e6;
           d.first_bucket_mb = 1.0;
         } else {
-          d.bucket_cap_mb = std::stod(cap);
+          d.bucket_cap_mb = cap_mb(cap);
           d.first_bucket_mb = std::min(1.0, d.bucket_cap_mb);
         }
         dist::DistributedDataParallel ddp(model, pg, d);

@@ -245,7 +245,13 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       b.comm = Tensor();
       b.powersgd = false;
     }
-    timeline = IterationTimeline{};
+    {
+      // A fresh timeline, keeping its two device events (created once, recorded each time).
+      IterationTimeline fresh;
+      fresh.device_wait_start = std::move(timeline.device_wait_start);
+      fresh.device_wait_end = std::move(timeline.device_wait_end);
+      timeline = std::move(fresh);
+    }
     timeline.buckets.resize(buckets.size());
   }
 
@@ -393,13 +399,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     delay = false;
     timeline.wait_start = Clock::now();
     const Device device = pg->tensor_device();
-    auto device_mark = [&] {
-      if (!device.is_cuda()) return std::shared_ptr<cuda::Event>();
-      auto e = std::make_shared<cuda::Event>(true);
+    // The same two events every iteration (created once), recorded again: the timeline is the
+    // last iteration's.
+    auto device_mark = [&](std::shared_ptr<cuda::Event>& e) {
+      if (!device.is_cuda()) return;
+      if (!e) e = std::make_shared<cuda::Event>(true);
       e->record(cuda::current_stream(device.index));
-      return e;
     };
-    timeline.device_wait_start = device_mark();
+    device_mark(timeline.device_wait_start);
     for (size_t k = 0; k < buckets.size(); ++k) {
       buckets[k].work->wait();
       timeline.buckets[k].comm_start = buckets[k].work->start_time();
@@ -417,7 +424,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       powersgd->finish(k, buckets[k].flat, qw.first);
     }
     timeline.wait_end = Clock::now();
-    timeline.device_wait_end = device_mark();
+    device_mark(timeline.device_wait_end);
     if (trace::enabled()) trace_iteration();
     for (auto& b : buckets)
       if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);

@@ -22,10 +22,10 @@ struct BatchNorm {
   // Scratch bytes stats and backward need for these sizes (CUDA: per-slice partial sums of a
   // channel and per-channel coefficients; the CPU none). 0 when c is 0.
   static int64_t workspace_bytes(int64_t n, int64_t c, int64_t hw);
-  // mean[ch] and the biased variance var[ch] over the n * hw values of each channel, summed in
-  // f64 around a shift (the CPU: the mean, in a second pass; CUDA: the channel's first value, in
-  // one pass, which for f32/f64 data cancels no more than the two-pass form); invstd[ch] = 1 /
-  // sqrt(var[ch] + eps) unless invstd is null.
+  // mean[ch] and the biased variance var[ch] over the n * hw values of each channel, in f64
+  // without E[x^2] - E[x]^2 cancellation (the CPU: squares around the mean, in a second pass;
+  // CUDA: in one pass, each thread's squares around its own first value, merged with Chan et
+  // al.'s pairwise update); invstd[ch] = 1 / sqrt(var[ch] + eps) unless invstd is null.
   template <class T>
   static void stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var,
                     double* invstd, double eps, Workspace workspace, Ctx ctx);

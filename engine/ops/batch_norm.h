@@ -19,10 +19,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
 
-// relu(batch_norm(...)) in one op (the BatchNorm2d -> ReLU of ResNet blocks): the same result bit
-// for bit on the CPU, one pass over the activation less on either device, and its backward
-// recomputes relu's mask from the input instead of saving the output. Our kernels on both
-// devices (cuDNN's legacy batch norm cannot fuse an activation in NCHW).
+// relu(batch_norm(...)) in one op (the BatchNorm2d -> ReLU of ResNet blocks): one pass over the
+// activation less on either device, and its backward recomputes relu's mask from the input
+// instead of saving the output. Our kernels on both devices (cuDNN's legacy batch norm cannot
+// fuse an activation in NCHW). The same bits as the composition with our kernels for f32 and f64
+// (and on CUDA for f16/bf16 storage); where half inputs go through f32 (autocast, or f16/bf16 on
+// the CPU) the fused mask is taken before the output is rounded to the half type, so an output
+// that rounds to 0 there (below 2^-24 in f16) keeps its gradient, and relu gives +0 for -0.
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training,
                        double momentum = 0.1, double eps = 1e-5);

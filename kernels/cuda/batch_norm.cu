@@ -162,6 +162,7 @@ struct Moments {
 __device__ Moments block_moments(Moments v, double (*scratch)[32]) {
   for (int offset = 16; offset > 0; offset /= 2) v.merge(v.shuffled(offset));
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // a previous call's readers are done with scratch
   if (lane == 0) {
     scratch[0][warp] = v.n;
     scratch[1][warp] = v.sum;
