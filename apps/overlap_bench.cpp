@@ -94,12 +94,17 @@ double link_busy_ms(const dist::IterationTimeline& t) {
   return total;
 }
 
-// Step profiles (apps/scale_sim.h) of compute-only iterations, as ringgrad-bench scale reads
-// them: forward (with zero_grad and the loss), backward, the optimizer step, and each
-// parameter's gradient-ready time after backward began (its post-accumulate hook). The hooks are
-// registered once, before DDP's, and do nothing (one load) outside a sampled iteration.
-// On CUDA every mark is an event recorded on the compute stream (a gradient's when its hook runs,
-// after its accumulation was queued), and the times are the GPU's between them.
+// Step profiles (apps/scale_sim.h), as ringgrad-bench scale reads them: forward (with zero_grad
+// and the loss), backward, the optimizer step, and each parameter's gradient-ready time after
+// backward began (its post-accumulate hook). The hooks are registered once, before DDP's, and do
+// nothing (one load) outside a sampled iteration. A sample is a compute-only iteration, or a DDP
+// iteration whose all-reduces cost nothing (SimulatedLinkGroup::set_free): then backward ends
+// where DDP's final callback starts waiting for the buckets, and what follows the wait (the
+// gradients copied back from the buckets) counts with the optimizer, as it follows the last
+// transfer in a real iteration. So the profile holds DDP's own costs (bucket copies, hooks),
+// which scale's link model does not add. On CUDA every mark is an event recorded on the compute
+// stream (a gradient's when its hook runs, after its accumulation was queued; DDP's wait from the
+// Reducer's events), and the times are the GPU's between them.
 class Profiler {
  public:
   Profiler(nn::Module& model, Device device)
@@ -122,8 +127,10 @@ class Profiler {
       });
   }
 
-  // One compute-only iteration: `loss` runs the forward and the loss.
-  void sample(optim::Optimizer& opt, const std::function<Tensor()>& loss_of_batch) {
+  // One iteration: `loss_of_batch` runs the forward and the loss; `ddp`: the Reducer of a DDP
+  // forward in it (the iteration synchronizes, on a free link), or null for a compute-only one.
+  void sample(optim::Optimizer& opt, const std::function<Tensor()>& loss_of_batch,
+              const dist::Reducer* ddp = nullptr) {
     const bool gpu = marks_->device.is_cuda();
     std::vector<cuda::Event> ev;
     auto mark = [&] {
@@ -151,10 +158,22 @@ class Profiler {
       ev.back().synchronize();
       s = {ev[0].elapsed_ms(ev[1]), ev[1].elapsed_ms(ev[2]), ev[2].elapsed_ms(ev[3])};
       // A parameter without a gradient this time counts as ready when backward ends.
+      if (ddp != nullptr) {
+        const dist::IterationTimeline& t = ddp->last_timeline();
+        RG_CHECK(t.device_wait_start && t.device_wait_end,
+                 "Profiler::sample: the DDP iteration has no device wait events");
+        s[2] += t.device_wait_end->elapsed_ms(ev[2]);
+        s[1] = ev[1].elapsed_ms(*t.device_wait_start);
+      }
       for (size_t i = 0; i < marks_->events.size(); ++i)
         s.push_back(marks_->fired[i] ? ev[1].elapsed_ms(marks_->events[i]) : s[1]);
     } else {
       s = {ms(t1 - t0), ms(t2 - t1), ms(t3 - t2)};
+      if (ddp != nullptr) {
+        const dist::IterationTimeline& t = ddp->last_timeline();
+        s[1] = ms(t.wait_start - t1);
+        s[2] += ms(t2 - t.wait_end);
+      }
       for (size_t i = 0; i < marks_->at.size(); ++i)
         s.push_back(marks_->fired[i] ? ms(marks_->at[i] - t1) : s[1]);
     }
@@ -182,8 +201,8 @@ class Profiler {
     scale::StepProfile p;
     p.model = name;
     p.source = fmt::format(
-        "ringgrad-bench overlap: compute-only iteration {}, batch {} per rank, {} of {}, mean "
-        "over {} ranks, times from {}",
+        "ringgrad-bench overlap: {}, batch {} per rank, {} of {}, mean over {} ranks, times "
+        "from {}",
         when, batch, fastest_only ? "fastest" : "median", samples_.size(), pg.size(),
         marks_->device.is_cuda() ? "CUDA events on " + marks_->device.str() + "'s compute stream"
                                  : "the host clock");
@@ -342,20 +361,22 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
   }
   dist::SimLink link;
   std::shared_ptr<dist::ProcessGroup> pg = real;
+  std::shared_ptr<dist::SimulatedLinkGroup> sim_pg;
   if (sim) {
     link = dist::parse_sim_link(o.sim_link);
     link.ranks = o.sim_ranks;
     RG_CHECK(link.ranks > 1 || real->size() > 1,
              "--sim-link with one process: give --sim-ranks N (N >= 2), the ranks the modelled "
              "ring spans");
-    pg = std::make_shared<dist::SimulatedLinkGroup>(real, link);
+    sim_pg = std::make_shared<dist::SimulatedLinkGroup>(real, link);
+    pg = sim_pg;
   }
   const int model_ranks = link.ranks > 0 ? link.ranks : real->size();
   const bool root = real->rank() == 0;
   if (root) {
     const std::string where =
-        gpu ? fmt::format("{} on {}", real->size() == 1 ? "1 process" : fmt::format("{} processes", real->size()),
-                          device.str())
+        gpu ? (real->size() == 1 ? fmt::format("1 process on {}", device.str())
+                                 : fmt::format("{} processes, one GPU each", real->size()))
             : fmt::format("{} ranks", real->size());
     const std::string how =
         !sim ? fmt::format("real {} all-reduce ({})", gpu ? "NCCL" : "gloo", o.allreduce)
@@ -445,7 +466,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
       profiler = std::make_unique<Profiler>(*model, device);
       if (!per_bucket) {
         for (int i = 0; i < o.iters; ++i) profiler->sample(opt, [&] { return loss_of(local); });
-        write_profile(profiler->take(*real, name, batch, use_min, "without DDP"), "");
+        write_profile(profiler->take(*real, name, batch, use_min, "compute-only iteration without DDP"), "");
       }
     }
     for (const std::string& cap : o.bucket_mb) {
@@ -466,10 +487,18 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         auto fwd = [&](const Tensor& x) { return ddp.forward(x); };
         timed(fwd, std::max(o.warmup, 2), nullptr);
         const bool sample = profiler && per_bucket && overlap;
-        // The profile's compute-only iterations run inside DDP under no_sync(): no all-reduce.
+        // The profile's iterations: with a link model, DDP iterations on the free link (every
+        // cost but the transfers); with real communication, compute-only iterations inside DDP
+        // under no_sync() (no all-reduce, no bucket copies).
         auto unsynced = [&](const Tensor& x) {
           auto guard = ddp.no_sync();
           return ddp.forward(x);
+        };
+        auto take_sample = [&] {
+          if (sim_pg == nullptr) return profiler->sample(opt, [&] { return loss_of(unsynced); });
+          sim_pg->set_free(true);
+          profiler->sample(opt, [&] { return loss_of(fwd); }, &ddp.reducer());
+          sim_pg->set_free(false);
         };
         // CUDA: the link's time for this configuration's buckets (see the file comment).
         double link_ms = 0;
@@ -493,13 +522,16 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
             comm.push_back(link_busy_ms(t));
             exposed.push_back(ms(t.wait_end - t.wait_start));
           }
-          if (sample) profiler->sample(opt, [&] { return loss_of(unsynced); });
+          if (sample) take_sample();
         });
         if (!o.trace.empty()) trace::set_enabled(false);
         if (sample)
-          write_profile(profiler->take(*real, name, batch, use_min,
-                                       "between DDP iterations with bucket cap " + cap),
-                        cap);
+          write_profile(
+              profiler->take(*real, name, batch, use_min,
+                             (sim_pg ? "DDP iteration on a free link (no transfer time)"
+                                     : "compute-only iteration (DDP under no_sync)") +
+                                 std::string(" between DDP iterations with bucket cap ") + cap),
+              cap);
         const size_t at = use_min ? fastest(iters) : 0;
         const std::vector<double> m = mean_over_ranks(
             *real, {use_min ? iters[at] : median(iters), use_min ? comm[at] : median(comm),
@@ -551,6 +583,7 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
   }
   real->barrier()->wait();
   pg.reset();
+  sim_pg.reset();
   dist::destroy_process_group();
   return 0;
 }

@@ -30,9 +30,9 @@ struct OverlapBenchOptions {
   // "median" of the timed iterations, or "min": the fastest iteration (with its communication
   // and exposed time), which a machine shared with other work slows down least.
   std::string stat = "median";
-  // Where to write each model's step profile (apps/scale_sim.h) for ringgrad-bench scale: its
-  // compute-only iteration split into forward, backward (with each parameter's gradient-ready
-  // time) and optimizer, averaged over ranks. "{model}" in the path is replaced by the model;
+  // Where to write each model's step profile (apps/scale_sim.h) for ringgrad-bench scale: an
+  // iteration (with a link model: DDP on a free link; else compute-only) split into forward,
+  // backward (with each parameter's gradient-ready time) and optimizer, averaged over ranks. "{model}" in the path is replaced by the model;
   // with "{bucket}", one profile per bucket cap, sampled between its overlapped DDP iterations.
   std::string profile_out;
   std::string device = "cpu";  // cpu | cuda

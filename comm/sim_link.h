@@ -56,6 +56,12 @@ class SimulatedLinkGroup : public ProcessGroup {
   WorkPtr send(const Tensor& tensor, int dst, uint32_t tag = 0) override;
   WorkPtr recv(const Tensor& tensor, int src, uint32_t tag = 0) override;
 
+  // While free, an all-reduce completes at once: no transfer, no time, nothing queued on a
+  // stream. A DDP iteration then costs what it would on an infinitely fast link (its hooks,
+  // bucket copies and final callback included), which is what ringgrad-bench overlap's step
+  // profiles measure for ringgrad-bench scale. Set it between iterations, not during one.
+  void set_free(bool free);
+
  private:
   struct Impl;
   std::shared_ptr<ProcessGroup> real_;

@@ -34,6 +34,7 @@
 #include "kernels/emu/device_runtime.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/link_model.h"
 #include "kernels/nccl_error.h"
 
 // How it works. Every collective is a sequence of steps. In step s each rank writes its part into
@@ -451,6 +452,36 @@ std::string uuid_text(const cudaUUID_t& u) {
   return s;
 }
 
+// RG_EMU_NCCL_LINK=GBPS,LATENCY_US: every all-reduce holds its stream until the flat ring model's
+// time (kernels/link_model.h) has passed since all ranks joined it, so that overlap can be studied
+// with real multi-rank NCCL on emulated devices. Other collectives are not slowed.
+struct LinkModel {
+  double gbps = 0;  // 0: no model, collectives take the time they take
+  double latency_us = 0;
+};
+
+Status link_model(LinkModel* link) {
+  *link = {};
+  const char* v = std::getenv("RG_EMU_NCCL_LINK");
+  if (v == nullptr || *v == '\0') return {};
+  char* end = nullptr;
+  const double gbps = std::strtod(v, &end);
+  double latency = -1;
+  if (end != v && *end == ',') {
+    const char* rest = end + 1;
+    latency = std::strtod(rest, &end);
+    if (end == rest || *end != '\0') latency = -1;
+  }
+  if (!(gbps > 0) || !(latency >= 0) || !std::isfinite(gbps) || !std::isfinite(latency)) {
+    return {ncclInvalidArgument,
+            cat("RG_EMU_NCCL_LINK=", v,
+                " must be GBPS,LATENCY_US: a positive bandwidth in GB/s and a non-negative "
+                "latency in microseconds (for example 0.05,100)")};
+  }
+  *link = {gbps, latency};
+  return {};
+}
+
 // Spin briefly (a peer usually arrives within microseconds), then sleep with a growing backoff.
 class Backoff {
  public:
@@ -492,6 +523,7 @@ struct ncclComm {
   char* rings = nullptr;
   size_t ring_bytes = 0;
   bool counted = false;  // holds one of header->attached
+  rg::emu::LinkModel link;  // RG_EMU_NCCL_LINK at init
 
   // Touched only by the op that holds the turn (see begin_turn).
   uint64_t step = 0;
@@ -662,6 +694,7 @@ Status agree(ncclComm& c, const Call& call) {
 
 Status run_collective(ncclComm& c, const Call& call) {
   if (Status st = agree(c, call); !st.ok()) return st;
+  const auto joined = Clock::now();  // every rank has joined this collective
   const CallDesc& d = call.desc;
   const auto dtype = ncclDataType_t(d.dtype);
   const size_t esz = dtype_size(dtype);
@@ -709,6 +742,12 @@ Status run_collective(ncclComm& c, const Call& call) {
         reduce(recv + off * esz, src.data(), n, m);
         break;
     }
+  }
+  if (d.kind == kAllReduce && c.link.gbps > 0) {
+    const double us =
+        ring_link_allreduce_us(double(d.count) * double(esz), n, c.link.gbps, c.link.latency_us);
+    std::this_thread::sleep_until(joined + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double, std::micro>(us)));
   }
   return {};
 }
@@ -1547,10 +1586,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
   if (comm == nullptr) return failed(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
   long timeout_ms = 0;
   if (Status st = init_timeout(&timeout_ms); !st.ok()) return failed(st);
+  LinkModel link;
+  if (Status st = link_model(&link); !st.ok()) return failed(st);
   int device = 0;
   cudaGetDevice(&device);
   std::shared_ptr<ncclComm> c;
   if (Status st = join(&c, nranks, commId, rank, device); !st.ok()) return failed(st);
+  c->link = link;
   if (t_group.depth > 0) {  // several ranks initialized from one thread: wait in ncclGroupEnd
     t_group.inits.push_back(PendingInit{c, timeout_ms});
   } else if (Status st = wait_joined(*c, timeout_ms); !st.ok()) {
@@ -1571,6 +1613,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   }
   long timeout_ms = 0;
   if (Status st = init_timeout(&timeout_ms); !st.ok()) return failed(st);
+  LinkModel link;
+  if (Status st = link_model(&link); !st.ok()) return failed(st);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
   for (int i = 0; i < ndev; ++i) {
@@ -1587,6 +1631,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   for (int i = 0; i < ndev; ++i) {
     const int d = devlist != nullptr ? devlist[i] : i;
     if (Status st = join(&made[size_t(i)], ndev, id, i, d); !st.ok()) return failed(st);
+    made[size_t(i)]->link = link;
   }
   for (auto& c : made) {
     if (Status st = wait_joined(*c, timeout_ms); !st.ok()) return failed(st);

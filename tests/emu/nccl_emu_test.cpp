@@ -869,6 +869,54 @@ TEST_F(NcclEmu, OneCommunicatorOnSeveralStreams) {
   });
 }
 
+// RG_EMU_NCCL_LINK: each all-reduce holds its stream for the flat ring model's time (2 ranks:
+// latency + bytes / bandwidth) from when both ranks joined it, and still reduces; a bad value
+// fails the init with what is expected.
+TEST_F(NcclEmu, LinkModelHoldsEachAllReduceForTheRingTime) {
+  within(Seconds(60), [] {
+    LaunchBlockingOff blocking_off;
+    ASSERT_EQ(setenv("RG_EMU_NCCL_LINK", "0.01,3000", 1), 0);  // 10 MB/s, 3 ms
+    std::vector<ncclComm_t> comms = local_comms(2);
+    unsetenv("RG_EMU_NCCL_LINK");
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
+    const TypeInfo& f32 = type_info(ncclFloat32);
+    const size_t count = 50000;  // 200 kB: 3 ms + 20 ms
+    const double model_ms = 3.0 + 4.0 * count / 0.01e6;
+    Bytes x0 = filled(0, count, f32), x1 = filled(1, count, f32);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(x0.data(), x0.data(), count, ncclFloat32, ncclSum, comms[0], s0),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(x1.data(), x1.data(), count, ncclFloat32, ncclSum, comms[1], s1),
+              ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    ASSERT_TRUE(wait_stream(s0, Seconds(30)));
+    ASSERT_TRUE(wait_stream(s1, Seconds(30)));
+    const double took_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(took_ms, model_ms);
+    EXPECT_LT(took_ms, model_ms + 2000) << "the link model holds the stream far too long";
+    Checker check("all-reduce under the link model");
+    for (size_t i = 0; i < count; ++i) {
+      check.eq(at(x0, i, f32), expected(ncclSum, f32, 2, i), i);
+      check.eq(at(x1, i, f32), expected(ncclSum, f32, 2, i), i);
+    }
+    for (ncclComm_t comm : comms) EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+
+    for (const char* bad : {"fast", "0,10", "1", "1,-5", "1,5us"}) {
+      ASSERT_EQ(setenv("RG_EMU_NCCL_LINK", bad, 1), 0);
+      ncclUniqueId id;
+      ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+      ncclComm_t comm = nullptr;
+      const ncclResult_t r = ncclCommInitRank(&comm, 1, id, 0);
+      const std::string msg = ncclGetLastError(nullptr);
+      unsetenv("RG_EMU_NCCL_LINK");
+      EXPECT_EQ(r, ncclInvalidArgument) << bad;
+      EXPECT_NE(msg.find("must be GBPS,LATENCY_US"), std::string::npos) << msg;
+    }
+  });
+}
+
 TEST_F(NcclEmu, DifferentCollectivesAreNamedOnEveryRank) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
