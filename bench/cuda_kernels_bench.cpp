@@ -552,9 +552,9 @@ void BM_BatchNormApply(benchmark::State& state) {
          b = device_tensor(kImgC), y = device_tensor(kImgNumel);
   // Reads x, mean, invstd, weight and bias, writes y: 2 * N*C*HW * 4 + 2 * C * (8 + 4).
   run(state, 2.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 12, [&](void* s) {
-    BatchNorm::apply(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
-                     invstd.data<double>(), w.data<float>(), b.data<float>(), state.range(0) != 0,
-                     y.data<float>(), {s});
+    BatchNorm::apply<float>(x.data<float>(), kImgN, kImgC, kImgHW, mean.data<double>(),
+                     invstd.data<double>(), w.data<float>(), b.data<float>(), nullptr,
+                     state.range(0) != 0, y.data<float>(), {s});
   });
 }
 
@@ -567,10 +567,10 @@ void BM_BatchNormBackward(benchmark::State& state) {
   // Training mode (argument 1: fused relu). Reads gy and x twice, writes gx, gweight and gbias:
   // 5 * N*C*HW * 4 + 2 * C * 8 + 3 * C * 4.
   run(state, 5.0 * double(kImgNumel) * 4 + 2.0 * kImgC * 8 + 3.0 * kImgC * 4, [&](void* s) {
-    BatchNorm::backward(gy.data<float>(), x.data<float>(), kImgN, kImgC, kImgHW,
+    BatchNorm::backward<float>(gy.data<float>(), x.data<float>(), kImgN, kImgC, kImgHW,
                         mean.data<double>(), invstd.data<double>(), w.data<float>(),
-                        b.data<float>(), true, state.range(0) != 0, gx.data<float>(),
-                        gw.data<float>(), gb.data<float>(), as_workspace(ws), {s});
+                        b.data<float>(), nullptr, true, state.range(0) != 0, gx.data<float>(),
+                        gw.data<float>(), gb.data<float>(), nullptr, as_workspace(ws), {s});
   });
 }
 

@@ -29,12 +29,14 @@ struct BatchNorm {
   template <class T>
   static void stats(const T* x, int64_t n, int64_t c, int64_t hw, double* mean, double* var,
                     double* invstd, double eps, Workspace workspace, Ctx ctx);
-  // y = (x - mean) * (invstd * weight) + bias; weight/bias may be null (1 and 0). relu: then
-  // y = y < 0 ? 0 : y (relu's rule: NaN stays NaN), exactly relu applied to the unfused result.
+  // y = (x - mean) * (invstd * weight) + bias; weight/bias may be null (1 and 0). residual (null:
+  // none, else an array like x): then y = y + residual, y rounded to T before the add as an
+  // unfused add would see it. relu: then y = y < 0 ? 0 : y (relu's rule: NaN stays NaN). Exactly
+  // the unfused batch norm, add and relu.
   template <class T>
   static void apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                    const double* invstd, const T* weight, const T* bias, bool relu, T* y,
-                    Ctx ctx);
+                    const double* invstd, const T* weight, const T* bias, const T* residual,
+                    bool relu, T* y, Ctx ctx);
   // running = (1 - momentum) * running + momentum * batch (in f64), with the unbiased batch
   // variance var * count / (count - 1) for running_var (PyTorch's formula); either may be null.
   template <class T>
@@ -45,14 +47,16 @@ struct BatchNorm {
   // (training) gx = weight * invstd / m * (m * gy - sum(gy) - xhat * sum(gy * xhat)) over the
   // m = n * hw values of a channel; with running statistics gx = gy * weight * invstd.
   // relu: the backward of apply(..., relu = true): gy counts only where apply's output is
-  // positive (recomputed from x, mean, invstd, weight and bias with apply's arithmetic, so the
-  // mask is the one relu_backward would take from the saved output), bit for bit the composition
-  // relu_backward then backward.
+  // positive, read from y (that output) when given, else recomputed from x, mean, invstd, weight
+  // and bias with apply's arithmetic (an apply without a residual); either way the mask
+  // relu_backward would take from the saved output, so this is bit for bit the composition
+  // relu_backward then backward. gresidual (null: not wanted): gy where counted, else 0 (the
+  // gradient of apply's residual, which the add passes on from relu_backward).
   template <class T>
   static void backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                        const double* mean, const double* invstd, const T* weight, const T* bias,
-                       bool batch_stats, bool relu, T* gx, T* gweight, T* gbias,
-                       Workspace workspace, Ctx ctx);
+                       const T* y, bool batch_stats, bool relu, T* gx, T* gweight, T* gbias,
+                       T* gresidual, Workspace workspace, Ctx ctx);
   // The backward in two halves, for a batch norm whose statistics span several arrays (processes,
   // SyncBatchNorm): this array's per-channel sums[ch] = sum(gy) and sums[c + ch] = sum(gy * xhat)
   // (f64, 2 * c values), which the caller may add up across arrays, ...

@@ -6,6 +6,7 @@
 
 #include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/sync_batch_norm.h"
 #include "kernels/error.h"
@@ -46,6 +47,18 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x) {
     begin_forward(in);
     return batch_norm_relu(in, running_mean, running_var, weight, bias, is_training(), momentum_,
                            eps_);
+  });
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  if (sync_ || has_hooks() || !batch_norm_relu_fusion()) {
+    Tensor y = forward(x);
+    return relu(add(std::move(y), residual));  // the sum and relu written over y (reusable)
+  }
+  return traced_call(x, [&](const Tensor& in) {
+    begin_forward(in);
+    return batch_norm_add_relu(in, residual, running_mean, running_var, weight, bias,
+                               is_training(), momentum_, eps_);
   });
 }
 

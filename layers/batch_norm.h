@@ -10,8 +10,9 @@
 
 namespace rg::nn {
 
-// Whether BatchNorm2d::forward_relu fuses (on by default); off, it is relu(forward(x)), for
-// comparing the two (ringgrad-bench train --fuse-bn-relu false).
+// Whether BatchNorm2d::forward_relu and forward_add_relu fuse (on by default); off, they are
+// relu(forward(x)) and relu(forward(x) + residual), for comparing the two (ringgrad-bench train
+// --fuse-bn-relu false).
 void set_batch_norm_relu_fusion(bool on);
 bool batch_norm_relu_fusion();
 
@@ -24,6 +25,9 @@ class BatchNorm2d : public Module {
   // output) or a SyncBatchNorm. The same values either way (tests/device/
   // batch_norm_relu_device_test.cpp), within f32 rounding where f32 would take cuDNN unfused.
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(x) + residual) (a ResNet block's end), as one op (batch_norm_add_relu) under
+  // the same conditions as forward_relu.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return sync_ ? "SyncBatchNorm" : "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 

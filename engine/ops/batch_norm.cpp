@@ -112,35 +112,47 @@ Tensor batch_norm_workspace(int64_t n, int64_t c, int64_t hw, Device device) {
 kernels::Workspace as_workspace(const Tensor& ws) { return {ws.raw_data(), ws.numel()}; }
 
 // The backward of our kernels from f64 mean and invstd, on either device; relu: of the fused
-// batch_norm_relu, whose relu mask the kernels recompute from x, weight and bias.
+// batch_norm_relu, whose relu mask the kernels recompute from x, weight and bias, or, given the
+// op's output `out`, of batch_norm_add_relu, whose mask is out > 0 (relu_backward's; the output
+// is saved by whatever consumes it anyway, where the residual often would not be: a downsample
+// branch's batch norm output). With a residual (has_residual) the op's fourth input is the
+// residual, whose gradient comes last.
 autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                      Tensor mean, Tensor invstd, bool training, bool relu,
-                                      bool gx, bool gw, bool gb, int64_t n, int64_t c,
-                                      int64_t hw) {
-  return [sx = SavedTensor(x), sw = SavedTensor(weight), sb = SavedTensor(relu ? bias : Tensor()),
-          mean, invstd, training, relu, gx, gw, gb, n, c,
+                                      const Tensor& out, bool has_residual, Tensor mean,
+                                      Tensor invstd, bool training, bool relu, bool gx, bool gw,
+                                      bool gb, bool gr, int64_t n, int64_t c, int64_t hw) {
+  return [sx = SavedTensor(x), sw = SavedTensor(weight),
+          sb = SavedTensor(relu && !out.defined() ? bias : Tensor()), so = SavedTensor(out),
+          has_residual, mean, invstd, training, relu, gx, gw, gb, gr, n, c,
           hw](const Tensor& grad) -> std::vector<Tensor> {
-    const Tensor xv = sx.get(), wv = sw.get(), bv = sb.get();
+    const Tensor xv = sx.get(), wv = sw.get(), bv = sb.get(), yv = so.get();
     auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
+    // The CPU kernel materializes relu's backward (the residual's gradient) before the plain
+    // backward: it gets a buffer from the tensor allocator even when no residual gradient is
+    // wanted, rather than a fresh allocation of its own per call.
+    const bool cpu_relu = relu && grad.device().is_cpu();
+    const Tensor dr =
+        gr || cpu_relu ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
     dispatch_on(grad.device(), grad.dtype(), "batch_norm backward", [&]<class T, class B>() {
       const Tensor ws = batch_norm_workspace<B>(n, c, hw, grad.device());
-      kernels::BatchNorm<B>::backward(
-          grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
-          wv.defined() ? wv.data<T>() : nullptr, bv.defined() ? bv.data<T>() : nullptr, training,
-          relu, gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
-          gb ? db.data<T>() : nullptr, as_workspace(ws), kernel_ctx(grad));
+      const auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      kernels::BatchNorm<B>::backward(grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(),
+                                      invstd.data<double>(), ptr(wv), ptr(bv), ptr(yv), training,
+                                      relu, ptr(dx), ptr(dw), ptr(db), ptr(dr), as_workspace(ws),
+                                      kernel_ctx(grad));
     });
+    if (has_residual) return {dx, dw, db, gr ? dr : Tensor()};
     return {dx, dw, db};
   };
 }
 
 // Our kernels, on either device: f64 mean and invstd per channel, kept for the backward; relu:
-// the fused batch_norm_relu. The statistics and the normalization are two dispatches; one span on
-// the trace holds both.
+// the fused batch_norm_relu; residual (defined: batch_norm_add_relu) added before relu. The
+// statistics and the normalization are two dispatches; one span on the trace holds both.
 Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running_mean,
                           const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                          bool training, bool relu, double momentum, double eps, int64_t n,
-                          int64_t c, int64_t hw) {
+                          const Tensor& residual, bool training, bool relu, double momentum,
+                          double eps, int64_t n, int64_t c, int64_t hw) {
   const cuda::OpSpan span(op, "op", x.device());
   Tensor mean, invstd;
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -168,18 +180,24 @@ Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running
     invstd = stats[1];
   }
   dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    const auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
     kernels::BatchNorm<B>::apply(x.data<T>(), n, c, hw, mean.data<double>(),
-                                 invstd.data<double>(),
-                                 weight.defined() ? weight.data<T>() : nullptr,
-                                 bias.defined() ? bias.data<T>() : nullptr, relu, out.data<T>(),
-                                 kernel_ctx(x));
+                                 invstd.data<double>(), ptr(weight), ptr(bias), ptr(residual),
+                                 relu, out.data<T>(), kernel_ctx(x));
   });
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
-  return autograd::record(out, relu ? "BatchNormReluBackward" : "BatchNormBackward",
-                          {x, weight, bias},
-                          kernels_backward(x, weight, bias, mean, invstd, training, relu, gx, gw,
-                                           gb, n, c, hw));
+  const bool gr = residual.defined() && autograd::needs_grad({residual});
+  const char* name = residual.defined() ? "BatchNormAddReluBackward"
+                     : relu             ? "BatchNormReluBackward"
+                                        : "BatchNormBackward";
+  auto backward =
+      kernels_backward(x, weight, bias, residual.defined() ? out : Tensor(), residual.defined(),
+                       mean, invstd, training, relu, gx, gw, gb, gr, n, c, hw);
+  if (residual.defined()) {
+    return autograd::record(out, name, {x, weight, bias, residual}, std::move(backward));
+  }
+  return autograd::record(out, name, {x, weight, bias}, std::move(backward));
 }
 
 // The cuDNN path (forward_cudnn), with f32 per-channel mean and invstd on the device kept for the
@@ -206,8 +224,9 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
                                                                invstd.to(DType::f64)}
                                        : running_statistics(running_mean, running_var, eps);
     return autograd::record(out, "BatchNormBackward", {x, weight, bias},
-                            kernels_backward(x, weight, bias, mean64, invstd64, training, false,
-                                             gx, gw, gb, n, c, hw));
+                            kernels_backward(x, weight, bias, Tensor(), false, mean64,
+                                             invstd64, training, false, gx, gw, gb, false, n, c,
+                                             hw));
   }
   return autograd::record(
       out, "BatchNormBackward", {x, weight, bias},
@@ -326,8 +345,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                             c, hw);
   }
 
-  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, training, false,
-                            momentum, eps, n, c, hw);
+  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
+                            false, momentum, eps, n, c, hw);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -346,8 +365,31 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   const auto [n, c, hw] =
       detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
   detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
-  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, training, true,
-                            momentum, eps, n, c, hw);
+  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
+                            true, momentum, eps, n, c, hw);
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                           bool training, double momentum, double eps) {
+  const char* op = "batch_norm_add_relu";
+  check_inputs(op, {x, residual});
+  RG_CHECK(residual.shape() == x.shape(), op, ": the residual's shape ",
+           shape_str(residual.shape()), " differs from the input's ", shape_str(x.shape()));
+  if (auto out = detail::batch_norm_through_f32(
+          x, running_mean, running_var, weight, bias, training,
+          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+              const Tensor& b) {
+            return batch_norm_add_relu(x32, half_to_f32(residual), rm, rv, w, b, training,
+                                       momentum, eps);
+          })) {
+    return *out;
+  }
+  const auto [n, c, hw] =
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
+  detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
+  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, residual, training,
+                            true, momentum, eps, n, c, hw);
 }
 
 }  // namespace rg

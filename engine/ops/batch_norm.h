@@ -30,6 +30,18 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
                        const Tensor& weight, const Tensor& bias, bool training,
                        double momentum = 0.1, double eps = 1e-5);
 
+// relu(batch_norm(...) + residual) in one op (the end of a ResNet basic block: bn2, the shortcut
+// added, relu): reads x and the residual and writes the output in one pass instead of three ops'
+// seven, and the backward writes the residual's gradient in its elementwise pass. It saves x and
+// its output (relu's mask, as relu_backward takes it; the next layer keeps that output anyway),
+// not the residual. Our kernels on both devices; the residual has x's shape, dtype and device. The same bits as the
+// composition with our kernels for f32 and f64, and on CUDA for f16/bf16 storage (the normalized
+// value is rounded to the storage type before the add, as the unfused add sees it); through f32
+// (autocast, or f16/bf16 on the CPU) the sum is rounded once, at the end.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                           bool training, double momentum = 0.1, double eps = 1e-5);
+
 // num_batches_tracked += 1, in place on its device (BatchNorm2d's counter: an i64 scalar). Never
 // reads the counter back to the host: on CUDA one kernel on the current stream.
 void count_batch_(const Tensor& num_batches_tracked);

@@ -119,7 +119,9 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
     }
     K::apply(x.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
              weight.defined() ? weight.data<T>() : nullptr,
-             bias.defined() ? bias.data<T>() : nullptr, false, out.data<T>(), kernel_ctx(x));
+             bias.defined() ? bias.data<T>() : nullptr, static_cast<const T*>(nullptr), false,
+             out.data<T>(),
+             kernel_ctx(x));
   });
   if (running_mean.defined()) {
     running_mean.bump_version();

@@ -2,9 +2,11 @@
 // channel's n * hw values are n runs of hw contiguous elements, summed in f64.
 #include "kernels/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/parallel.h"
 
@@ -79,8 +81,8 @@ void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double*
 template <>
 template <class T>
 void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                           const double* invstd, const T* weight, const T* bias, bool relu, T* y,
-                           Ctx ctx) {
+                           const double* invstd, const T* weight, const T* bias,
+                           const T* residual, bool relu, T* y, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
   cpu::parallel_for(
       0, n * c, channel_grain(1, hw),
@@ -95,6 +97,10 @@ void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const d
           const T* p = x + job * hw;
           T* q = y + job * hw;
           for (int64_t i = 0; i < hw; ++i) q[i] = (p[i] - m) * scale + shift;
+          if (residual) {  // after q is rounded to T, as an unfused add sees it
+            const T* r = residual + job * hw;
+            for (int64_t i = 0; i < hw; ++i) q[i] = q[i] + r[i];
+          }
           if (relu) {
             for (int64_t i = 0; i < hw; ++i) q[i] = q[i] < T(0) ? T(0) : q[i];
           }
@@ -133,45 +139,56 @@ void BatchNorm<Cpu>::update_running(T* running_mean, T* running_var, const doubl
 
 namespace {
 
-// The recomputed output of apply(..., relu) that gates gy (null `mask`: no relu): g where
-// apply's y = (x - m) * scale + shift, with apply's arithmetic in T, is positive, else 0.
-template <class T>
-struct ReluMask {
-  bool on = false;
-  T m{}, scale{}, shift{};
-  T gate(T g, T x) const { return !on || (x - m) * scale + shift > T(0) ? g : T(0); }
-};
-template <class T>
-ReluMask<T> relu_mask(bool relu, int64_t ch, const double* mean, const double* invstd,
-                      const T* weight, const T* bias) {
-  if (!relu) return {};
-  return {true, T(mean[ch]), T(invstd[ch] * (weight ? double(weight[ch]) : 1.0)),
-          bias ? bias[ch] : T(0)};
-}
-
-// Channel ch's sum(g) and sum(g * (x - mean)) in one pass, g = mask.gate(gy, x).
+// Channel ch's sum(gy) and sum(gy * (x - mean)) in one pass.
 template <class T>
 std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                                        int64_t ch, double m, const ReluMask<T>& mask = {}) {
+                                        int64_t ch, double m) {
   Lanes gy_lanes, gy_xmu_lanes;
   for (int64_t s = 0; s < n; ++s) {
     const T* g = gy + (s * c + ch) * hw;
     const T* p = x + (s * c + ch) * hw;
-    if (mask.on) {
-      accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes, &mask](int64_t i, int lane) {
-        const double gv = double(mask.gate(g[i], p[i]));
-        gy_lanes.v[lane] += gv;
-        return gv * (double(p[i]) - m);
-      });
-    } else {  // the plain loop, as it vectorizes without the mask's compare
-      accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes](int64_t i, int lane) {
-        const double gv = double(g[i]);
-        gy_lanes.v[lane] += gv;
-        return gv * (double(p[i]) - m);
-      });
-    }
+    accumulate(hw, gy_xmu_lanes, [g, p, m, &gy_lanes](int64_t i, int lane) {
+      const double gv = double(g[i]);
+      gy_lanes.v[lane] += gv;
+      return gv * (double(p[i]) - m);
+    });
   }
   return {gy_lanes.total(), gy_xmu_lanes.total()};
+}
+
+// relu_backward of apply(..., relu = true) into out: gy where apply's output (y, or recomputed
+// from x with apply's arithmetic in T) is positive, else 0. gy is loaded before the select, so
+// the loops vectorize (as relu_backward's keep_where_positive).
+template <class T>
+void relu_masked(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
+                 const double* invstd, const T* weight, const T* bias, const T* y, T* out,
+                 int threads) {
+  cpu::parallel_for(
+      0, n * c, channel_grain(1, hw),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t job = lo; job < hi; ++job) {
+          const int64_t ch = job % c;
+          const T m = T(mean[ch]);
+          const T scale = T(invstd[ch] * (weight ? double(weight[ch]) : 1.0));
+          const T shift = bias ? bias[ch] : T(0);
+          const T* g = gy + job * hw;
+          const T* p = x + job * hw;
+          T* q = out + job * hw;
+          if (y) {
+            const T* v = y + job * hw;
+            for (int64_t i = 0; i < hw; ++i) {
+              const T gi = g[i];
+              q[i] = v[i] > T(0) ? gi : T(0);
+            }
+          } else {
+            for (int64_t i = 0; i < hw; ++i) {
+              const T gi = g[i];
+              q[i] = (p[i] - m) * scale + shift > T(0) ? gi : T(0);
+            }
+          }
+        }
+      },
+      threads);
 }
 
 // Channel ch's gx = a * gy + b * (x - mean) + d, with the coefficients of weight w, invstd is,
@@ -180,7 +197,7 @@ std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int6
 template <class T>
 void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, int64_t ch, double m,
                     double is, double w, bool batch_stats, double sum_gy, double sum_gy_xhat,
-                    double count, T* gx, const ReluMask<T>& mask = {}) {
+                    double count, T* gx) {
   const double a = w * is;
   const double b = batch_stats ? -w * is * is * sum_gy_xhat / count : 0.0;
   const double d = batch_stats ? -w * is * sum_gy / count : 0.0;
@@ -189,11 +206,7 @@ void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, i
     const T* g = gy + (s * c + ch) * hw;
     const T* p = x + (s * c + ch) * hw;
     T* q = gx + (s * c + ch) * hw;
-    if (mask.on) {
-      for (int64_t i = 0; i < hw; ++i) q[i] = ta * mask.gate(g[i], p[i]) + tb * (p[i] - tm) + td;
-    } else {
-      for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
-    }
+    for (int64_t i = 0; i < hw; ++i) q[i] = ta * g[i] + tb * (p[i] - tm) + td;
   }
 }
 
@@ -203,24 +216,38 @@ template <>
 template <class T>
 void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                               const double* mean, const double* invstd, const T* weight,
-                              const T* bias, bool batch_stats, bool relu, T* gx, T* gweight,
-                              T* gbias, Workspace, Ctx ctx) {
+                              const T* bias, const T* y, bool batch_stats, bool relu, T* gx,
+                              T* gweight, T* gbias, T* gresidual, Workspace, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   const double count = double(n * hw);
+  // relu: its backward first, into the residual's gradient (which it is; callers that do not
+  // want it may still pass a buffer there, as the ops do) or a buffer of our own, then the plain
+  // backward of that: the composition relu_backward then backward, by construction.
+  std::vector<T> masked;
+  if (relu) {
+    T* out = gresidual;
+    if (!out) {
+      masked.resize(static_cast<size_t>(n * c * hw));
+      out = masked.data();
+    }
+    relu_masked(gy, x, n, c, hw, mean, invstd, weight, bias, y, out, ctx.threads);
+    gy = out;
+  } else if (gresidual) {
+    std::copy(gy, gy + n * c * hw, gresidual);
+  }
   cpu::parallel_for(
       0, c, channel_grain(n, hw),
       [&](int64_t lo, int64_t hi) {
         for (int64_t ch = lo; ch < hi; ++ch) {
           const double m = mean[ch], is = invstd[ch];
-          const ReluMask<T> mask = relu_mask(relu, ch, mean, invstd, weight, bias);
           // sum(gy) and sum(gy * xhat) with xhat = (x - mean) * invstd.
-          const auto [sum_gy, sum_gy_xmu] = gradient_sums(gy, x, n, c, hw, ch, m, mask);
+          const auto [sum_gy, sum_gy_xmu] = gradient_sums(gy, x, n, c, hw, ch, m);
           const double sum_gy_xhat = sum_gy_xmu * is;
           if (gweight) gweight[ch] = T(sum_gy_xhat);
           if (gbias) gbias[ch] = T(sum_gy);
           if (!gx) continue;
           input_gradient(gy, x, n, c, hw, ch, m, is, weight ? double(weight[ch]) : 1.0, batch_stats,
-                         sum_gy, sum_gy_xhat, count, gx, mask);
+                         sum_gy, sum_gy_xhat, count, gx);
         }
       },
       ctx.threads);

@@ -112,8 +112,8 @@ struct ChannelWalk {
   }
 };
 
-// apply's value before relu, stored in D: the one expression the forward and the backward's
-// relu mask share, so both round (and contract) it alike.
+// apply's value before relu (and a residual), stored in D: the one expression the forward and
+// the backward's recomputed relu mask share, so both round (and contract) it alike.
 template <class D, class A>
 __device__ __forceinline__ D normalized(A x, A m, A scale, A shift) {
   return store<D>((x - m) * scale + shift);
@@ -130,9 +130,10 @@ struct ApplyCoefficients {
       : m(static_cast<A>(mean[ch])),
         scale(static_cast<A>(invstd[ch] * (weight ? static_cast<double>(load(weight[ch])) : 1.0))),
         shift(bias ? static_cast<A>(load(bias[ch])) : A(0)) {}
-  // Whether apply(..., relu)'s output at x is positive (relu_backward's test on that output).
-  __device__ __forceinline__ bool positive(A x) const {
-    return load(normalized<D>(x, m, scale, shift)) > A(0);
+  // Whether the output at element `at` of x of apply(..., relu) is positive (relu_backward's test
+  // on that output): read from y when given, else recomputed (an apply without a residual).
+  __device__ __forceinline__ bool positive(A x, const D* y, int64_t at) const {
+    return load(y ? y[at] : normalized<D>(x, m, scale, shift)) > A(0);
   }
 };
 
@@ -232,8 +233,8 @@ __global__ void stats_finish_kernel(int64_t n, int64_t c, int64_t hw, int64_t sl
 
 template <class D>
 __global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, const double* mean,
-                             const double* invstd, const D* weight, const D* bias, bool relu,
-                             D* y) {
+                             const double* invstd, const D* weight, const D* bias,
+                             const D* residual, bool relu, D* y) {
   using A = compute_t<D>;
   ChannelWalk w(c, hw);
   int64_t cached = -1;
@@ -247,7 +248,8 @@ __global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, c
       shift = k.shift;
       cached = w.ch;
     }
-    const D v = normalized<D>(load(x[w.idx]), m, scale, shift);
+    D v = normalized<D>(load(x[w.idx]), m, scale, shift);
+    if (residual) v = store<D>(load(v) + load(residual[w.idx]));  // as an unfused add sees v
     y[w.idx] = relu && load(v) < A(0) ? store<D>(A(0)) : v;
   }
 }
@@ -257,7 +259,7 @@ __global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, c
 template <class D>
 __global__ void backward_partial_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
                                         int64_t slices, const double* mean, const double* invstd,
-                                        const D* weight, const D* bias, bool relu,
+                                        const D* weight, const D* bias, const D* y, bool relu,
                                         double* partial) {
   using A = compute_t<D>;
   __shared__ double scratch[32];
@@ -272,7 +274,8 @@ __global__ void backward_partial_kernel(const D* gy, const D* x, int64_t n, int6
   for (unsigned int u = threadIdx.x; u < values; u += blockDim.x, w.next()) {
     const int64_t at = w.at();
     const A xv = load(x[at]);
-    const double g = relu && !coef.positive(xv) ? 0.0 : static_cast<double>(load(gy[at]));
+    const double g =
+        relu && !coef.positive(xv, y, at) ? 0.0 : static_cast<double>(load(gy[at]));
     sum_g += g;
     sum_g_xmu += g * (static_cast<double>(xv) - mu);
   }
@@ -310,8 +313,8 @@ __global__ void backward_finish_kernel(int64_t c, int64_t slices, double m, cons
 template <class D>
 __global__ void backward_input_kernel(const D* gy, const D* x, int64_t c, int64_t hw,
                                       int64_t total, const double* mean, const double* invstd,
-                                      const D* weight, const D* bias, bool relu,
-                                      const double* coef, D* gx) {
+                                      const D* weight, const D* bias, const D* y, bool relu,
+                                      const double* coef, D* gx, D* gresidual) {
   using A = compute_t<D>;
   ChannelWalk w(c, hw);
   int64_t cached = -1;
@@ -330,9 +333,11 @@ __global__ void backward_input_kernel(const D* gy, const D* x, int64_t c, int64_
       cached = w.ch;
     }
     const A xv = load(x[w.idx]);
-    const bool keep = !relu || load(normalized<D>(xv, m, scale, shift)) > A(0);
-    const A g = keep ? load(gy[w.idx]) : A(0);
-    gx[w.idx] = store<D>(a * g + b * (xv - mu) + d);
+    const bool keep =
+        !relu || load(y ? y[w.idx] : normalized<D>(xv, m, scale, shift)) > A(0);
+    const D gd = keep ? gy[w.idx] : store<D>(A(0));
+    if (gx) gx[w.idx] = store<D>(a * load(gd) + b * (xv - mu) + d);
+    if (gresidual) gresidual[w.idx] = gd;
   }
 }
 
@@ -454,14 +459,14 @@ void BatchNorm<Cuda>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double
 template <>
 template <class T>
 void BatchNorm<Cuda>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                            const double* invstd, const T* weight, const T* bias, bool relu, T* y,
-                            Ctx ctx) {
+                            const double* invstd, const T* weight, const T* bias,
+                            const T* residual, bool relu, T* y, Ctx ctx) {
   using D = device_t<T>;
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
   const int64_t total = n * c * hw;
   if (total == 0) return;
   RG_LAUNCH(apply_kernel<D>, blocks_for(total), kThreads, 0, as_stream(ctx.stream), dev(x), c, hw,
-            total, mean, invstd, dev(weight), dev(bias), relu, dev(y));
+            total, mean, invstd, dev(weight), dev(bias), dev(residual), relu, dev(y));
 }
 
 template <>
@@ -481,8 +486,8 @@ template <>
 template <class T>
 void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
                                const double* mean, const double* invstd, const T* weight,
-                               const T* bias, bool batch_stats, bool relu, T* gx, T* gweight,
-                               T* gbias, Workspace workspace, Ctx ctx) {
+                               const T* bias, const T* y, bool batch_stats, bool relu, T* gx,
+                               T* gweight, T* gbias, T* gresidual, Workspace workspace, Ctx ctx) {
   using D = device_t<T>;
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   if (c == 0) return;
@@ -494,15 +499,15 @@ void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, in
   if (slices > 0) {
     RG_LAUNCH(backward_partial_kernel<D>, slice_grid(slices, c), kSliceThreads, 0,
               as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, slices, mean, invstd, dev(weight),
-              dev(bias), relu, partial);
+              dev(bias), dev(y), relu, partial);
   }
   RG_LAUNCH(backward_finish_kernel<D>, blocks_for(c), kThreads, 0, as_stream(ctx.stream), c,
             slices, static_cast<double>(m), partial, invstd, dev(weight), batch_stats,
             dev(gweight), dev(gbias), coef);
-  if (!gx || m == 0) return;
+  if ((!gx && !gresidual) || m == 0) return;
   RG_LAUNCH(backward_input_kernel<D>, blocks_for(n * c * hw), kThreads, 0, as_stream(ctx.stream),
-            dev(gy), dev(x), c, hw, n * c * hw, mean, invstd, dev(weight), dev(bias), relu, coef,
-            dev(gx));
+            dev(gy), dev(x), c, hw, n * c * hw, mean, invstd, dev(weight), dev(bias),
+            dev(y), relu, coef, dev(gx), dev(gresidual));
 }
 
 template <>

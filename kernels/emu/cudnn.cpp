@@ -522,8 +522,8 @@ void normalize(const BnShape& s, const std::vector<P>& xv, const std::vector<dou
                const std::vector<double>& invstd, const void* scale, const void* bias, void* y) {
   std::vector<P> out(xv.size());
   BatchNorm<Cpu>::apply<P>(xv.data(), s.n, s.c, s.hw, mean.data(), invstd.data(),
-                           static_cast<const P*>(scale), static_cast<const P*>(bias), false,
-                           out.data(), {});
+                           static_cast<const P*>(scale), static_cast<const P*>(bias), nullptr,
+                           false, out.data(), {});
   cpu::cast<P, T>(out.data(), static_cast<T*>(y), int64_t(out.size()));
 }
 
@@ -682,8 +682,9 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
             std::vector<P> gx(static_cast<size_t>(total));
             BatchNorm<Cpu>::backward<P>(gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(),
                                         invstd.data(), static_cast<const P*>(scale), nullptr,
-                                        true, false, gx.data(), static_cast<P*>(scale_diff),
-                                        static_cast<P*>(bias_diff), {}, {});
+                                        nullptr, true, false, gx.data(),
+                                        static_cast<P*>(scale_diff), static_cast<P*>(bias_diff),
+                                        nullptr, {}, {});
             cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), total);
           });
     return CUDNN_STATUS_SUCCESS;

@@ -37,12 +37,12 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor BasicBlock::forward_impl(const Tensor& x) {
-  Tensor out = bn1_->forward_relu(conv1_->forward(x));
-  out = bn2_->forward(conv2_->forward(out));
+  Tensor out = conv2_->forward(bn1_->forward_relu(conv1_->forward(x)));
   const Tensor identity = downsample_ ? downsample_->forward(x) : x;
-  // Moved: the sum and the relu are written over bn2's output, which nothing saves (torchvision's
-  // in-place `out += identity; relu(out)`), so the block needs no further activation buffers.
-  return relu(add(std::move(out), identity));
+  // bn2, the shortcut's add and relu in one op (unfused: the sum and relu written over bn2's
+  // output, torchvision's in-place `out += identity; relu(out)`). So bn2 runs after the
+  // downsample branch, where torchvision runs it before; the values are the same.
+  return bn2_->forward_add_relu(out, identity);
 }
 
 ResNet18::ResNet18(int64_t num_classes, Generator& gen, bool imagenet_stem)

@@ -282,9 +282,16 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_GT(conv_us, 0) << seen;
   EXPECT_EQ(first_conv, "conv1: conv2d");  // named in its module's scope
   // Every convolution is followed by a batch norm; the stem's and each block's first are fused
-  // with their ReLU (BatchNorm2d::forward_relu): 1 + 8 of the 20.
+  // with their ReLU (BatchNorm2d::forward_relu): 1 + 8 of the 20; each block's second with the
+  // shortcut's add and the ReLU (forward_add_relu): 8; the 3 downsample branches' stay plain.
   EXPECT_EQ(count["op/batch_norm_relu"], kSteps * 9) << seen;
-  EXPECT_EQ(count["op/batch_norm"] + count["op/batch_norm_relu"], kSteps * kConvs) << seen;
+  EXPECT_EQ(count["op/batch_norm_add_relu"], kSteps * 8) << seen;
+  EXPECT_EQ(count["op/batch_norm"], kSteps * 3) << seen;
+  EXPECT_EQ(count["op/batch_norm"] + count["op/batch_norm_relu"] +
+                count["op/batch_norm_add_relu"],
+            kSteps * kConvs)
+      << seen;
+  EXPECT_EQ(count["op/relu"] + count["op/relu_"], 0) << "every ReLU is fused:" << seen;
   EXPECT_EQ(count["loss/loss"], kSteps) << seen;
   EXPECT_EQ(count["optimizer/sgd.step"], kSteps) << seen;
   EXPECT_EQ(count["data copy/copy to device"], 2 * kSteps) << "inputs and targets:" << seen;

@@ -1,4 +1,5 @@
-// The fused batch_norm_relu against its composition relu(batch_norm(...)): bit for bit on the CPU
+// The fused batch_norm_relu and batch_norm_add_relu against their compositions
+// relu(batch_norm(...)) and relu(batch_norm(...) + residual): bit for bit on the CPU
 // and, with our kernels on both sides (set_cudnn_enabled(false)), on cuda:0; within f32's
 // tolerance of the cuDNN batch norm that f32 takes by default. Forward, every gradient and the
 // running statistics, training and evaluation. The ResNet-18 block uses the fused op
@@ -11,6 +12,7 @@
 #include "device/device_test_util.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/cudnn.h"
 
 namespace rg {
@@ -27,22 +29,30 @@ struct Outcome {
   Tensor running_mean, running_var;
 };
 
-// Inputs x, weight, bias on `device` (x's values spread so that about half are cut by relu);
-// running statistics (constants) updated in training.
-Outcome run(bool fused, Device device, DType dtype, bool training) {
+// Inputs x, weight, bias (and with `residual` a fourth, added before relu) on `device` (values
+// spread so that about half are cut by relu); running statistics (constants) updated in training.
+Outcome run(bool fused, Device device, DType dtype, bool training, bool residual = false) {
   Generator gen(21);
   const Tensor x = random_tensor({4, 3, 5, 7}, gen, dtype, -2.0, 3.0);
   const Tensor w = random_tensor({3}, gen, dtype, 0.5, 1.5);
   const Tensor b = random_tensor({3}, gen, dtype, -0.5, 0.5);
   const Tensor upstream = random_tensor({4, 3, 5, 7}, gen, dtype);
+  const Tensor res = random_tensor({4, 3, 5, 7}, gen, dtype, -1.0, 1.0);
   Outcome r;
   r.running_mean = random_tensor({3}, gen, dtype, -0.2, 0.2).to(device);
   r.running_var = random_tensor({3}, gen, dtype, 0.5, 1.5).to(device);
   const auto f = [&](const V& v) {
+    if (residual) {
+      return fused ? batch_norm_add_relu(v[0], v[3], r.running_mean, r.running_var, v[1], v[2],
+                                         training)
+                   : relu(add(batch_norm(v[0], r.running_mean, r.running_var, v[1], v[2],
+                                         training),
+                              v[3]));
+    }
     return fused ? batch_norm_relu(v[0], r.running_mean, r.running_var, v[1], v[2], training)
                  : relu(batch_norm(v[0], r.running_mean, r.running_var, v[1], v[2], training));
   };
-  r.result = run_on(device, f, {x, w, b}, upstream);
+  r.result = run_on(device, f, residual ? V{x, w, b, res} : V{x, w, b}, upstream);
   return r;
 }
 
@@ -57,12 +67,12 @@ void expect_identical(const Tensor& a, const Tensor& b, const std::string& what)
 }
 
 void expect_fused_equals_composition(Device device, DType dtype, bool training,
-                                     const std::string& what) {
-  const Outcome fused = run(true, device, dtype, training);
-  const Outcome composed = run(false, device, dtype, training);
+                                     const std::string& what, bool residual = false) {
+  const Outcome fused = run(true, device, dtype, training, residual);
+  const Outcome composed = run(false, device, dtype, training, residual);
   expect_identical(fused.result.out, composed.result.out, what + " forward");
-  const char* names[] = {"x", "weight", "bias"};
-  for (size_t i = 0; i < 3; ++i) {
+  const char* names[] = {"x", "weight", "bias", "residual"};
+  for (size_t i = 0; i < (residual ? 4u : 3u); ++i) {
     expect_identical(fused.result.grads[i], composed.result.grads[i],
                      what + " grad of " + names[i]);
   }
@@ -86,6 +96,18 @@ TEST(BatchNormRelu, EqualsTheCompositionBitForBitOnTheCpu) {
   }
 }
 
+// relu(batch_norm(x) + residual) as one op (a ResNet block's end), against the composition.
+TEST(BatchNormAddRelu, EqualsTheCompositionBitForBitOnTheCpu) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (bool training : {true, false}) {
+      expect_fused_equals_composition(Device::cpu(), dtype, training,
+                                      std::string("add_relu cpu ") + dtype_name(dtype) +
+                                          (training ? " training" : " eval"),
+                                      true);
+    }
+  }
+}
+
 // Our batch-norm kernels on CUDA while it lives.
 struct CudnnOff {
   CudnnOff() { set_cudnn_enabled(false); }
@@ -100,6 +122,19 @@ TEST(BatchNormRelu, EqualsTheCompositionBitForBitOnCudaWithOurKernels) {
       expect_fused_equals_composition(kCuda, dtype, training,
                                       std::string("cuda ") + dtype_name(dtype) +
                                           (training ? " training" : " eval"));
+    }
+  }
+}
+
+TEST(BatchNormAddRelu, EqualsTheCompositionBitForBitOnCudaWithOurKernels) {
+  RG_REQUIRE_DEVICE();
+  const CudnnOff ours;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (bool training : {true, false}) {
+      expect_fused_equals_composition(kCuda, dtype, training,
+                                      std::string("add_relu cuda ") + dtype_name(dtype) +
+                                          (training ? " training" : " eval"),
+                                      true);
     }
   }
 }

@@ -104,10 +104,11 @@ TEST(EmuChecked, BatchNorm) {
   const kernels::Workspace workspace{ws.data(), int64_t(ws.size())};
   BatchNorm::stats(x.data(), n, c, hw, mean.data(), var.data(), invstd.data(), 1e-5, workspace,
                    {});
-  BatchNorm::apply(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(), true,
-                   y.data(), {});
-  BatchNorm::backward(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(),
-                      b.data(), true, true, gx.data(), gw.data(), gb.data(), workspace, {});
+  BatchNorm::apply<float>(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(),
+                          nullptr, true, y.data(), {});
+  BatchNorm::backward<float>(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(),
+                             b.data(), nullptr, true, true, gx.data(), gw.data(), gb.data(),
+                             nullptr, workspace, {});
   // With relu, gy counts where y > 0: for a ramp per image, half of each channel's values.
   for (size_t ch = 0; ch < gb.size(); ++ch) {
     float positive = 0;

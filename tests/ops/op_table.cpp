@@ -44,9 +44,10 @@ Tensor uniform(const Shape& shape, Generator& gen, double low = -1.0, double hig
   return uniform_(t, low, high, gen);
 }
 
-// Values in [0.1, 1.5) with a random sign: kinks at 0 (relu) stay far from every +-eps probe.
-Tensor away_from_zero(const Shape& shape, Generator& gen) {
-  Tensor t = uniform(shape, gen, 0.1, 1.5);
+// Values in [low, high) (default [0.1, 1.5)) with a random sign: kinks at 0 (relu) stay far from
+// every +-eps probe.
+Tensor away_from_zero(const Shape& shape, Generator& gen, double low = 0.1, double high = 1.5) {
+  Tensor t = uniform(shape, gen, low, high);
   const std::vector<double> sign = rand(shape, gen, f64).to_vector<double>();
   double* p = t.data<double>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = sign[size_t(i)] < 0.5 ? -p[i] : p[i];
@@ -520,6 +521,80 @@ OpEntry batch_norm_entry(const std::string& name = "batch_norm", BatchNormOp op 
     bad.push_back(empty);
     bad.push_back({"training on one value per channel",
                    {zeros({1, 3}), ones({3}), zeros({3})},
+                   "expected more than 1 value per channel when training"});
+    return bad;
+  };
+  return e;
+}
+
+// batch_norm_add_relu: relu(batch_norm(x) + residual), inputs x, residual, then weight and bias
+// when affine, then running mean and var when stats (the fused op's agreement with the
+// composition bit for bit is tests/device/batch_norm_relu_device_test.cpp).
+OpFn bn_add_relu(bool training, bool affine, bool stats) {
+  return [=](const V& v) {
+    const Tensor w = affine ? v[2] : Tensor(), b = affine ? v[3] : Tensor();
+    const size_t s = affine ? 4 : 2;
+    return batch_norm_add_relu(v[0], v[1], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(),
+                               w, b, training);
+  };
+}
+
+OpEntry batch_norm_add_relu_entry() {
+  OpEntry e;
+  e.name = "batch_norm_add_relu";
+  e.forward = bn_add_relu(true, true, false);
+  e.half_tolerance_scale = 4;  // as batch_norm's
+  e.samples = [] {
+    Generator gen(19);
+    // Residuals of magnitude 4 to 5, either sign: the sum stays clear of relu's threshold (the
+    // normalized values are within about 3.6), where f16/bf16, rounded before the add as the
+    // unfused add sees them, and the f32 reference could fall on different sides. The mask's
+    // exact semantics are the composition tests' (tests/device/batch_norm_relu_device_test.cpp).
+    auto residual = [&](const Shape& x) { return away_from_zero(x, gen, 4, 5); };
+    auto affine = [&](const Shape& x, int64_t c) {
+      return V{uniform(x, gen, -2, 3), residual(x), uniform({c}, gen, 0.5, 1.5), uniform({c}, gen)};
+    };
+    auto with_stats = [](V in, std::vector<double> mean, std::vector<double> var) {
+      in.push_back(constant(mean));
+      in.push_back(constant(var));
+      return in;
+    };
+    std::vector<OpSample> s = {
+        sample("[3, 4, 3, 2] training", affine({3, 4, 3, 2}, 4)),
+        sample("[3, 4, 3, 2] training without affine",
+               {uniform({3, 4, 3, 2}, gen), residual({3, 4, 3, 2})},
+               bn_add_relu(true, false, false)),
+        sample("[5, 3] training", affine({5, 3}, 3)),
+        sample("[3, 4, 2, 3] eval",
+               with_stats(affine({3, 4, 2, 3}, 4), {0.1, -0.2, 0.3, 0.0}, {0.5, 1.5, 2.0, 0.8}),
+               bn_add_relu(false, true, true)),
+        model_shape("ResNet-18 [4, 16, 8, 8] training", affine({4, 16, 8, 8}, 16)),
+        empty_batch("[0, 3, 2, 2] eval",
+                    with_stats(affine({0, 3, 2, 2}, 3), {0.1, 0.2, 0.3}, {1.0, 2.0, 0.5}),
+                    bn_add_relu(false, true, true)),
+    };
+    OpSample stats = sample("[4, 3, 5, 5] training with running statistics",
+                            with_stats(affine({4, 3, 5, 5}, 3), {0, 0, 0}, {1, 1, 1}),
+                            bn_add_relu(true, true, true));
+    s.push_back(stats);
+    for (OpSample& x : s)
+      if (x.inputs.size() == 6) x.grad_inputs = 4;
+    return s;
+  };
+  e.bad_inputs = [] {
+    const V good{zeros({2, 3}), zeros({2, 3}), ones({3}), zeros({3})};
+    std::vector<OpBadInput> bad = common_bad_inputs("batch_norm_add_relu", good);
+    bad.push_back({"residual of another shape",
+                   {zeros({2, 3}), zeros({2, 1}), ones({3}), zeros({3})},
+                   "the residual's shape [2, 1] differs from the input's [2, 3]"});
+    bad.push_back({"residual of another dtype",
+                   {zeros({2, 3}), zeros({2, 3}, DType::f64), ones({3}), zeros({3})},
+                   "dtype mismatch"});
+    bad.push_back({"3-d input",
+                   {zeros({2, 3, 4}), zeros({2, 3, 4}), ones({3}), zeros({3})},
+                   "expected a 2-d [N, C] or 4-d [N, C, H, W] input"});
+    bad.push_back({"training on one value per channel",
+                   {zeros({1, 3}), zeros({1, 3}), ones({3}), zeros({3})},
                    "expected more than 1 value per channel when training"});
     return bad;
   };
@@ -1578,6 +1653,7 @@ std::vector<OpEntry> build_table() {
   t.push_back(adaptive_avg_pool2d_entry());
   t.push_back(batch_norm_entry());
   t.push_back(batch_norm_entry("batch_norm_relu", &batch_norm_relu));
+  t.push_back(batch_norm_add_relu_entry());
   t.push_back(sync_batch_norm_entry());
   t.push_back(layer_norm_entry());
   t.push_back(dropout_entry());

@@ -88,26 +88,28 @@ void check_stats(const std::array<int64_t, 3>& shape) {
 }
 
 template <class T>
-void check_apply(const std::array<int64_t, 3>& shape, bool affine, bool relu = false) {
+void check_apply(const std::array<int64_t, 3>& shape, bool affine, bool relu = false,
+                 bool residual = false) {
   const auto [n, c, hw] = shape;
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 2));
   const auto weight = random_values<T>(c, uint64_t(c + 3), 0.5f, 1.5f);
   const auto bias = random_values<T>(c, uint64_t(c + 4));
-  const auto xf = convert_all<ref_t<T>>(x);
+  const auto r = random_values<T>(n * c * hw, uint64_t(n * c * hw + 9));
+  const auto xf = convert_all<ref_t<T>>(x), rf = convert_all<ref_t<T>>(r);
   const Stats st = cpu_stats(xf, n, c, hw);
   std::vector<T> y(x.size());
   Cu::apply<T>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-               affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, relu, y.data(),
-               {});
+               affine ? weight.data() : nullptr, affine ? bias.data() : nullptr,
+               residual ? r.data() : nullptr, relu, y.data(), {});
   const auto wf = convert_all<ref_t<T>>(weight), bf = convert_all<ref_t<T>>(bias);
   std::vector<ref_t<T>> want(x.size());
   Cpu::apply<ref_t<T>>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                       affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, relu,
-                       want.data(), {});
-  expect_close(y, want, 1e-5, default_rtol<T>(),
+                       affine ? wf.data() : nullptr, affine ? bf.data() : nullptr,
+                       residual ? rf.data() : nullptr, relu, want.data(), {});
+  expect_close(y, want, residual ? 2e-5 : 1e-5, default_rtol<T>(),
                describe(affine ? "batch_norm_apply affine" : "batch_norm_apply", type_name<T>(),
                         shape) +
-                   (relu ? " relu" : ""));
+                   (residual ? " + residual" : "") + (relu ? " relu" : ""));
   if (relu) {
     for (double v : convert_all<double>(y)) ASSERT_GE(v, 0.0);
   }
@@ -115,12 +117,14 @@ void check_apply(const std::array<int64_t, 3>& shape, bool affine, bool relu = f
 
 template <class T>
 void check_backward(const std::array<int64_t, 3>& shape, bool affine, bool batch_stats,
-                    bool relu = false) {
+                    bool relu = false, bool residual = false) {
   const auto [n, c, hw] = shape;
   const int64_t m = n * hw;
   const std::string what =
       ::rg::detail::cat(affine ? " affine" : "", batch_stats ? " batch_stats" : " running_stats",
-                        relu ? " relu" : "");
+                        residual ? " + residual" : "", relu ? " relu" : "");
+  const auto r = random_values<T>(n * c * hw, uint64_t(n * c * hw + 10));
+  const auto rf = convert_all<ref_t<T>>(r);
   const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 5));
   const auto gy = random_values<T>(n * c * hw, uint64_t(n * c * hw + 6));
   const auto weight = random_values<T>(c, uint64_t(c + 7), 0.5f, 1.5f);
@@ -128,16 +132,33 @@ void check_backward(const std::array<int64_t, 3>& shape, bool affine, bool batch
   const auto xf = convert_all<ref_t<T>>(x), gyf = convert_all<ref_t<T>>(gy),
              wf = convert_all<ref_t<T>>(weight), bf = convert_all<ref_t<T>>(bias);
   const Stats st = cpu_stats(xf, n, c, hw);
-  std::vector<T> gx(x.size()), gw(static_cast<size_t>(c)), gb(static_cast<size_t>(c));
+  std::vector<T> gx(x.size()), gw(static_cast<size_t>(c)), gb(static_cast<size_t>(c)),
+      gr(residual ? x.size() : 0), y(residual ? x.size() : 0);
+  std::vector<ref_t<T>> want_gx(x.size()), want_gw(static_cast<size_t>(c)),
+      want_gb(static_cast<size_t>(c)), want_gr(gr.size()), want_y(y.size());
+  // With a residual the backward's relu mask comes from the forward's output: each backend's own.
+  if (residual) {
+    Cu::apply<T>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                 affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, r.data(), relu,
+                 y.data(), {});
+    Cpu::apply<ref_t<T>>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                         affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, rf.data(),
+                         relu, want_y.data(), {});
+  }
   auto scratch = scratch_for<Cu>(n, c, hw);
   Cu::backward<T>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                  affine ? weight.data() : nullptr, affine ? bias.data() : nullptr, batch_stats,
-                  relu, gx.data(), gw.data(), gb.data(), ws(scratch), {});
-  std::vector<ref_t<T>> want_gx(x.size()), want_gw(static_cast<size_t>(c)),
-      want_gb(static_cast<size_t>(c));
+                  affine ? weight.data() : nullptr, affine ? bias.data() : nullptr,
+                  residual ? y.data() : nullptr, batch_stats, relu, gx.data(), gw.data(),
+                  gb.data(), residual ? gr.data() : nullptr, ws(scratch), {});
   Cpu::backward<ref_t<T>>(gyf.data(), xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
-                          affine ? wf.data() : nullptr, affine ? bf.data() : nullptr, batch_stats,
-                          relu, want_gx.data(), want_gw.data(), want_gb.data(), {}, {});
+                          affine ? wf.data() : nullptr, affine ? bf.data() : nullptr,
+                          residual ? want_y.data() : nullptr, batch_stats, relu, want_gx.data(),
+                          want_gw.data(), want_gb.data(), residual ? want_gr.data() : nullptr, {},
+                          {});
+  if (residual) {  // gy or 0, by the same mask: equal unless a value sits at relu's threshold
+    expect_close(gr, want_gr, 0, 0,
+                 describe("batch_norm_backward gresidual", type_name<T>(), shape) + what);
+  }
   // Sums over the m values of a channel carry m roundings of terms of size ~1.
   const double sum_atol = 2e-6 * double(m);
   expect_close(gb, want_gb, sum_atol, default_rtol<T>(),
@@ -171,6 +192,79 @@ TEST(EmuBatchNorm, ApplyWithReluMatchesCpu) {
       check_apply<T>(s, true, true);
       check_apply<T>(s, false, true);
     }
+  });
+}
+
+// With a residual, f16/bf16 differ from the CPU's f32 reference where normalized + residual
+// cancels to near 0 (the sign follows the rounding): f32 and f64 here, every type against the
+// composition below.
+TEST(EmuBatchNorm, ApplyWithResidualAndReluMatchesCpu) {
+  for_types<float, double>([]<class T>() {
+    for (const auto& s : shapes()) {
+      check_apply<T>(s, true, true, true);
+      check_apply<T>(s, false, false, true);
+    }
+  });
+}
+
+TEST(EmuBatchNorm, BackwardWithResidualAndReluMatchesCpu) {
+  for_types<float, double>([]<class T>() {
+    for (const auto& s : shapes()) {
+      for (bool batch_stats : {true, false}) {
+        check_backward<T>(s, true, batch_stats, true, true);
+        check_backward<T>(s, false, batch_stats, false, true);
+      }
+    }
+  });
+}
+
+// The fused kernels bit for bit the composition of this backend's own kernels: apply, then the
+// add in compute precision rounded to T, then relu; backward's gresidual = gy where that output
+// is positive (else 0), and gx = the plain backward of that masked gy.
+template <class T>
+void check_residual_composition(const std::array<int64_t, 3>& shape) {
+  const auto [n, c, hw] = shape;
+  const std::string what = describe("batch_norm + residual + relu", type_name<T>(), shape);
+  const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 21));
+  const auto r = random_values<T>(n * c * hw, uint64_t(n * c * hw + 22));
+  const auto gy = random_values<T>(n * c * hw, uint64_t(n * c * hw + 23));
+  const auto weight = random_values<T>(c, uint64_t(c + 24), 0.5f, 1.5f);
+  const auto bias = random_values<T>(c, uint64_t(c + 25));
+  const Stats st = cpu_stats(convert_all<ref_t<T>>(x), n, c, hw);
+  std::vector<T> plain(x.size()), fused(x.size()), want(x.size());
+  Cu::apply<T>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(), weight.data(), bias.data(),
+               nullptr, false, plain.data(), {});
+  Cu::apply<T>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(), weight.data(), bias.data(),
+               r.data(), true, fused.data(), {});
+  std::vector<T> masked(x.size());
+  const auto wide = [](T v) { return kernels::cpu::convert<ref_t<T>>(v); };
+  const T zero = kernels::cpu::convert<T>(0.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const T pre = kernels::cpu::convert<T>(ref_t<T>(wide(plain[i]) + wide(r[i])));
+    want[i] = wide(pre) < ref_t<T>(0) ? zero : pre;
+    masked[i] = wide(pre) > ref_t<T>(0) ? gy[i] : zero;
+  }
+  expect_bits_equal(fused, want, what + " forward");
+  auto scratch = scratch_for<Cu>(n, c, hw);
+  const size_t cs = static_cast<size_t>(c);
+  std::vector<T> gx(x.size()), gw(cs), gb(cs), gr(x.size());
+  std::vector<T> want_gx(x.size()), want_gw(cs), want_gb(cs);
+  Cu::backward<T>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), weight.data(),
+                  bias.data(), fused.data(), true, true, gx.data(), gw.data(), gb.data(),
+                  gr.data(), ws(scratch), {});
+  Cu::backward<T>(masked.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                  weight.data(), bias.data(), nullptr, true, false, want_gx.data(),
+                  want_gw.data(), want_gb.data(), nullptr, ws(scratch), {});
+  expect_bits_equal(gr, masked, what + " gresidual");
+  expect_bits_equal(gx, want_gx, what + " gx");
+  expect_bits_equal(gw, want_gw, what + " gweight");
+  expect_bits_equal(gb, want_gb, what + " gbias");
+}
+
+TEST(EmuBatchNorm, ResidualAndReluEqualTheCompositionBitForBit) {
+  for_each_type([]<class T>() {
+    for (const auto& s : shapes()) check_residual_composition<T>(s);
+    check_residual_composition<T>({64, 2, 1024});  // sliced channels
   });
 }
 
@@ -214,6 +308,8 @@ TEST(EmuBatchNorm, ElementwiseKernelsTrackChannelsPastOneGrid) {
   const std::array<int64_t, 3> shape{400, 3, 1000};
   check_apply<float>(shape, true, true);
   check_backward<float>(shape, true, true, true);
+  check_apply<float>(shape, true, true, true);
+  check_backward<float>(shape, true, true, true, true);
 }
 
 TEST(EmuBatchNorm, BackwardWithoutGxOrParameterGrads) {
@@ -224,13 +320,16 @@ TEST(EmuBatchNorm, BackwardWithoutGxOrParameterGrads) {
   std::vector<float> gx(x.size(), 7.f), gb(static_cast<size_t>(c));
   auto scratch = scratch_for<Cu>(n, c, hw);
   Cu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
-                      nullptr, true, false, nullptr, nullptr, gb.data(), ws(scratch), {});
+                      nullptr, nullptr, true, false, nullptr, nullptr, gb.data(), nullptr,
+                      ws(scratch), {});
   std::vector<float> want_gb(static_cast<size_t>(c));
   Cpu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
-                       nullptr, true, false, nullptr, nullptr, want_gb.data(), {}, {});
+                       nullptr, nullptr, true, false, nullptr, nullptr, want_gb.data(), nullptr, {},
+                       {});
   expect_close(gb, want_gb, 1e-6, 1e-6, "gbias only");
   Cu::backward<float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(), nullptr,
-                      nullptr, true, false, gx.data(), nullptr, nullptr, ws(scratch), {});
+                      nullptr, nullptr, true, false, gx.data(), nullptr, nullptr, nullptr,
+                      ws(scratch), {});
   EXPECT_NE(gx[0], 7.f);
 }
 
@@ -275,8 +374,8 @@ TEST(EmuBatchNorm, StatsAndBackwardAreDeterministic) {
     Cu::stats<float>(x.data(), n, c, hw, mean[run].data(), var[run].data(), invstd[run].data(),
                      kEps, ws(scratch), {});
     Cu::backward<float>(gy.data(), x.data(), n, c, hw, mean[run].data(), invstd[run].data(),
-                        nullptr, nullptr, true, false, nullptr, gw[run].data(), gb[run].data(),
-                        ws(scratch), {});
+                        nullptr, nullptr, nullptr, true, false, nullptr, gw[run].data(),
+                        gb[run].data(), nullptr, ws(scratch), {});
   }
   const size_t bytes = size_t(c) * sizeof(float);
   EXPECT_EQ(std::memcmp(mean[0].data(), mean[1].data(), 2 * bytes), 0);
