@@ -47,10 +47,12 @@ struct Workspace {
 #define RG_CPU_FLOAT_TYPES(X, arg) X(arg, float) X(arg, double)
 #define RG_CUDA_FLOAT_TYPES(X, arg) \
   X(arg, float) X(arg, double) X(arg, ::rg::Half) X(arg, ::rg::BFloat16)
+// The half types alone (kernels with a mixed-precision variant: f16/bf16 data, f32 parameters).
+#define RG_CUDA_HALF_TYPES(X, arg) X(arg, ::rg::Half) X(arg, ::rg::BFloat16)
 
 // RG_INSTANTIATE(LIST, fn): explicit instantiation of `template <class T> auto fn()` for every
-// type of LIST (RG_CPU_FLOAT_TYPES or RG_CUDA_FLOAT_TYPES). fn returns the addresses of the
-// kernels to instantiate, e.g.
+// type of LIST (RG_CPU_FLOAT_TYPES, RG_CUDA_FLOAT_TYPES or RG_CUDA_HALF_TYPES). fn returns the
+// addresses of the kernels to instantiate, e.g.
 //   template <class T> auto cpu_loss_kernels() { return std::tuple{&Loss<Cpu>::softmax<T>}; }
 //   RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_loss_kernels)
 // Taking a kernel's address instantiates it in this translation unit, where its definition is,

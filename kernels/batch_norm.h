@@ -4,6 +4,10 @@
 // (f32, f64), kernels/cuda/batch_norm.cu BatchNorm<Cuda> (f32, f64, f16, bf16); cuDNN's batch
 // norm, a CUDA-only alternative with its own f32 statistics, is kernels/cuda/batch_norm_cudnn.h.
 //
+// P, the parameters' type (weight, bias and their gradients): T, or on CUDA f32 with f16/bf16
+// activations (autocast's BatchNorm2d: half activations, f32 parameters and statistics, as
+// PyTorch's kernels take them), instantiated for apply and backward; never deduced (pass it).
+//
 // Shared rules: per-channel sums accumulate in f64 and the statistics (mean, var, invstd) are f64
 // arrays on the device, as PyTorch's CPU batch norm keeps them; per-channel coefficients are
 // formed in f64 and rounded once to the compute type (f64 for f64, f32 otherwise), in which the
@@ -11,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
@@ -33,10 +38,11 @@ struct BatchNorm {
   // none, else an array like x): then y = y + residual, y rounded to T before the add as an
   // unfused add would see it. relu: then y = y < 0 ? 0 : y (relu's rule: NaN stays NaN). Exactly
   // the unfused batch norm, add and relu.
-  template <class T>
+  template <class T, class P = T>
   static void apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                    const double* invstd, const T* weight, const T* bias, const T* residual,
-                    bool relu, T* y, Ctx ctx);
+                    const double* invstd, const std::type_identity_t<P>* weight,
+                    const std::type_identity_t<P>* bias, const T* residual, bool relu, T* y,
+                    Ctx ctx);
   // running = (1 - momentum) * running + momentum * batch (in f64), with the unbiased batch
   // variance var * count / (count - 1) for running_var (PyTorch's formula); either may be null.
   template <class T>
@@ -52,10 +58,12 @@ struct BatchNorm {
   // relu_backward would take from the saved output, so this is bit for bit the composition
   // relu_backward then backward. gresidual (null: not wanted): gy where counted, else 0 (the
   // gradient of apply's residual, which the add passes on from relu_backward).
-  template <class T>
+  template <class T, class P = T>
   static void backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                       const double* mean, const double* invstd, const T* weight, const T* bias,
-                       const T* y, bool batch_stats, bool relu, T* gx, T* gweight, T* gbias,
+                       const double* mean, const double* invstd,
+                       const std::type_identity_t<P>* weight, const std::type_identity_t<P>* bias,
+                       const T* y, bool batch_stats, bool relu, T* gx,
+                       std::type_identity_t<P>* gweight, std::type_identity_t<P>* gbias,
                        T* gresidual, Workspace workspace, Ctx ctx);
   // The backward in two halves, for a batch norm whose statistics span several arrays (processes,
   // SyncBatchNorm): this array's per-channel sums[ch] = sum(gy) and sums[c + ch] = sum(gy * xhat)

@@ -28,21 +28,54 @@ using autograd::SavedTensor;
 
 namespace {
 
+// mixed: t must be f32 on x's device (f16/bf16 x, f32 parameters); otherwise x's dtype.
 void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x,
-                          int64_t c) {
+                          int64_t c, bool mixed) {
   if (!t.defined()) return;
-  check_inputs(op, {x, t});
+  if (mixed) {  // cuda_mixed has seen that every defined parameter is f32
+    RG_CHECK(t.device() == x.device(), op, ": device mismatch, input 0 is on ", x.device().str(),
+             " but ", name, " is on ", t.device().str());
+  } else {
+    check_inputs(op, {x, t});
+  }
   RG_CHECK(t.dim() == 1 && t.size(0) == c, op, ": ", name, " has shape ", shape_str(t.shape()),
            " but input ", shape_str(x.shape()), " has ", c, " channels");
 }
 
-// The backward's outputs dx, dweight, dbias: uninitialized where wanted, undefined otherwise.
+// The backward's outputs dx, dweight, dbias (those two in the parameters' dtype): uninitialized
+// where wanted, undefined otherwise.
 std::array<Tensor, 3> gradient_outputs(const Tensor& grad, const Shape& x_shape, int64_t c, bool gx,
-                                       bool gw, bool gb) {
-  const auto make = [&](bool wanted, const Shape& s) {
-    return wanted ? Tensor::empty(s, grad.dtype(), grad.device()) : Tensor();
+                                       bool gw, bool gb, DType param_dtype) {
+  const auto make = [&](bool wanted, const Shape& s, DType dtype) {
+    return wanted ? Tensor::empty(s, dtype, grad.device()) : Tensor();
   };
-  return {make(gx, x_shape), make(gw, {c}), make(gb, {c})};
+  return {make(gx, x_shape, grad.dtype()), make(gw, {c}, param_dtype), make(gb, {c}, param_dtype)};
+}
+
+// Whether x is f16/bf16 on CUDA with f32 parameters and statistics (autocast's BatchNorm2d; at
+// least one defined, all defined ones f32): then our kernels take them as they are (P = f32), with
+// no f32 copies of x, the output or the gradients (batch_norm_through_f32's way, as the CPU's).
+bool cuda_mixed(const Tensor& x, std::initializer_list<Tensor> params) {
+  if (!x.defined() || !x.device().is_cuda() || !is_half(x.dtype())) return false;
+  bool any = false;
+  for (const Tensor& t : params) {
+    if (!t.defined()) continue;
+    if (t.dtype() != DType::f32) return false;
+    any = true;
+  }
+  return any;
+}
+
+// f.template operator()<T, P, B>() for x's dtype T and backend B, with P = f32 when mixed (see
+// cuda_mixed), else T.
+template <class F>
+void dispatch_batch_norm(const Tensor& x, bool mixed, const char* op, F&& f) {
+  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    if constexpr (kOnCuda<B> && (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)) {
+      if (mixed) return f.template operator()<T, float, B>();
+    }
+    f.template operator()<T, T, B>();
+  });
 }
 
 // The storage types cuDNN's batch norm is asked for: f32, and f16 with f32 parameters. bf16 stays
@@ -118,28 +151,33 @@ kernels::Workspace as_workspace(const Tensor& ws) { return {ws.raw_data(), ws.nu
 // branch's batch norm output). With a residual (has_residual) the op's fourth input is the
 // residual, whose gradient comes last.
 autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                      const Tensor& out, bool has_residual, Tensor mean,
-                                      Tensor invstd, bool training, bool relu, bool gx, bool gw,
-                                      bool gb, bool gr, int64_t n, int64_t c, int64_t hw) {
+                                      const Tensor& out, bool has_residual, bool mixed,
+                                      Tensor mean, Tensor invstd, bool training, bool relu,
+                                      bool gx, bool gw, bool gb, bool gr, int64_t n, int64_t c,
+                                      int64_t hw) {
   return [sx = SavedTensor(x), sw = SavedTensor(weight),
           sb = SavedTensor(relu && !out.defined() ? bias : Tensor()), so = SavedTensor(out),
-          has_residual, mean, invstd, training, relu, gx, gw, gb, gr, n, c,
+          has_residual, mixed, mean, invstd, training, relu, gx, gw, gb, gr, n, c,
           hw](const Tensor& grad) -> std::vector<Tensor> {
     const Tensor xv = sx.get(), wv = sw.get(), bv = sb.get(), yv = so.get();
-    auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, gx, gw, gb);
+    auto [dx, dw, db] =
+        gradient_outputs(grad, xv.shape(), c, gx, gw, gb, mixed ? DType::f32 : grad.dtype());
     // The CPU kernel materializes relu's backward (the residual's gradient) before the plain
     // backward: it gets a buffer from the tensor allocator even when no residual gradient is
     // wanted, rather than a fresh allocation of its own per call.
     const bool cpu_relu = relu && grad.device().is_cpu();
     const Tensor dr =
         gr || cpu_relu ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
-    dispatch_on(grad.device(), grad.dtype(), "batch_norm backward", [&]<class T, class B>() {
+    dispatch_batch_norm(grad, mixed, "batch_norm backward", [&]<class T, class P, class B>() {
       const Tensor ws = batch_norm_workspace<B>(n, c, hw, grad.device());
-      const auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      kernels::BatchNorm<B>::backward(grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(),
-                                      invstd.data<double>(), ptr(wv), ptr(bv), ptr(yv), training,
-                                      relu, ptr(dx), ptr(dw), ptr(db), ptr(dr), as_workspace(ws),
-                                      kernel_ctx(grad));
+      const auto ptr = []<class U = T>(const Tensor& t) {
+        return t.defined() ? t.data<U>() : nullptr;
+      };
+      kernels::BatchNorm<B>::template backward<T, P>(
+          grad.data<T>(), xv.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
+          ptr.template operator()<P>(wv), ptr.template operator()<P>(bv), ptr(yv), training, relu,
+          ptr(dx), ptr.template operator()<P>(dw), ptr.template operator()<P>(db), ptr(dr),
+          as_workspace(ws), kernel_ctx(grad));
     });
     if (has_residual) return {dx, dw, db, gr ? dr : Tensor()};
     return {dx, dw, db};
@@ -151,8 +189,8 @@ autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, con
 // statistics and the normalization are two dispatches; one span on the trace holds both.
 Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running_mean,
                           const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                          const Tensor& residual, bool training, bool relu, double momentum,
-                          double eps, int64_t n, int64_t c, int64_t hw) {
+                          const Tensor& residual, bool training, bool relu, bool mixed,
+                          double momentum, double eps, int64_t n, int64_t c, int64_t hw) {
   const cuda::OpSpan span(op, "op", x.device());
   Tensor mean, invstd;
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -160,13 +198,13 @@ Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running
     mean = Tensor::empty({c}, DType::f64, x.device());
     invstd = Tensor::empty({c}, DType::f64, x.device());
     const Tensor var = Tensor::empty({c}, DType::f64, x.device());
-    dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
+    dispatch_batch_norm(x, mixed, op, [&]<class T, class P, class B>() {
       using K = kernels::BatchNorm<B>;
       const Tensor ws = batch_norm_workspace<B>(n, c, hw, x.device());
       K::stats(x.data<T>(), n, c, hw, mean.data<double>(), var.data<double>(),
                invstd.data<double>(), eps, as_workspace(ws), kernel_ctx(x));
       if (running_mean.defined()) {
-        K::update_running(running_mean.data<T>(), running_var.data<T>(), mean.data<double>(),
+        K::update_running(running_mean.data<P>(), running_var.data<P>(), mean.data<double>(),
                           var.data<double>(), c, n * hw, momentum, kernel_ctx(x));
       }
     });
@@ -179,11 +217,12 @@ Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running
     mean = stats[0];
     invstd = stats[1];
   }
-  dispatch_on(x.device(), x.dtype(), op, [&]<class T, class B>() {
-    const auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    kernels::BatchNorm<B>::apply(x.data<T>(), n, c, hw, mean.data<double>(),
-                                 invstd.data<double>(), ptr(weight), ptr(bias), ptr(residual),
-                                 relu, out.data<T>(), kernel_ctx(x));
+  dispatch_batch_norm(x, mixed, op, [&]<class T, class P, class B>() {
+    const auto ptr = []<class U>(const Tensor& t) { return t.defined() ? t.data<U>() : nullptr; };
+    kernels::BatchNorm<B>::template apply<T, P>(
+        x.data<T>(), n, c, hw, mean.data<double>(), invstd.data<double>(),
+        ptr.template operator()<P>(weight), ptr.template operator()<P>(bias),
+        ptr.template operator()<T>(residual), relu, out.data<T>(), kernel_ctx(x));
   });
   const bool gx = autograd::needs_grad({x}), gw = autograd::needs_grad({weight});
   const bool gb = autograd::needs_grad({bias});
@@ -193,7 +232,7 @@ Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running
                                         : "BatchNormBackward";
   auto backward =
       kernels_backward(x, weight, bias, residual.defined() ? out : Tensor(), residual.defined(),
-                       mean, invstd, training, relu, gx, gw, gb, gr, n, c, hw);
+                       mixed, mean, invstd, training, relu, gx, gw, gb, gr, n, c, hw);
   if (residual.defined()) {
     return autograd::record(out, name, {x, weight, bias, residual}, std::move(backward));
   }
@@ -224,7 +263,7 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
                                                                invstd.to(DType::f64)}
                                        : running_statistics(running_mean, running_var, eps);
     return autograd::record(out, "BatchNormBackward", {x, weight, bias},
-                            kernels_backward(x, weight, bias, Tensor(), false, mean64,
+                            kernels_backward(x, weight, bias, Tensor(), false, false, mean64,
                                              invstd64, training, false, gx, gw, gb, false, n, c,
                                              hw));
   }
@@ -233,7 +272,7 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
       [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, eps, gw, gb, n, c,
        hw](const Tensor& grad) -> std::vector<Tensor> {
         const Tensor xv = sx.get(), wv = sw.get();
-        auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, true, gw, gb);
+        auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, true, gw, gb, grad.dtype());
         dispatch_cuda_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
           if constexpr (kCudnnType<T>) {
             NoGradGuard no_grad;
@@ -258,15 +297,16 @@ namespace detail {
 
 std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
                                              const Tensor& running_mean, const Tensor& running_var,
-                                             const Tensor& weight, const Tensor& bias, double eps) {
+                                             const Tensor& weight, const Tensor& bias, double eps,
+                                             bool mixed) {
   check_inputs(op, {x});
   RG_CHECK(x.dim() == 2 || x.dim() == 4, op,
            ": expected a 2-d [N, C] or 4-d [N, C, H, W] input, got shape ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
-  check_channel_tensor(op, running_mean, "running_mean", x, c);
-  check_channel_tensor(op, running_var, "running_var", x, c);
-  check_channel_tensor(op, weight, "weight", x, c);
-  check_channel_tensor(op, bias, "bias", x, c);
+  check_channel_tensor(op, running_mean, "running_mean", x, c, mixed);
+  check_channel_tensor(op, running_var, "running_var", x, c, mixed);
+  check_channel_tensor(op, weight, "weight", x, c, mixed);
+  check_channel_tensor(op, bias, "bias", x, c, mixed);
   RG_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
   RG_CHECK(running_mean.defined() == running_var.defined(), op,
            ": running_mean and running_var must both be defined or both undefined");
@@ -330,6 +370,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   double eps) {
   const char* op = "batch_norm";
   check_inputs(op, {x});
+  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
+  if (mixed) {
+    const auto [n, c, hw] =
+        detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, true);
+    detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
+    return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
+                              false, true, momentum, eps, n, c, hw);
+  }
   if (auto out = detail::batch_norm_through_f32(
           x, running_mean, running_var, weight, bias, training,
           [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
@@ -346,7 +394,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
 
   return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
-                            false, momentum, eps, n, c, hw);
+                            false, false, momentum, eps, n, c, hw);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -354,19 +402,22 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
                        double eps) {
   const char* op = "batch_norm_relu";
   check_inputs(op, {x});
-  if (auto out = detail::batch_norm_through_f32(
-          x, running_mean, running_var, weight, bias, training,
-          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
-              const Tensor& b) {
-            return batch_norm_relu(x32, rm, rv, w, b, training, momentum, eps);
-          })) {
-    return *out;
+  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
+  if (!mixed) {
+    if (auto out = detail::batch_norm_through_f32(
+            x, running_mean, running_var, weight, bias, training,
+            [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+                const Tensor& b) {
+              return batch_norm_relu(x32, rm, rv, w, b, training, momentum, eps);
+            })) {
+      return *out;
+    }
   }
   const auto [n, c, hw] =
-      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, mixed);
   detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
   return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
-                            true, momentum, eps, n, c, hw);
+                            true, mixed, momentum, eps, n, c, hw);
 }
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
@@ -376,20 +427,23 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
   check_inputs(op, {x, residual});
   RG_CHECK(residual.shape() == x.shape(), op, ": the residual's shape ",
            shape_str(residual.shape()), " differs from the input's ", shape_str(x.shape()));
-  if (auto out = detail::batch_norm_through_f32(
-          x, running_mean, running_var, weight, bias, training,
-          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
-              const Tensor& b) {
-            return batch_norm_add_relu(x32, half_to_f32(residual), rm, rv, w, b, training,
-                                       momentum, eps);
-          })) {
-    return *out;
+  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
+  if (!mixed) {
+    if (auto out = detail::batch_norm_through_f32(
+            x, running_mean, running_var, weight, bias, training,
+            [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+                const Tensor& b) {
+              return batch_norm_add_relu(x32, half_to_f32(residual), rm, rv, w, b, training,
+                                         momentum, eps);
+            })) {
+      return *out;
+    }
   }
   const auto [n, c, hw] =
-      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, mixed);
   detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
   return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, residual, training,
-                            true, momentum, eps, n, c, hw);
+                            true, mixed, momentum, eps, n, c, hw);
 }
 
 }  // namespace rg

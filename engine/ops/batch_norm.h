@@ -34,10 +34,15 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
 // added, relu): reads x and the residual and writes the output in one pass instead of three ops'
 // seven, and the backward writes the residual's gradient in its elementwise pass. It saves x and
 // its output (relu's mask, as relu_backward takes it; the next layer keeps that output anyway),
-// not the residual. Our kernels on both devices; the residual has x's shape, dtype and device. The same bits as the
-// composition with our kernels for f32 and f64, and on CUDA for f16/bf16 storage (the normalized
-// value is rounded to the storage type before the add, as the unfused add sees it); through f32
-// (autocast, or f16/bf16 on the CPU) the sum is rounded once, at the end.
+// not the residual. Our kernels on both devices; the residual has x's shape, dtype and device.
+// The same bits as the composition with our kernels for f32 and f64, and on CUDA for f16/bf16
+// (the normalized value is rounded to the storage type before the add, as the unfused add sees
+// it), with f16/bf16 or f32 parameters; through f32 (f16/bf16 on the CPU) the sum is rounded
+// once, at the end.
+//
+// All three: f16/bf16 activations with f32 parameters and statistics on CUDA (autocast's
+// BatchNorm2d) go to our kernels as they are, with f32 parameter gradients and no f32 copies;
+// the result is the f32 path's on the activation converted to f32, rounded once to its type.
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
                            const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                            bool training, double momentum = 0.1, double eps = 1e-5);
@@ -49,9 +54,11 @@ void count_batch_(const Tensor& num_batches_tracked);
 namespace detail {
 // batch_norm's argument checks, shared with sync_batch_norm (op names the op in the errors):
 // returns the [n, c, hw] view of x.
+// mixed: f16/bf16 x on CUDA with f32 parameters and statistics.
 std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
                                              const Tensor& running_mean, const Tensor& running_var,
-                                             const Tensor& weight, const Tensor& bias, double eps);
+                                             const Tensor& weight, const Tensor& bias, double eps,
+                                             bool mixed = false);
 // training: more than one value per channel; evaluation: running statistics defined.
 void check_batch_norm_mode(const char* op, const Tensor& x, const Tensor& running_mean,
                            bool training, int64_t count);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -79,10 +80,12 @@ void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double*
 }
 
 template <>
-template <class T>
+template <class T, class P>
 void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                           const double* invstd, const T* weight, const T* bias,
-                           const T* residual, bool relu, T* y, Ctx ctx) {
+                           const double* invstd, const std::type_identity_t<P>* weight,
+                           const std::type_identity_t<P>* bias, const T* residual, bool relu, T* y,
+                           Ctx ctx) {
+  static_assert(std::is_same_v<T, P>, "the CPU kernels take parameters of the input's type");
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
   cpu::parallel_for(
       0, n * c, channel_grain(1, hw),
@@ -213,11 +216,14 @@ void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, i
 }  // namespace
 
 template <>
-template <class T>
+template <class T, class P>
 void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                              const double* mean, const double* invstd, const T* weight,
-                              const T* bias, const T* y, bool batch_stats, bool relu, T* gx,
-                              T* gweight, T* gbias, T* gresidual, Workspace, Ctx ctx) {
+                              const double* mean, const double* invstd,
+                              const std::type_identity_t<P>* weight,
+                              const std::type_identity_t<P>* bias, const T* y, bool batch_stats,
+                              bool relu, T* gx, std::type_identity_t<P>* gweight,
+                              std::type_identity_t<P>* gbias, T* gresidual, Workspace, Ctx ctx) {
+  static_assert(std::is_same_v<T, P>, "the CPU kernels take parameters of the input's type");
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   const double count = double(n * hw);
   // relu: its backward first, into the residual's gradient (which it is; callers that do not

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 
 #include "kernels/batch_norm.h"
 #include "kernels/cuda/block_reduce.cuh"
@@ -120,13 +121,13 @@ __device__ __forceinline__ D normalized(A x, A m, A scale, A shift) {
 }
 
 // Per-channel coefficients of apply: centre first (folding the mean into one shift would cancel
-// when |mean| is large), scale = invstd * weight formed in f64.
-template <class D>
+// when |mean| is large), scale = invstd * weight formed in f64. W: the parameters' device type.
+template <class D, class W>
 struct ApplyCoefficients {
   using A = compute_t<D>;
   A m, scale, shift;
   __device__ ApplyCoefficients(int64_t ch, const double* mean, const double* invstd,
-                               const D* weight, const D* bias)
+                               const W* weight, const W* bias)
       : m(static_cast<A>(mean[ch])),
         scale(static_cast<A>(invstd[ch] * (weight ? static_cast<double>(load(weight[ch])) : 1.0))),
         shift(bias ? static_cast<A>(load(bias[ch])) : A(0)) {}
@@ -231,9 +232,9 @@ __global__ void stats_finish_kernel(int64_t n, int64_t c, int64_t hw, int64_t sl
   }
 }
 
-template <class D>
+template <class D, class W>
 __global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, const double* mean,
-                             const double* invstd, const D* weight, const D* bias,
+                             const double* invstd, const W* weight, const W* bias,
                              const D* residual, bool relu, D* y) {
   using A = compute_t<D>;
   ChannelWalk w(c, hw);
@@ -242,7 +243,7 @@ __global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, c
   RG_UNROLL(4)
   for (; w.idx < total; w.next()) {
     if (w.ch != cached) {
-      const ApplyCoefficients<D> k(w.ch, mean, invstd, weight, bias);
+      const ApplyCoefficients<D, W> k(w.ch, mean, invstd, weight, bias);
       m = k.m;
       scale = k.scale;
       shift = k.shift;
@@ -256,17 +257,17 @@ __global__ void apply_kernel(const D* x, int64_t c, int64_t hw, int64_t total, c
 
 // Per slice: sum(g) and sum(g * (x - mean)) in f64, g = gy (relu: where apply's output is
 // positive, else 0), into partial as stats_partial_kernel's.
-template <class D>
+template <class D, class W>
 __global__ void backward_partial_kernel(const D* gy, const D* x, int64_t n, int64_t c, int64_t hw,
                                         int64_t slices, const double* mean, const double* invstd,
-                                        const D* weight, const D* bias, const D* y, bool relu,
+                                        const W* weight, const W* bias, const D* y, bool relu,
                                         double* partial) {
   using A = compute_t<D>;
   __shared__ double scratch[32];
   const int64_t ch = blockIdx.x / slices, k = blockIdx.x % slices;
   const int64_t i0 = k * n / slices, i1 = (k + 1) * n / slices;
   const double mu = mean[ch];
-  const ApplyCoefficients<D> coef(ch, mean, invstd, weight, bias);
+  const ApplyCoefficients<D, W> coef(ch, mean, invstd, weight, bias);
   const unsigned int values = static_cast<unsigned int>((i1 - i0) * hw);
   double sum_g = 0, sum_g_xmu = 0;
   SliceWalk w(i0, ch, c, hw);
@@ -289,10 +290,10 @@ __global__ void backward_partial_kernel(const D* gy, const D* x, int64_t n, int6
 
 // Per channel: the slices' sums in slice order; gweight, gbias; and gx's coefficients
 // gx = a * g + b * (x - mean) + d (as input_gradient forms them) into coef[0..3c).
-template <class D>
+template <class W>
 __global__ void backward_finish_kernel(int64_t c, int64_t slices, double m, const double* partial,
-                                       const double* invstd, const D* weight, bool batch_stats,
-                                       D* gweight, D* gbias, double* coef) {
+                                       const double* invstd, const W* weight, bool batch_stats,
+                                       W* gweight, W* gbias, double* coef) {
   for (int64_t ch = grid_start(); ch < c; ch += grid_stride()) {
     double sum_g = 0, sum_g_xmu = 0;
     for (int64_t k = 0; k < slices; ++k) {
@@ -301,8 +302,8 @@ __global__ void backward_finish_kernel(int64_t c, int64_t slices, double m, cons
     }
     const double is = invstd[ch];
     const double sum_g_xhat = sum_g_xmu * is;
-    if (gweight) gweight[ch] = store<D>(sum_g_xhat);
-    if (gbias) gbias[ch] = store<D>(sum_g);
+    if (gweight) gweight[ch] = store<W>(sum_g_xhat);
+    if (gbias) gbias[ch] = store<W>(sum_g);
     const double w = weight ? static_cast<double>(load(weight[ch])) : 1.0;
     coef[ch] = w * is;
     coef[c + ch] = batch_stats ? -w * is * is * sum_g_xhat / m : 0.0;
@@ -310,10 +311,10 @@ __global__ void backward_finish_kernel(int64_t c, int64_t slices, double m, cons
   }
 }
 
-template <class D>
+template <class D, class W>
 __global__ void backward_input_kernel(const D* gy, const D* x, int64_t c, int64_t hw,
                                       int64_t total, const double* mean, const double* invstd,
-                                      const D* weight, const D* bias, const D* y, bool relu,
+                                      const W* weight, const W* bias, const D* y, bool relu,
                                       const double* coef, D* gx, D* gresidual) {
   using A = compute_t<D>;
   ChannelWalk w(c, hw);
@@ -322,7 +323,7 @@ __global__ void backward_input_kernel(const D* gy, const D* x, int64_t c, int64_
   RG_UNROLL(4)
   for (; w.idx < total; w.next()) {
     if (w.ch != cached) {
-      const ApplyCoefficients<D> k(w.ch, mean, invstd, weight, bias);
+      const ApplyCoefficients<D, W> k(w.ch, mean, invstd, weight, bias);
       m = k.m;
       scale = k.scale;
       shift = k.shift;
@@ -457,16 +458,18 @@ void BatchNorm<Cuda>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double
 }
 
 template <>
-template <class T>
+template <class T, class P>
 void BatchNorm<Cuda>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
-                            const double* invstd, const T* weight, const T* bias,
-                            const T* residual, bool relu, T* y, Ctx ctx) {
+                            const double* invstd, const std::type_identity_t<P>* weight,
+                            const std::type_identity_t<P>* bias, const T* residual, bool relu,
+                            T* y, Ctx ctx) {
   using D = device_t<T>;
+  using W = device_t<P>;
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
   const int64_t total = n * c * hw;
   if (total == 0) return;
-  RG_LAUNCH(apply_kernel<D>, blocks_for(total), kThreads, 0, as_stream(ctx.stream), dev(x), c, hw,
-            total, mean, invstd, dev(weight), dev(bias), dev(residual), relu, dev(y));
+  RG_LAUNCH((apply_kernel<D, W>), blocks_for(total), kThreads, 0, as_stream(ctx.stream), dev(x),
+            c, hw, total, mean, invstd, dev(weight), dev(bias), dev(residual), relu, dev(y));
 }
 
 template <>
@@ -483,12 +486,16 @@ void BatchNorm<Cuda>::update_running(T* running_mean, T* running_var, const doub
 }
 
 template <>
-template <class T>
+template <class T, class P>
 void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw,
-                               const double* mean, const double* invstd, const T* weight,
-                               const T* bias, const T* y, bool batch_stats, bool relu, T* gx,
-                               T* gweight, T* gbias, T* gresidual, Workspace workspace, Ctx ctx) {
+                               const double* mean, const double* invstd,
+                               const std::type_identity_t<P>* weight,
+                               const std::type_identity_t<P>* bias, const T* y, bool batch_stats,
+                               bool relu, T* gx, std::type_identity_t<P>* gweight,
+                               std::type_identity_t<P>* gbias, T* gresidual, Workspace workspace,
+                               Ctx ctx) {
   using D = device_t<T>;
+  using W = device_t<P>;
   detail::check_batch_norm_sizes("batch_norm_backward", n, c, hw);
   if (c == 0) return;
   check_workspace("batch_norm_backward", workspace, n, c, hw);
@@ -497,17 +504,17 @@ void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, in
   double* partial = static_cast<double*>(workspace.data);
   double* coef = partial + 2 * slices_for(n, c, hw) * c;
   if (slices > 0) {
-    RG_LAUNCH(backward_partial_kernel<D>, slice_grid(slices, c), kSliceThreads, 0,
+    RG_LAUNCH((backward_partial_kernel<D, W>), slice_grid(slices, c), kSliceThreads, 0,
               as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, slices, mean, invstd, dev(weight),
               dev(bias), dev(y), relu, partial);
   }
-  RG_LAUNCH(backward_finish_kernel<D>, blocks_for(c), kThreads, 0, as_stream(ctx.stream), c,
+  RG_LAUNCH(backward_finish_kernel<W>, blocks_for(c), kThreads, 0, as_stream(ctx.stream), c,
             slices, static_cast<double>(m), partial, invstd, dev(weight), batch_stats,
             dev(gweight), dev(gbias), coef);
   if ((!gx && !gresidual) || m == 0) return;
-  RG_LAUNCH(backward_input_kernel<D>, blocks_for(n * c * hw), kThreads, 0, as_stream(ctx.stream),
-            dev(gy), dev(x), c, hw, n * c * hw, mean, invstd, dev(weight), dev(bias),
-            dev(y), relu, coef, dev(gx), dev(gresidual));
+  RG_LAUNCH((backward_input_kernel<D, W>), blocks_for(n * c * hw), kThreads, 0,
+            as_stream(ctx.stream), dev(gy), dev(x), c, hw, n * c * hw, mean, invstd, dev(weight),
+            dev(bias), dev(y), relu, coef, dev(gx), dev(gresidual));
 }
 
 template <>
@@ -550,5 +557,13 @@ auto cuda_batch_norm_kernels() {
                     &K::backward<T>, &K::backward_reduce<T>, &K::backward_elemt<T>};
 }
 RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_batch_norm_kernels)
+
+// f16/bf16 activations with f32 parameters (autocast's BatchNorm2d).
+template <class T>
+auto cuda_batch_norm_mixed_kernels() {
+  using K = BatchNorm<Cuda>;
+  return std::tuple{&K::apply<T, float>, &K::backward<T, float>};
+}
+RG_INSTANTIATE(RG_CUDA_HALF_TYPES, cuda_batch_norm_mixed_kernels)
 
 }  // namespace rg::kernels

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device/device_test_util.h"
+#include "engine/autograd/node.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
@@ -135,6 +136,67 @@ TEST(BatchNormAddRelu, EqualsTheCompositionBitForBitOnCudaWithOurKernels) {
                                       std::string("add_relu cuda ") + dtype_name(dtype) +
                                           (training ? " training" : " eval"),
                                       true);
+    }
+  }
+}
+
+// f16/bf16 activations with f32 parameters and statistics (autocast's BatchNorm2d) on CUDA: our
+// kernels take them as they are (no f32 copies of the activation, the output or the gradients),
+// bit for bit what the f32 kernels give on the activation converted to f32 with the output
+// converted back (the way the mixed case went before, and still goes on the CPU): forward, every
+// gradient (weight and bias in f32) and the running statistics. batch_norm_add_relu against the
+// mixed batch_norm, then the half add and relu.
+Outcome run_mixed(bool through_f32, int op, DType dtype, bool training) {
+  Generator gen(23);
+  const Tensor x = random_tensor({4, 3, 5, 7}, gen, dtype, -2.0, 3.0);
+  const Tensor w = random_tensor({3}, gen, DType::f32, 0.5, 1.5);
+  const Tensor b = random_tensor({3}, gen, DType::f32, -0.5, 0.5);
+  const Tensor res = random_tensor({4, 3, 5, 7}, gen, dtype, -1.0, 1.0);
+  const Tensor upstream = random_tensor({4, 3, 5, 7}, gen, dtype);
+  Outcome r;
+  r.running_mean = random_tensor({3}, gen, DType::f32, -0.2, 0.2).to(kCuda);
+  r.running_var = random_tensor({3}, gen, DType::f32, 0.5, 1.5).to(kCuda);
+  const auto f = [&](const V& v) {
+    const Tensor& rm = r.running_mean;
+    const Tensor& rv = r.running_var;
+    if (!through_f32) {
+      const Tensor out = op == 0   ? batch_norm(v[0], rm, rv, v[1], v[2], training)
+                         : op == 1 ? batch_norm_relu(v[0], rm, rv, v[1], v[2], training)
+                                   : batch_norm_add_relu(v[0], v[3], rm, rv, v[1], v[2], training);
+      const char* node[] = {"BatchNormBackward", "BatchNormReluBackward",
+                            "BatchNormAddReluBackward"};
+      EXPECT_EQ(out.grad_fn()->name(), node[op]) << "no conversion around the batch norm";
+      return out;
+    }
+    if (op == 2) return relu(add(batch_norm(v[0], rm, rv, v[1], v[2], training), v[3]));
+    const Tensor y = op == 0 ? batch_norm(v[0].to(DType::f32), rm, rv, v[1], v[2], training)
+                             : batch_norm_relu(v[0].to(DType::f32), rm, rv, v[1], v[2], training);
+    return y.to(dtype);
+  };
+  r.result = run_on(kCuda, f, op == 2 ? V{x, w, b, res} : V{x, w, b}, upstream);
+  return r;
+}
+
+TEST(MixedPrecisionBatchNorm, HalfActivationsTakeF32ParametersWithoutConversions) {
+  RG_REQUIRE_DEVICE();
+  const CudnnOff ours;  // the f32 reference on our kernels too
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int op : {0, 1, 2}) {
+      for (bool training : {true, false}) {
+        const std::string what = std::string(dtype_name(dtype)) + " op " + std::to_string(op) +
+                                 (training ? " training" : " eval");
+        const Outcome mixed = run_mixed(false, op, dtype, training);
+        const Outcome ref = run_mixed(true, op, dtype, training);
+        expect_identical(mixed.result.out, ref.result.out, what + " forward");
+        ASSERT_EQ(mixed.result.grads.size(), ref.result.grads.size());
+        for (size_t i = 0; i < ref.result.grads.size(); ++i) {
+          expect_identical(mixed.result.grads[i], ref.result.grads[i],
+                           what + " grad " + std::to_string(i));
+        }
+        EXPECT_EQ(mixed.result.grads[1].dtype(), DType::f32) << what;
+        expect_identical(mixed.running_mean, ref.running_mean, what + " running_mean");
+        expect_identical(mixed.running_var, ref.running_var, what + " running_var");
+      }
     }
   }
 }

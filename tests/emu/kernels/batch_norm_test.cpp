@@ -268,6 +268,51 @@ TEST(EmuBatchNorm, ResidualAndReluEqualTheCompositionBitForBit) {
   });
 }
 
+// f16/bf16 data with f32 parameters (P = float, autocast's BatchNorm2d): bit for bit the f32
+// kernels on the data widened to f32, the results rounded once to T; the parameters' gradients
+// are the f32 kernels' own.
+template <class T>
+void check_mixed(const std::array<int64_t, 3>& shape, bool relu) {
+  const auto [n, c, hw] = shape;
+  const std::string what =
+      describe("batch_norm mixed", type_name<T>(), shape) + (relu ? " relu" : "");
+  const auto x = random_values<T>(n * c * hw, uint64_t(n * c * hw + 31));
+  const auto gy = random_values<T>(n * c * hw, uint64_t(n * c * hw + 32));
+  const auto weight = random_values<float>(c, uint64_t(c + 33), 0.5f, 1.5f);
+  const auto bias = random_values<float>(c, uint64_t(c + 34));
+  const auto xf = widen(x), gyf = widen(gy);
+  const Stats st = cpu_stats(xf, n, c, hw);
+  std::vector<T> y(x.size()), gx(x.size());
+  std::vector<float> y32(x.size()), gx32(x.size());
+  Cu::apply<T, float>(x.data(), n, c, hw, st.mean.data(), st.invstd.data(), weight.data(),
+                      bias.data(), nullptr, relu, y.data(), {});
+  Cu::apply<float>(xf.data(), n, c, hw, st.mean.data(), st.invstd.data(), weight.data(),
+                   bias.data(), nullptr, relu, y32.data(), {});
+  expect_bits_equal(y, narrow<T>(y32), what + " forward");
+  auto scratch = scratch_for<Cu>(n, c, hw);
+  const size_t cs = static_cast<size_t>(c);
+  std::vector<float> gw(cs), gb(cs), gw32(cs), gb32(cs);
+  Cu::backward<T, float>(gy.data(), x.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                         weight.data(), bias.data(), nullptr, true, relu, gx.data(), gw.data(),
+                         gb.data(), nullptr, ws(scratch), {});
+  Cu::backward<float>(gyf.data(), xf.data(), n, c, hw, st.mean.data(), st.invstd.data(),
+                      weight.data(), bias.data(), nullptr, true, relu, gx32.data(), gw32.data(),
+                      gb32.data(), nullptr, ws(scratch), {});
+  expect_bits_equal(gx, narrow<T>(gx32), what + " gx");
+  expect_bits_equal(gw, gw32, what + " gweight");
+  expect_bits_equal(gb, gb32, what + " gbias");
+}
+
+TEST(EmuBatchNorm, HalfDataWithF32ParametersIsTheF32PathRoundedOnce) {
+  for_types<Half, BFloat16>([]<class T>() {
+    for (const auto& s : shapes()) {
+      check_mixed<T>(s, false);
+      check_mixed<T>(s, true);
+    }
+    check_mixed<T>({64, 2, 1024}, true);  // sliced channels
+  });
+}
+
 TEST(EmuBatchNorm, BackwardMatchesCpu) {
   for_each_type([]<class T>() {
     for (const auto& s : shapes()) {
