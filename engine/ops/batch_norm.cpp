@@ -365,85 +365,66 @@ void count_batch_(const Tensor& num_batches_tracked) {
   t.bump_version();
 }
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
-  const char* op = "batch_norm";
-  check_inputs(op, {x});
-  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
-  if (mixed) {
-    const auto [n, c, hw] =
-        detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, true);
-    detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
-    return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
-                              false, true, momentum, eps, n, c, hw);
+namespace {
+
+// batch_norm, batch_norm_relu (relu) and batch_norm_add_relu (relu, residual defined): the
+// checks; the f32 route (batch_norm_through_f32) unless our CUDA kernels take the mixed dtypes as
+// they are (cuda_mixed); then cuDNN (the plain op, where it applies) or our kernels.
+Tensor batch_norm_op(const char* op, const Tensor& x, const Tensor& residual,
+                     const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, bool training, bool relu, double momentum, double eps) {
+  if (residual.defined()) {
+    check_inputs(op, {x, residual});
+    RG_CHECK(residual.shape() == x.shape(), op, ": the residual's shape ",
+             shape_str(residual.shape()), " differs from the input's ", shape_str(x.shape()));
+  } else {
+    check_inputs(op, {x});
   }
-  if (auto out = detail::batch_norm_through_f32(
-          x, running_mean, running_var, weight, bias, training,
-          [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
-              const Tensor& b) { return batch_norm(x32, rm, rv, w, b, training, momentum, eps); })) {
-    return *out;
+  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
+  if (!mixed) {
+    if (auto out = detail::batch_norm_through_f32(
+            x, running_mean, running_var, weight, bias, training,
+            [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
+                const Tensor& b) {
+              return batch_norm_op(op, x32, half_to_f32(residual), rm, rv, w, b, training, relu,
+                                   momentum, eps);
+            })) {
+      return *out;
+    }
   }
   const auto [n, c, hw] =
-      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps);
+      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, mixed);
   detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
-
-  if (x.device().is_cuda() && use_cudnn(x.dtype(), n, c, hw, eps, training)) {
+  if (!relu && !residual.defined() && !mixed && x.device().is_cuda() &&
+      use_cudnn(x.dtype(), n, c, hw, eps, training)) {
     return batch_norm_cudnn(x, running_mean, running_var, weight, bias, training, momentum, eps, n,
                             c, hw);
   }
+  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, residual, training,
+                            relu, mixed, momentum, eps, n, c, hw);
+}
 
-  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
-                            false, false, momentum, eps, n, c, hw);
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  return batch_norm_op("batch_norm", x, Tensor(), running_mean, running_var, weight, bias,
+                       training, false, momentum, eps);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
                        double eps) {
-  const char* op = "batch_norm_relu";
-  check_inputs(op, {x});
-  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
-  if (!mixed) {
-    if (auto out = detail::batch_norm_through_f32(
-            x, running_mean, running_var, weight, bias, training,
-            [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
-                const Tensor& b) {
-              return batch_norm_relu(x32, rm, rv, w, b, training, momentum, eps);
-            })) {
-      return *out;
-    }
-  }
-  const auto [n, c, hw] =
-      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, mixed);
-  detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
-  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, Tensor(), training,
-                            true, mixed, momentum, eps, n, c, hw);
+  return batch_norm_op("batch_norm_relu", x, Tensor(), running_mean, running_var, weight, bias,
+                       training, true, momentum, eps);
 }
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
                            const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                            bool training, double momentum, double eps) {
-  const char* op = "batch_norm_add_relu";
-  check_inputs(op, {x, residual});
-  RG_CHECK(residual.shape() == x.shape(), op, ": the residual's shape ",
-           shape_str(residual.shape()), " differs from the input's ", shape_str(x.shape()));
-  const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
-  if (!mixed) {
-    if (auto out = detail::batch_norm_through_f32(
-            x, running_mean, running_var, weight, bias, training,
-            [&](const Tensor& x32, const Tensor& rm, const Tensor& rv, const Tensor& w,
-                const Tensor& b) {
-              return batch_norm_add_relu(x32, half_to_f32(residual), rm, rv, w, b, training,
-                                         momentum, eps);
-            })) {
-      return *out;
-    }
-  }
-  const auto [n, c, hw] =
-      detail::check_batch_norm_args(op, x, running_mean, running_var, weight, bias, eps, mixed);
-  detail::check_batch_norm_mode(op, x, running_mean, training, n * hw);
-  return batch_norm_kernels(op, x, running_mean, running_var, weight, bias, residual, training,
-                            true, mixed, momentum, eps, n, c, hw);
+  return batch_norm_op("batch_norm_add_relu", x, residual, running_mean, running_var, weight, bias,
+                       training, true, momentum, eps);
 }
 
 }  // namespace rg
