@@ -159,7 +159,7 @@ class Profiler {
       s = {ev[0].elapsed_ms(ev[1]), ev[1].elapsed_ms(ev[2]), ev[2].elapsed_ms(ev[3])};
       // A parameter without a gradient this time counts as ready when backward ends.
       if (ddp != nullptr) {
-        const dist::IterationTimeline& t = ddp->last_timeline();
+        const dist::IterationTimeline& t = checked_timeline(*ddp, t1, t2);
         RG_CHECK(t.device_wait_start && t.device_wait_end,
                  "Profiler::sample: the DDP iteration has no device wait events");
         s[2] += t.device_wait_end->elapsed_ms(ev[2]);
@@ -170,7 +170,7 @@ class Profiler {
     } else {
       s = {ms(t1 - t0), ms(t2 - t1), ms(t3 - t2)};
       if (ddp != nullptr) {
-        const dist::IterationTimeline& t = ddp->last_timeline();
+        const dist::IterationTimeline& t = checked_timeline(*ddp, t1, t2);
         s[1] = ms(t.wait_start - t1);
         s[2] += ms(t2 - t.wait_end);
       }
@@ -178,6 +178,16 @@ class Profiler {
         s.push_back(marks_->fired[i] ? ms(marks_->at[i] - t1) : s[1]);
     }
     samples_.push_back(std::move(s));
+  }
+
+  // The Reducer's timeline of the backward between t1 and t2 (its final callback waited then).
+  static const dist::IterationTimeline& checked_timeline(const dist::Reducer& ddp,
+                                                         Clock::time_point t1,
+                                                         Clock::time_point t2) {
+    const dist::IterationTimeline& t = ddp.last_timeline();
+    RG_CHECK(t1 <= t.wait_start && t.wait_start <= t.wait_end && t.wait_end <= t2,
+             "Profiler::sample: DDP's final callback did not run in the sampled backward");
+    return t;
   }
 
   // The samples so far as one profile, then forgets them: per field the median over samples, or
@@ -496,9 +506,12 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         };
         auto take_sample = [&] {
           if (sim_pg == nullptr) return profiler->sample(opt, [&] { return loss_of(unsynced); });
-          sim_pg->set_free(true);
+          struct Free {  // the link is free for this iteration only, whatever happens in it
+            dist::SimulatedLinkGroup& g;
+            explicit Free(dist::SimulatedLinkGroup& group) : g(group) { g.set_free(true); }
+            ~Free() { g.set_free(false); }
+          } free(*sim_pg);
           profiler->sample(opt, [&] { return loss_of(fwd); }, &ddp.reducer());
-          sim_pg->set_free(false);
         };
         // CUDA: the link's time for this configuration's buckets (see the file comment).
         double link_ms = 0;

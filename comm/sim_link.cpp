@@ -142,7 +142,9 @@ WorkPtr SimulatedLinkGroup::all_reduce(const Tensor& tensor, ReduceOp) {
   const int n = impl_->link.ranks > 0 ? impl_->link.ranks : size();
   const double us = impl_->link.allreduce_us(double(tensor.nbytes()), n);
   if (impl_->free) {
+    std::unique_lock lock(impl_->mu);
     auto work = std::make_shared<Work>("all_reduce", ++impl_->seq);
+    lock.unlock();
     work->mark_started();
     work->finish();
     return work;

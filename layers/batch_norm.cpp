@@ -51,7 +51,10 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x) {
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
-  if (sync_ || has_hooks() || !batch_norm_relu_fusion()) {
+  // Unfused also where the add would broadcast or promote (autocast's mixed dtypes), which the
+  // fused op does not.
+  if (sync_ || has_hooks() || !batch_norm_relu_fusion() || residual.shape() != x.shape() ||
+      residual.dtype() != x.dtype()) {
     Tensor y = forward(x);
     return relu(add(std::move(y), residual));  // the sum and relu written over y (reusable)
   }

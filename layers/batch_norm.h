@@ -26,7 +26,8 @@ class BatchNorm2d : public Module {
   // batch_norm_relu_device_test.cpp), within f32 rounding where f32 would take cuDNN unfused.
   Tensor forward_relu(const Tensor& x);
   // relu(forward(x) + residual) (a ResNet block's end), as one op (batch_norm_add_relu) under
-  // the same conditions as forward_relu.
+  // the same conditions as forward_relu, and when the residual has x's shape and dtype (else the
+  // add broadcasts or promotes, unfused).
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return sync_ ? "SyncBatchNorm" : "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;

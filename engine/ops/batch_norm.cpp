@@ -32,7 +32,9 @@ namespace {
 void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x,
                           int64_t c, bool mixed) {
   if (!t.defined()) return;
-  if (mixed) {  // cuda_mixed has seen that every defined parameter is f32
+  if (mixed) {
+    RG_CHECK(t.dtype() == DType::f32, op, ": ", name, " is ", dtype_name(t.dtype()),
+             " where the other parameters are f32 for ", dtype_name(x.dtype()), " input");
     RG_CHECK(t.device() == x.device(), op, ": device mismatch, input 0 is on ", x.device().str(),
              " but ", name, " is on ", t.device().str());
   } else {
@@ -78,8 +80,9 @@ void dispatch_batch_norm(const Tensor& x, bool mixed, const char* op, F&& f) {
   });
 }
 
-// The storage types cuDNN's batch norm is asked for: f32, and f16 with f32 parameters. bf16 stays
-// on our kernels, as in PyTorch: we could not find the legacy calls' bf16 support documented.
+// The storage types cuDNN's batch norm is asked for: f32, and f16 (given f32 copies of its f16
+// parameters). bf16 stays on our kernels, as in PyTorch: we could not find the legacy calls' bf16
+// support documented; so do f16/bf16 activations with f32 parameters (cuda_mixed).
 template <class T>
 constexpr bool kCudnnType = std::is_same_v<T, float> || std::is_same_v<T, Half>;
 

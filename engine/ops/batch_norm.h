@@ -41,8 +41,10 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
 // once, at the end.
 //
 // All three: f16/bf16 activations with f32 parameters and statistics on CUDA (autocast's
-// BatchNorm2d) go to our kernels as they are, with f32 parameter gradients and no f32 copies;
-// the result is the f32 path's on the activation converted to f32, rounded once to its type.
+// BatchNorm2d) go to our kernels as they are, with f32 parameter gradients and no f32 copies; for
+// batch_norm and batch_norm_relu the result is the f32 path's on the activation converted to f32,
+// rounded once to its type; batch_norm_add_relu's is that batch norm, then the add in the half
+// type, then relu (the unfused ops' result under autocast).
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
                            const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                            bool training, double momentum = 0.1, double eps = 1e-5);

@@ -472,11 +472,12 @@ Status link_model(LinkModel* link) {
     latency = std::strtod(rest, &end);
     if (end == rest || *end != '\0') latency = -1;
   }
-  if (!(gbps > 0) || !(latency >= 0) || !std::isfinite(gbps) || !std::isfinite(latency)) {
+  // Bounds keep every modelled time finite and short of hours: at least 1 kB/s, at most 1 s.
+  if (!(gbps >= 1e-6 && gbps <= 1e6) || !(latency >= 0 && latency <= 1e6)) {
     return {ncclInvalidArgument,
             cat("RG_EMU_NCCL_LINK=", v,
-                " must be GBPS,LATENCY_US: a positive bandwidth in GB/s and a non-negative "
-                "latency in microseconds (for example 0.05,100)")};
+                " must be GBPS,LATENCY_US: a bandwidth in GB/s from 1e-6 to 1e6 and a latency in "
+                "microseconds from 0 to 1e6 (for example 0.05,100)")};
   }
   *link = {gbps, latency};
   return {};
@@ -744,10 +745,16 @@ Status run_collective(ncclComm& c, const Call& call) {
     }
   }
   if (d.kind == kAllReduce && c.link.gbps > 0) {
+    // The link model's time, in slices of at most 1 ms so that an abort (here or on a peer) ends
+    // the wait as it ends a wait for peers.
     const double us =
         ring_link_allreduce_us(double(d.count) * double(esz), n, c.link.gbps, c.link.latency_us);
-    std::this_thread::sleep_until(joined + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double, std::micro>(us)));
+    const auto until = joined + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double, std::micro>(us));
+    for (auto now = Clock::now(); now < until; now = Clock::now()) {
+      if (Status st = health(c, {}); !st.ok()) return st;
+      std::this_thread::sleep_until(std::min(until, now + std::chrono::milliseconds(1)));
+    }
   }
   return {};
 }

@@ -15,6 +15,7 @@
 #include "engine/ops/batch_norm.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/cudnn.h"
+#include "engine/ops/reduce.h"
 
 namespace rg {
 namespace {
@@ -137,6 +138,48 @@ TEST(BatchNormAddRelu, EqualsTheCompositionBitForBitOnCudaWithOurKernels) {
                                           (training ? " training" : " eval"),
                                       true);
     }
+  }
+}
+
+// Only the residual wants a gradient (x and the parameters are constants), and the input as its
+// own residual (both gradients summed into one): the composition's results, bit for bit.
+void expect_residual_cases_match_the_composition(Device device, const std::string& where) {
+  Generator gen(27);
+  const Tensor x0 = random_tensor({2, 3, 4, 5}, gen, DType::f32, -2.0, 3.0).to(device);
+  const Tensor w = random_tensor({3}, gen, DType::f32, 0.5, 1.5).to(device);
+  const Tensor b = random_tensor({3}, gen, DType::f32, -0.5, 0.5).to(device);
+  const Tensor r0 = random_tensor({2, 3, 4, 5}, gen, DType::f32, -1.0, 1.0).to(device);
+  const Tensor up = random_tensor({2, 3, 4, 5}, gen, DType::f32).to(device);
+  const auto op = [&](bool fused, const Tensor& x, const Tensor& r) {
+    return fused ? batch_norm_add_relu(x, r, Tensor(), Tensor(), w, b, true)
+                 : relu(add(batch_norm(x, Tensor(), Tensor(), w, b, true), r));
+  };
+  std::vector<Tensor> out[2], grad[2];
+  for (bool fused : {true, false}) {
+    Tensor r = r0.detach().clone();
+    r.set_requires_grad(true);
+    const Tensor y = op(fused, x0, r);
+    sum(mul(y, up)).backward();
+    Tensor x = x0.detach().clone();
+    x.set_requires_grad(true);
+    const Tensor y2 = op(fused, x, x);
+    sum(mul(y2, up)).backward();
+    out[fused] = {y, y2};
+    grad[fused] = {r.grad(), x.grad()};
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string what = where + (i == 0 ? " residual alone" : " x as its own residual");
+    expect_identical(out[1][i], out[0][i], what + " forward");
+    ASSERT_TRUE(grad[1][i].defined()) << what;
+    expect_identical(grad[1][i], grad[0][i], what + " gradient");
+  }
+}
+
+TEST(BatchNormAddRelu, ResidualAloneOrTheInputAsItsOwnResidualMatchTheComposition) {
+  expect_residual_cases_match_the_composition(Device::cpu(), "cpu");
+  if (cuda::runtime().device_count() > 0) {
+    const CudnnOff ours;
+    expect_residual_cases_match_the_composition(kCuda, "cuda");
   }
 }
 

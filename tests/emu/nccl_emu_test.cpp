@@ -903,7 +903,7 @@ TEST_F(NcclEmu, LinkModelHoldsEachAllReduceForTheRingTime) {
     }
     for (ncclComm_t comm : comms) EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 
-    for (const char* bad : {"fast", "0,10", "1", "1,-5", "1,5us"}) {
+    for (const char* bad : {"fast", "0,10", "1", "1,-5", "1,5us", "1e-300,1", "inf,1", "1,1e9"}) {
       ASSERT_EQ(setenv("RG_EMU_NCCL_LINK", bad, 1), 0);
       ncclUniqueId id;
       ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

@@ -13,6 +13,7 @@
 
 #include "kernels/batch_norm.h"
 #include "kernels/emu/device_runtime.h"
+#include "kernels/half.h"
 #include "kernels/loss.h"
 #include "kernels/metrics.h"
 #include "kernels/pool.h"
@@ -117,6 +118,24 @@ TEST(EmuChecked, BatchNorm) {
     }
     EXPECT_FLOAT_EQ(gb[ch], positive);
   }
+  // With a residual (the output as relu's mask, the residual's gradient written), and bf16 data
+  // with f32 parameters.
+  std::vector<float> y2(x.size()), gr(x.size());
+  const std::vector<float> r(x.size(), 0.25f);
+  BatchNorm::apply<float>(x.data(), n, c, hw, mean.data(), invstd.data(), w.data(), b.data(),
+                          r.data(), true, y2.data(), {});
+  BatchNorm::backward<float>(gy.data(), x.data(), n, c, hw, mean.data(), invstd.data(), w.data(),
+                             b.data(), y2.data(), true, true, gx.data(), gw.data(), gb.data(),
+                             gr.data(), workspace, {});
+  for (size_t i = 0; i < y2.size(); ++i) EXPECT_EQ(gr[i], y2[i] > 0 ? 1.f : 0.f) << i;
+  std::vector<BFloat16> xh(x.size()), yh(x.size()), gyh(x.size(), float_to_bfloat16(1.f)), gxh(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xh[i] = float_to_bfloat16(x[i]);
+  BatchNorm::apply<BFloat16, float>(xh.data(), n, c, hw, mean.data(), invstd.data(), w.data(),
+                                    b.data(), nullptr, true, yh.data(), {});
+  BatchNorm::backward<BFloat16, float>(gyh.data(), xh.data(), n, c, hw, mean.data(),
+                                       invstd.data(), w.data(), b.data(), nullptr, true, true,
+                                       gxh.data(), gw.data(), gb.data(), nullptr, workspace, {});
+  for (size_t i = 0; i < yh.size(); ++i) EXPECT_GE(bfloat16_to_float(yh[i]), 0.f) << i;
 }
 
 TEST(EmuChecked, Pooling) {
