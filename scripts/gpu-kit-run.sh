@@ -18,10 +18,11 @@
 #               device synchronized at each window's ends) of ToyNet b64, ResNet-18 b64 and b256
 #               (f32, bf16 autocast) and gpt-nano (B64, T128), ringgrad and PyTorch eager
 #               (default settings; also bf16 with channels_last) alternating, with ratios
-#   overlap     ringgrad-bench overlap --device cuda: ResNet-18 b64 with the all-reduces of 8 GPUs
-#               over NVLink and of 64 over InfiniBand modelled on the NCCL stream, then scale's
-#               predictions for 8/64/256 GPUs from its GPU step profile (docs/overlap.md; not
-#               with --quick; CSVs and profiles in DIR/overlap)
+#   overlap     ringgrad-bench overlap --device cuda: ResNet-18 b64 and b256 and gpt-mini b16
+#               with the all-reduces of 8 GPUs over NVLink and of 64 over InfiniBand modelled on
+#               the NCCL stream, then scale's predictions for 8/64/256 GPUs from its GPU step
+#               profile (docs/overlap.md's study; not with --quick; CSVs, PNGs and profiles in
+#               DIR/overlap)
 #   memcheck    compute-sanitizer memcheck of a short ToyNet training run (not with --quick)
 #   racecheck   compute-sanitizer racecheck of the op table's f32 CUDA tests (not with --quick)
 #               (both time-boxed: status "timeout" when the box ends them, "unavailable" where
@@ -498,28 +499,44 @@ stage_micro() {
 }
 
 stage_overlap() {
-  local t0 log="$OUT/logs/overlap.log" secs rc=0 dev=cuda model=resnet18 batch=64 link l n rows
+  local t0 log="$OUT/logs/overlap.log" secs rc=0 dev=cuda link l n rows work model batch tag
+  local extra plot scale_plot
+  local workloads="resnet18:64 resnet18:256 gpt-mini:16"
   if [ "$QUICK" = 1 ]; then record overlap skipped 0 "not with --quick"; return; fi
-  [ "$SMOKE" = 0 ] || { dev=cpu; model=toynet; batch=4; }
-  secs="$(limit 40 15)"
+  [ "$SMOKE" = 0 ] || { dev=cpu; workloads="toynet:4"; }
+  secs="$(limit 90 15)"
   [ "$secs" != 0 ] || { record overlap skipped 0 "the time budget is spent"; return; }
+  local end=$(($(date +%s) + secs))
   t0="$(now)"
   mkdir -p "$OUT/overlap"
-  for link in nvlink-h100:8 ib-ndr:64; do
-    l="${link%:*}"
-    n="${link#*:}"
-    ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" overlap --device "$dev" --model "$model" \
-      --batch-size "$batch" --sim-link "$l" --sim-ranks "$n" --bucket-mb 1,5,25,single \
-      --warmup 3 --iters 5 --csv "$OUT/overlap/$model-b$batch-$l.csv" \
-      --profile-out "$OUT/overlap/p-$model-b$batch-$l-{bucket}.json" >>"$log" 2>&1 || rc=$?
-    [ "$rc" = 0 ] || break
-    ours "$KIT/bin/ringgrad-bench" scale --trace "$OUT/overlap/p-$model-b$batch-$l-25.json" \
-      --sim-link "$l" --gpus 8,64,256 --bucket-mb 1,5,25,single >>"$log" 2>&1 || rc=$?
-    [ "$rc" = 0 ] || break
+  # docs/overlap.md's study: each workload with the all-reduces of 8 GPUs over NVLink and of 64
+  # over InfiniBand modelled, then scale's predictions for 8/64/256 GPUs from the 25 MiB profile.
+  for work in $workloads; do
+    model="${work%:*}" batch="${work#*:}" extra=()
+    [ "$model" != gpt-mini ] || extra=(--block-size 128)
+    for link in nvlink-h100:8 ib-ndr:64; do
+      l="${link%:*}" n="${link#*:}" tag="$model-b$batch-$l"
+      secs=$((end - $(date +%s)))
+      if [ "$secs" -lt 5 ]; then rc=124; echo "overlap: no time left for $tag" >>"$log"; break 2; fi
+      # PNGs where the machine has gnuplot (the CSVs hold the same figures).
+      plot=() scale_plot=()
+      if command -v gnuplot >/dev/null 2>&1; then
+        plot=(--plot "$OUT/overlap/$tag.png") scale_plot=(--plot "$OUT/overlap/scale-$tag.png")
+      fi
+      ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" overlap --device "$dev" --model "$model" \
+        --batch-size "$batch" "${extra[@]}" --sim-link "$l" --sim-ranks "$n" \
+        --bucket-mb 1,5,25,single --warmup 3 --iters 5 --csv "$OUT/overlap/$tag.csv" \
+        "${plot[@]}" --profile-out "$OUT/overlap/p-$tag-{bucket}.json" >>"$log" 2>&1 || rc=$?
+      [ "$rc" = 0 ] || break 2
+      ours "$KIT/bin/ringgrad-bench" scale --trace "$OUT/overlap/p-$tag-25.json" \
+        --sim-link "$l" --gpus 8,64,256 --bucket-mb 1,5,25,single "${scale_plot[@]}" \
+        >>"$log" 2>&1 || rc=$?
+      [ "$rc" = 0 ] || break 2
+    done
   done
   rows="$(cat "$OUT/overlap/"*.csv 2>/dev/null | grep -vc '^model' || true)"
   if [ "$rc" = 0 ]; then
-    record overlap ok "$(elapsed "$t0")" "$model b$batch, nvlink-h100 x8 and ib-ndr x64: $rows rows (logs/overlap.log, overlap/)"
+    record overlap ok "$(elapsed "$t0")" "$workloads, nvlink-h100 x8 and ib-ndr x64: $rows rows (logs/overlap.log, overlap/)"
   else
     record overlap failed "$(elapsed "$t0")" "exit code $rc: $(grep -v '^ *$' "$log" | tail -1 | cut -c1-160)"
   fi
