@@ -40,7 +40,32 @@ struct Op {
   std::vector<std::pair<CUstream_st*, uint64_t>> waits;  // (stream, position) to reach first
 };
 
+// One operation a stream capture recorded: what enqueue would have queued.
+struct GraphNode {
+  Name what;
+  std::vector<rg::emu::MemAccess> accesses;
+  std::function<void()> work;
+};
+
+// A stream's capture in progress (cudaStreamBeginCapture .. cudaStreamEndCapture).
+struct Capture {
+  uint64_t id = 0;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id thread;  // that began it
+  std::vector<GraphNode> nodes;
+  cudaError_t invalidated = cudaSuccess;  // why it can no longer make a graph
+};
+
 }  // namespace
+
+struct CUgraph_st {
+  int device = 0;
+  std::vector<GraphNode> nodes;
+};
+struct CUgraphExec_st {
+  int device = 0;
+  std::vector<GraphNode> nodes;
+};
 
 struct CUstream_st {
   int device = 0;
@@ -52,6 +77,7 @@ struct CUstream_st {
   VectorClock clock;
   std::condition_variable work_cv;
   Name name;
+  std::unique_ptr<Capture> capture;  // while capturing
 };
 
 struct CUevent_st {
@@ -61,6 +87,7 @@ struct CUevent_st {
   uint64_t position = 0;
   VectorClock clock;
   std::shared_ptr<std::optional<Clock::time_point>> reached_at;
+  uint64_t captured_in = 0;  // the capture its last record was recorded in (0: none)
 };
 
 namespace rg::emu {
@@ -156,6 +183,20 @@ class Runtime {
       RG_FAIL("cuda:", s->device, ": ", *what, " was not run: an earlier operation failed: ", e);
     }
     throw_pending_reports();
+    if (s->capture) {  // recorded, not run; nothing to order or check until a graph launch
+      if (s->capture->invalidated == cudaSuccess) {
+        s->capture->nodes.push_back({std::move(what), accesses, std::move(work)});
+      }
+      return 0;
+    }
+    if (s->legacy) {  // the legacy stream would join a capturing blocking stream's work
+      for (CUstream_st* c : capturing_streams(s->device)) {
+        if (!c->blocking) continue;
+        c->capture->invalidated = cudaErrorStreamCaptureImplicit;
+        RG_FAIL("cuda:", s->device, ": ", *what, " on the legacy default stream while ", *c->name,
+                " is capturing (cudaErrorStreamCaptureImplicit; the capture is invalidated)");
+      }
+    }
     Op op{std::move(what), std::move(work), {}};
     if (after != nullptr && after->stream != nullptr) {
       op.waits.emplace_back(after->stream, after->position);
@@ -222,6 +263,36 @@ class Runtime {
   void synchronize_all_locked(std::unique_lock<std::mutex>& lock) {
     for (int d = 0; d < devices; ++d) synchronize_device_locked(lock, d);
   }
+
+  // The streams capturing now (of `device`, or of every device for -1).
+  std::vector<CUstream_st*> capturing_streams(int device = -1) const {
+    std::vector<CUstream_st*> out;
+    for (cudaStream_t st : live_streams_) {
+      if (st->capture && (device < 0 || st->device == device)) out.push_back(st);
+    }
+    return out;
+  }
+  // An unsafe call (cudaMalloc, cudaFree, device synchronization) invalidates the captures it
+  // may disturb, as in CUDA: global-mode ones, and the calling thread's thread-local ones (all
+  // but relaxed for `malloc_only` false). True if it did: the call then fails.
+  bool refuse_during_capture(bool allowed_in_relaxed) {
+    bool refused = false;
+    for (CUstream_st* c : capturing_streams()) {
+      const Capture& k = *c->capture;
+      const bool hits =
+          k.mode == cudaStreamCaptureModeGlobal ||
+          (k.mode == cudaStreamCaptureModeThreadLocal && k.thread == std::this_thread::get_id()) ||
+          (k.mode == cudaStreamCaptureModeRelaxed && !allowed_in_relaxed &&
+           k.thread == std::this_thread::get_id());
+      if (!hits) continue;
+      c->capture->invalidated = cudaErrorStreamCaptureUnsupported;
+      refused = true;
+    }
+    return refused;
+  }
+  std::unordered_set<cudaGraph_t> live_graphs;
+  std::unordered_set<cudaGraphExec_t> live_execs;
+  uint64_t capture_count = 0;
 
   // Race reports: printed, kept for race_reports(), and in error mode thrown (now, or by the next
   // runtime call when they come from a context that cannot throw).
@@ -373,7 +444,7 @@ void enqueue_and_maybe_wait(Runtime& r, std::unique_lock<std::mutex>& lock, CUst
                             Name what, const std::vector<MemAccess>& accesses,
                             std::function<void()> work, bool host_waits) {
   const uint64_t position = r.enqueue_locked(s, std::move(what), accesses, std::move(work));
-  if (host_waits || r.launch_blocking) {
+  if ((host_waits || r.launch_blocking) && !s->capture) {
     const VectorClock clock = s->clock;
     r.last_exception_ = nullptr;
     r.wait_locked(lock, s, position, clock);
@@ -418,6 +489,13 @@ void set_launch_blocking(bool on) {
   r.launch_blocking = on;
 }
 bool launch_blocking() { return Runtime::get().launch_blocking; }
+
+bool stream_capturing(cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  return s != nullptr && s->capture != nullptr;
+}
 bool serialize_mode() { return Runtime::get().serialize; }
 
 int memory_owner(const void* ptr) {
@@ -488,6 +566,7 @@ cudaError_t query_event(cudaEvent_t event, bool orders_host) {
   Runtime& r = Runtime::get();
   std::lock_guard lock(r.mu);
   if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->captured_in != 0) return fail(cudaErrorCapturedEvent);
   if (event->stream == nullptr) return cudaSuccess;
   if (event->stream->completed < event->position) return cudaErrorNotReady;
   if (orders_host) r.host_clock().join(event->clock);
@@ -640,6 +719,20 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "device not ready";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
   }
   return "unknown error";
 }
@@ -695,6 +788,10 @@ cudaError_t cudaDeviceSynchronize() {
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
   if (!r.valid_device(t_device)) return fail(cudaErrorNoDevice);
+  if (r.refuse_during_capture(false)) {
+    blocking.blocks = false;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   r.synchronize_device_locked(lock, t_device);
   return rg::emu::device_status(r, t_device);
 }
@@ -712,6 +809,10 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   Runtime& r = Runtime::get();
   if (cudaError_t e = rg::emu::device_status(r, t_device); e != cudaSuccess) return e;
   // 256-byte alignment, as cudaMalloc's.
+  {
+    std::lock_guard lock(r.mu);
+    if (r.refuse_during_capture(true)) return fail(cudaErrorStreamCaptureUnsupported);
+  }
   void* p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(256), std::nothrow);
   if (p == nullptr) return fail(cudaErrorMemoryAllocation);
   std::lock_guard lock(r.mu);
@@ -725,6 +826,10 @@ cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
+  if (r.refuse_during_capture(false)) {
+    blocking.blocks = false;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   // As in CUDA, freeing waits for the device's work: nothing queued may still use the memory.
   r.synchronize_all_locked(lock);
   if (!r.remove_memory(ptr)) return fail(cudaErrorInvalidValue);
@@ -767,6 +872,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   const bool pageable = rg::emu::is_pageable(r, dst) || rg::emu::is_pageable(r, src);
+  if (pageable && s->capture) {  // the host would wait: not capturable
+    s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   blocking.blocks = pageable;
   auto what = std::make_shared<const std::string>(::rg::detail::cat(
       "cudaMemcpyAsync of ", bytes, " bytes", pageable ? " (pageable host memory)" : ""));
@@ -833,6 +942,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->capture) {
+    s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   if (s->completed < s->enqueued) return cudaErrorNotReady;
   r.host_clock().join(s->clock);
   return cudaSuccess;
@@ -844,6 +957,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (s->capture) {
+    blocking.blocks = false;
+    s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   r.synchronize_stream_locked(lock, s);
   return rg::emu::device_status(r, s->device);
 }
@@ -854,6 +972,22 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->capture) {
+    // Recorded in this capture: already ordered (one stream). Recorded outside: a dependency the
+    // graph cannot hold.
+    if (event->captured_in == s->capture->id) return cudaSuccess;
+    if (event->stream == nullptr && event->captured_in == 0) return cudaSuccess;
+    s->capture->invalidated = cudaErrorStreamCaptureIsolation;
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
+  if (event->captured_in != 0) {  // another stream joining a capture: not emulated
+    for (CUstream_st* c : r.capturing_streams()) {
+      if (c->capture->id == event->captured_in) {
+        c->capture->invalidated = cudaErrorStreamCaptureUnsupported;
+      }
+    }
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   if (event->stream == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
   static const Name what = std::make_shared<const std::string>("cudaStreamWaitEvent");
   r.enqueue_locked(s, what, {}, nullptr, event);
@@ -904,6 +1038,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (s->device != event->device) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->capture) {  // a captured event: it orders work inside the capture only
+    event->captured_in = s->capture->id;
+    return cudaSuccess;
+  }
+  event->captured_in = 0;
   auto reached = std::make_shared<std::optional<Clock::time_point>>();
   static const Name what = std::make_shared<const std::string>("cudaEventRecord");
   event->position = r.enqueue_locked(s, what, {}, [reached] { *reached = Clock::now(); });
@@ -922,6 +1061,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
   if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->captured_in != 0) {
+    blocking.blocks = false;
+    return fail(cudaErrorCapturedEvent);
+  }
   if (event->stream == nullptr) return cudaSuccess;
   const VectorClock clock = event->clock;
   r.wait_locked(lock, event->stream, event->position, clock);
@@ -932,6 +1075,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   Runtime& r = Runtime::get();
   std::lock_guard lock(r.mu);
   if (!r.live_event(start) || !r.live_event(end)) return fail(cudaErrorInvalidResourceHandle);
+  if (start->captured_in != 0 || end->captured_in != 0) return fail(cudaErrorCapturedEvent);
   if (!start->timing || !end->timing || start->stream == nullptr || end->stream == nullptr) {
     return fail(cudaErrorInvalidResourceHandle);
   }
@@ -940,5 +1084,102 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaErrorNotReady;
   }
   *ms = std::chrono::duration<float, std::milli>(**end->reached_at - **start->reached_at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->legacy) return fail(cudaErrorStreamCaptureUnsupported);  // as CUDA: not the legacy one
+  if (s->capture) return fail(cudaErrorIllegalState);
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return fail(cudaErrorInvalidValue);
+  }
+  s->capture = std::make_unique<Capture>();
+  s->capture->id = ++r.capture_count;
+  s->capture->mode = mode;
+  s->capture->thread = std::this_thread::get_id();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr || graph == nullptr) return fail(cudaErrorInvalidValue);
+  if (!s->capture) return fail(cudaErrorIllegalState);
+  if (s->capture->mode != cudaStreamCaptureModeRelaxed &&
+      s->capture->thread != std::this_thread::get_id()) {
+    return fail(cudaErrorStreamCaptureWrongThread);
+  }
+  std::unique_ptr<Capture> capture = std::move(s->capture);
+  *graph = nullptr;
+  if (capture->invalidated != cudaSuccess) return fail(cudaErrorStreamCaptureInvalidated);
+  auto* g = new CUgraph_st;
+  g->device = s->device;
+  g->nodes = std::move(capture->nodes);
+  r.live_graphs.insert(g);
+  *graph = g;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr || status == nullptr) return fail(cudaErrorInvalidValue);
+  *status = !s->capture                                  ? cudaStreamCaptureStatusNone
+            : s->capture->invalidated == cudaSuccess ? cudaStreamCaptureStatusActive
+                                                         : cudaStreamCaptureStatusInvalidated;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (exec == nullptr || r.live_graphs.count(graph) == 0) return fail(cudaErrorInvalidValue);
+  auto* x = new CUgraphExec_st;
+  x->device = graph->device;
+  x->nodes = graph->nodes;  // the graph may be destroyed; the executable keeps its own copy
+  r.live_execs.insert(x);
+  *exec = x;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  Runtime& r = Runtime::get();
+  std::unique_lock lock(r.mu);
+  CUstream_st* s = r.resolve(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (r.live_execs.count(exec) == 0) return fail(cudaErrorInvalidValue);
+  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->device != exec->device) return fail(cudaErrorInvalidValue);
+  if (s->capture) {  // a graph inside a capture: not emulated
+    s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  for (const GraphNode& node : exec->nodes) {
+    rg::emu::enqueue_and_maybe_wait(r, lock, s, node.what, node.accesses, node.work, false);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.live_execs.erase(exec) == 0) return fail(cudaErrorInvalidValue);
+  delete exec;  // launches queued their own copies of the work
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  if (r.live_graphs.erase(graph) == 0) return fail(cudaErrorInvalidValue);
+  delete graph;
   return cudaSuccess;
 }

@@ -43,6 +43,9 @@ std::string stream_name(cudaStream_t stream);
 // turns it on at start). For tests that hand kernels plain host memory and read it right after.
 void set_launch_blocking(bool on);
 bool launch_blocking();
+// Whether `stream` is capturing (cudaStreamBeginCapture): its work is recorded, not run. The
+// emulated libraries that cannot be captured refuse such streams (NCCL).
+bool stream_capturing(cudaStream_t stream);
 // Serialize mode (RG_EMU_SERIALIZE=1): one worker runs the work of every stream in the order it was
 // queued, for debugging. Collectives between devices of one process cannot run in this mode.
 bool serialize_mode();

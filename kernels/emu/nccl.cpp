@@ -1459,6 +1459,11 @@ ncclResult_t usable(ncclComm_t handle, const char* api, std::shared_ptr<ncclComm
 }
 
 ncclResult_t issue(Call call) {
+  if (stream_capturing(call.stream)) {  // issue-time tickets would be stale at every replay
+    return call_failed(ncclInvalidUsage,
+                       cat(describe(call.desc), ": the emulated NCCL cannot be captured into a "
+                                                "CUDA graph (the stream is capturing)"));
+  }
   if (t_group.depth > 0) {
     t_group.calls.push_back(std::move(call));
     return ncclSuccess;

@@ -12,6 +12,8 @@
 // them mangle the same way as with the real headers.
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
 
 // CUDA's own enumerator values.
 enum cudaError {
@@ -23,8 +25,15 @@ enum cudaError {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
 };
 typedef enum cudaError cudaError_t;
 
@@ -52,6 +61,17 @@ enum cudaDeviceAttr {
 #define cudaStreamPerThread ((cudaStream_t)0x2)
 
 typedef void (*cudaHostFn_t)(void* user_data);
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
 
 // Errors: a failed call returns its status and remembers it (cudaGetLastError). An exception
 // thrown by queued work (a kernel's rg::Error, a failed emulated library call) is a sticky error
@@ -103,3 +123,22 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// Stream capture and graphs (CUDA graphs), one stream per capture: between BeginCapture and
+// EndCapture the stream's work (launches, async copies and sets, host functions, events it
+// records) is recorded, not run; a graph launch queues the recorded work on a stream, as often as
+// launched, with the same arguments. As in CUDA, synchronizing or querying a capturing stream, a
+// pageable copy on it, or waiting on an event recorded outside the capture invalidates the
+// capture (EndCapture then fails with cudaErrorStreamCaptureInvalidated); so does, in global mode
+// (and in thread-local mode on the capturing thread), cudaMalloc, cudaFree and device
+// synchronization; querying or synchronizing an event recorded in a capture is
+// cudaErrorCapturedEvent. Not emulated: a second stream joining the capture through an event
+// (cudaErrorStreamCaptureUnsupported), and NCCL calls during capture.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);

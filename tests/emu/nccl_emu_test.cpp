@@ -917,6 +917,29 @@ TEST_F(NcclEmu, LinkModelHoldsEachAllReduceForTheRingTime) {
   });
 }
 
+// A collective on a capturing stream (cudaStreamBeginCapture) is refused with a message: the
+// emulated NCCL cannot be replayed from a CUDA graph.
+TEST_F(NcclEmu, ACapturingStreamIsRefused) {
+  within(Seconds(30), [] {
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
+    cudaStream_t s = new_stream(0);
+    std::vector<float> x(4, 1.f);
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    EXPECT_EQ(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, comm, s),
+              ncclInvalidUsage);
+    const std::string msg = ncclGetLastError(comm);
+    EXPECT_NE(msg.find("cannot be captured into a CUDA graph"), std::string::npos) << msg;
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  });
+}
+
 TEST_F(NcclEmu, DifferentCollectivesAreNamedOnEveryRank) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;

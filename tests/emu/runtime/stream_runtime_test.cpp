@@ -608,5 +608,140 @@ TEST_F(StreamRuntimeDevices, LaunchBlockingMakesEveryLaunchWaitForItsWork) {
   }
 }
 
+// ---- Stream capture and graphs ----
+
+class GraphCapture : public AsyncRuntimeTest {
+ protected:
+  void TearDown() override { (void)cudaGetLastError(); }
+};
+
+// Work queued on a capturing stream is recorded, not run; each launch of the graph runs all of
+// it again, in order, on the stream it is launched on.
+TEST_F(GraphCapture, CapturedWorkRunsOnlyAndEveryTimeTheGraphIsLaunched) {
+  std::atomic<int> ran{0};
+  TestStream s, other;
+  DeviceBuffer d(kN), e(kN);
+  PinnedBuffer out(kN);
+  std::fill(out.get(), out.get() + kN, -1.f);
+  ASSERT_EQ(cudaMemsetAsync(d.get(), 0, d.bytes(), s), cudaSuccess);
+  ASSERT_TRUE(wait_idle(s));
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  scale(d.get(), e.get(), 3.f, kN, s);  // e = 3 d
+  set_value(d.get(), 2.f, kN, s);       // then d = 2
+  ASSERT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(out.get(), e.get(), e.bytes(), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_NE(graph, nullptr);
+  ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(ran.load(), 0) << "captured work ran at capture";
+  EXPECT_TRUE(all_equal(out.get(), kN, -1.f));
+  EXPECT_TRUE(all_equal(d.get(), kN, 0.f));
+
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);  // the executable keeps its own copy
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_TRUE(wait_idle(s));
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_TRUE(all_equal(out.get(), kN, 0.f)) << "first launch: e = 3 * 0";
+  // Again, on another stream: d is 2 now, so e = 6.
+  ASSERT_EQ(cudaGraphLaunch(exec, other), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, other), cudaSuccess);
+  ASSERT_TRUE(wait_idle(other));
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_TRUE(all_equal(out.get(), kN, 6.f)) << "out[0] = " << out.get()[0];
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphLaunch(exec, s), cudaErrorInvalidValue);
+}
+
+// What would make the host wait for a capturing stream cannot be captured: it invalidates the
+// capture, whose end then fails; the stream works normally afterwards.
+TEST_F(GraphCapture, SynchronizingOrQueryingACapturingStreamInvalidatesTheCapture) {
+  std::atomic<int> ran{0};
+  TestStream s;
+  std::vector<float> pageable(kN);
+  DeviceBuffer d(1);
+  for (int how = 0; how < 3; ++how) {
+    SCOPED_TRACE(how);
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaSuccess);
+    const cudaError_t e =
+        how == 0   ? cudaStreamSynchronize(s)
+        : how == 1 ? cudaStreamQuery(s)
+                   : cudaMemcpyAsync(pageable.data(), d.get(), sizeof(float),
+                                     cudaMemcpyDeviceToHost, s);
+    EXPECT_EQ(e, cudaErrorStreamCaptureUnsupported);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+    EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated);
+    cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(1);
+    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+    EXPECT_EQ(graph, nullptr);
+  }
+  ASSERT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ran.load(), 1) << "only the host function queued after the captures ran";
+}
+
+// cudaMalloc (and cudaFree, device synchronization) during a global-mode capture invalidate it,
+// as CUDA's "unsafe" calls; a relaxed-mode capture allows cudaMalloc.
+TEST_F(GraphCapture, AllocatingDuringAGlobalCaptureInvalidatesItButNotARelaxedOne) {
+  TestStream s;
+  for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeRelaxed}) {
+    ASSERT_EQ(cudaStreamBeginCapture(s, mode), cudaSuccess);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, 64);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (mode == cudaStreamCaptureModeGlobal) {
+      EXPECT_EQ(e, cudaErrorStreamCaptureUnsupported);
+      EXPECT_EQ(end, cudaErrorStreamCaptureInvalidated);
+    } else {
+      EXPECT_EQ(e, cudaSuccess);
+      EXPECT_EQ(end, cudaSuccess);
+      EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+      EXPECT_EQ(cudaFree(p), cudaSuccess);
+    }
+  }
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+}
+
+// An event recorded in a capture orders work inside it and cannot be queried; waiting in a
+// capture for an event recorded outside it is an isolation error; the legacy stream cannot be
+// captured; a capture cannot begin twice.
+TEST_F(GraphCapture, EventsAcrossTheCaptureBoundaryAreRefused) {
+  TestStream s, other;
+  TestEvent inside, outside;
+  ASSERT_EQ(cudaEventRecord(outside, other), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+  ASSERT_EQ(cudaEventRecord(inside, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(s, inside), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(inside), cudaErrorCapturedEvent);
+  EXPECT_EQ(cudaEventSynchronize(inside), cudaErrorCapturedEvent);
+  EXPECT_EQ(cudaStreamWaitEvent(other, inside), cudaErrorStreamCaptureUnsupported)
+      << "another stream joining the capture is not emulated";
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(s, outside), cudaErrorStreamCaptureIsolation);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal),
+            cudaErrorStreamCaptureUnsupported);
+  // Recorded again outside a capture, the event is an ordinary one.
+  ASSERT_EQ(cudaEventRecord(inside, s), cudaSuccess);
+  EXPECT_EQ(cudaEventSynchronize(inside), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace rg::emu_runtime_test
