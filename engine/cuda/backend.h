@@ -14,6 +14,7 @@ namespace rg::cuda {
 // default stream.
 using StreamHandle = void*;
 using EventHandle = void*;
+using GraphHandle = void*;  // cudaGraphExec_t in the real backend
 
 // Every call names the device it concerns; the backend makes it current for the call and restores
 // the caller's device afterwards. Failures throw rg::Error, except running out of memory.
@@ -57,6 +58,16 @@ class Backend {
   virtual bool poll_event(int device, EventHandle event) { return query_event(device, event); }
   virtual void synchronize_event(int device, EventHandle event) = 0;
   virtual float elapsed_ms(int device, EventHandle start, EventHandle end) = 0;
+
+  // CUDA graphs (engine/cuda/graph.h): begin_capture makes `stream` record the work queued on it
+  // instead of running it (thread-local mode: this thread's unsafe calls, such as cudaMalloc,
+  // fail the capture meanwhile); end_capture ends the capture and returns the instantiated graph,
+  // or throws rg::Error with CUDA's reason when the capture failed; launch_graph queues a graph's
+  // work on a stream; destroy_graph frees it. Backends without graphs refuse (rg::Error).
+  virtual void begin_capture(int device, StreamHandle stream);
+  virtual GraphHandle end_capture(int device, StreamHandle stream);
+  virtual void launch_graph(int device, GraphHandle graph, StreamHandle stream);
+  virtual void destroy_graph(int device, GraphHandle graph);
 
   // What the caching allocators know about their blocks, for the emulator's stream-race detector
   // (no-ops on a real GPU): a device block handed out for work on `stream` and taken back, with

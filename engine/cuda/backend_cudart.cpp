@@ -161,6 +161,28 @@ class CudartBackend final : public Backend {
     DeviceScope scope(device);
     RG_CUDA_CHECK(cudaStreamWaitEvent(stream_of(stream), event_of(event), 0));
   }
+  void begin_capture(int device, StreamHandle stream) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaStreamBeginCapture(stream_of(stream), cudaStreamCaptureModeThreadLocal));
+  }
+  GraphHandle end_capture(int device, StreamHandle stream) override {
+    DeviceScope scope(device);
+    cudaGraph_t graph = nullptr;
+    RG_CUDA_CHECK(cudaStreamEndCapture(stream_of(stream), &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    RG_CUDA_CHECK_RELEASE(cudaGraphDestroy(graph));  // the executable keeps what it needs
+    RG_CUDA_CHECK(e);
+    return exec;
+  }
+  void launch_graph(int device, GraphHandle graph, StreamHandle stream) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_of(stream)));
+  }
+  void destroy_graph(int device, GraphHandle graph) override {
+    DeviceScope scope(device);
+    RG_CUDA_CHECK_RELEASE(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+  }
   bool query_event(int device, EventHandle event) override {
     DeviceScope scope(device);
     return RG_CUDA_READY(cudaEventQuery(event_of(event)));

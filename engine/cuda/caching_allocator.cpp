@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 
+#include "engine/cuda/graph.h"
 #include "kernels/error.h"
 
 namespace rg::cuda {
@@ -99,7 +101,13 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   if (nbytes == 0) return nullptr;
   RG_CHECK(nbytes <= (size_t(1) << 56), "CUDA allocation of ", nbytes, " bytes on cuda:", device_,
            " is impossibly large");
+  RG_CHECK(!detail::graph_capture_active(), "CUDA allocation of ", format_bytes(nbytes),
+           " on cuda:", device_,
+           " during a CUDA graph capture: the caching allocator has no private memory pool for "
+           "graphs yet, so a captured body must use tensors made before the capture and "
+           "in-place ops (engine/cuda/graph.h)");
   std::lock_guard<std::mutex> lock(mu_);
+  release_deferred_frees();
   process_events();
   const size_t size = round_up(nbytes, kMinBlockSize);
   const bool small = size <= kSmallRequest;
@@ -151,6 +159,21 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (detail::graph_capture_active()) {
+    // Its events would be recorded into the capture: freed once no capture is running.
+    deferred_frees_.push_back(ptr);
+    return;
+  }
+  release_deferred_frees();
+  deallocate_locked(ptr);
+}
+
+void CachingAllocator::release_deferred_frees() {
+  if (deferred_frees_.empty() || detail::graph_capture_active()) return;
+  for (void* p : std::exchange(deferred_frees_, {})) deallocate_locked(p);
+}
+
+void CachingAllocator::deallocate_locked(void* ptr) {
   auto it = live_.find(ptr);
   RG_CHECK(it != live_.end(), "CUDA caching allocator of cuda:", device_, ": free of ", ptr,
            ", which it did not hand out (or which was freed already)");

@@ -85,6 +85,9 @@ class CachingAllocator {
   Block* find_free_block(Pool& pool, StreamHandle stream, size_t size);
   void* allocate_segment(size_t size);
   void free_block(Block* b);
+  void deallocate_locked(void* ptr);
+  // Frees deferred while a CUDA graph was capturing (engine/cuda/graph.h), once none is.
+  void release_deferred_frees();
   void process_events();
   void synchronize_and_process_events();
   void release_cached_segments();
@@ -101,6 +104,7 @@ class CachingAllocator {
     Block* block;
   };
   std::vector<PendingEvent> pending_;  // events recorded for freed blocks, oldest first
+  std::vector<void*> deferred_frees_;  // freed during a graph capture
   EventPool events_;
   DeviceMemoryStats stats_;
 };

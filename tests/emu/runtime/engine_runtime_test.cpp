@@ -15,9 +15,11 @@
 #include "emu/runtime/runtime_test_util.h"
 #include "engine/cuda/device_guard.h"
 #include "engine/cuda/event.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/factory.h"
 #include "engine/tensor.h"
 #include "kernels/emu/device_runtime.h"
@@ -481,6 +483,59 @@ TEST_F(EngineCudaRuntime, RecordStreamTakesCudaAndPinnedTensorsOnly) {
 
 // The process's runtime is never destroyed, but a runtime's allocators give everything back when
 // it is: cached segments, blocks still handed out, and cached pinned blocks.
+// ---- CUDA graphs (engine/cuda/graph.h) ----
+
+// In-place work on tensors made before the capture: nothing runs at capture, every replay runs
+// it all again.
+TEST_F(EngineCudaRuntime, AGraphReplaysInPlaceWorkOnTensorsMadeBeforeTheCapture) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  Tensor x = full({kN}, 3.0, DType::f32, Device::cuda(0));
+  Tensor y = full({kN}, 1.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  cuda::Graph graph(Device::cuda(0), [&] {
+    add_(y, x);    // y += 3
+    mul_(y, 2.0);  // y *= 2
+  });
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(y, 1.0f)) << "the captured work ran at capture";
+  graph.replay();
+  graph.replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(y, 22.0f)) << "((1 + 3) * 2 + 3) * 2";
+  // A moved graph replays; the moved-from one refuses.
+  cuda::Graph moved(std::move(graph));
+  moved.replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(y, 50.0f));
+  EXPECT_NE(error_of([&] { graph.replay(); }).find("moved from"), std::string::npos);
+}
+
+// An allocation inside the capture is refused by name (no private pool yet); the capture ends,
+// its stream and the allocator work afterwards, and a tensor freed inside the capture is freed
+// after it.
+TEST_F(EngineCudaRuntime, AnAllocationInACaptureIsAClearErrorAndLeavesEverythingUsable) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  Tensor dropped = full({kN}, 5.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  const int64_t before = cuda::runtime().device_allocator(0).stats().allocated_bytes;
+  const std::string e = error_of([&] {
+    cuda::Graph graph(Device::cuda(0), [&] {
+      dropped = Tensor();  // freed inside the capture: deferred
+      Tensor z = add(x, x);
+    });
+  });
+  EXPECT_NE(e.find("during a CUDA graph capture"), std::string::npos) << e;
+  EXPECT_NE(e.find("no private memory pool"), std::string::npos) << e;
+  const Tensor w = add(x, x);
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(w, 4.0f));
+  EXPECT_EQ(cuda::runtime().device_allocator(0).stats().allocated_bytes, before)
+      << "the tensor freed in the capture was freed after it, w took its place";
+}
+
 TEST_F(EngineCudaRuntime, DestroyingARuntimeReturnsAllItsMemoryToTheDevices) {
   cuda::Runtime* const process_runtime = &cuda::runtime();
   void* live = nullptr;

@@ -1,0 +1,71 @@
+// cuda::Graph (engine/cuda/graph.h) and the Backend's default refusal of CUDA graphs.
+#include "engine/cuda/graph.h"
+
+#include <atomic>
+#include <exception>
+#include <utility>
+
+#include "engine/cuda/runtime.h"
+#include "engine/cuda/stream.h"
+#include "kernels/error.h"
+
+namespace rg::cuda {
+
+void Backend::begin_capture(int device, StreamHandle) {
+  RG_FAIL("cuda:", device, ": CUDA graphs are not available with this CUDA backend");
+}
+GraphHandle Backend::end_capture(int device, StreamHandle) {
+  RG_FAIL("cuda:", device, ": CUDA graphs are not available with this CUDA backend");
+}
+void Backend::launch_graph(int device, GraphHandle, StreamHandle) {
+  RG_FAIL("cuda:", device, ": CUDA graphs are not available with this CUDA backend");
+}
+void Backend::destroy_graph(int, GraphHandle) {}
+
+namespace {
+std::atomic<int> g_capturing{0};
+}  // namespace
+
+namespace detail {
+bool graph_capture_active() { return g_capturing.load(std::memory_order_acquire) > 0; }
+}  // namespace detail
+
+Graph::Graph(Device device, const std::function<void()>& body) : device_(device.index) {
+  RG_CHECK(device.is_cuda(), "cuda::Graph: captures CUDA work, got device ", device.str());
+  Backend& backend = runtime().backend();
+  const StreamHandle stream = current_stream(device_).handle();
+  backend.begin_capture(device_, stream);
+  g_capturing.fetch_add(1, std::memory_order_acq_rel);
+  std::exception_ptr failed;
+  try {
+    body();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  GraphHandle graph = nullptr;
+  try {
+    graph = backend.end_capture(device_, stream);
+  } catch (...) {
+    if (!failed) failed = std::current_exception();
+  }
+  g_capturing.fetch_sub(1, std::memory_order_acq_rel);
+  if (failed) {
+    if (graph != nullptr) backend.destroy_graph(device_, graph);
+    std::rethrow_exception(failed);
+  }
+  graph_ = graph;
+}
+
+Graph::~Graph() {
+  if (graph_ != nullptr) runtime().backend().destroy_graph(device_, graph_);
+}
+
+Graph::Graph(Graph&& other) noexcept
+    : device_(other.device_), graph_(std::exchange(other.graph_, nullptr)) {}
+
+void Graph::replay() const {
+  RG_CHECK(graph_ != nullptr, "cuda::Graph::replay: the graph was moved from");
+  runtime().backend().launch_graph(device_, graph_, current_stream(device_).handle());
+}
+
+}  // namespace rg::cuda
