@@ -14,6 +14,18 @@
 namespace rg::kernels {
 namespace {
 
+// apply's per-channel coefficients in T, y = (x - m) * scale + shift: centre first (folding the
+// mean into one shift, x * scale + shift, would cancel catastrophically when |mean| is large next
+// to the spread), scale = invstd * weight formed in f64. relu's recomputed mask uses the same.
+template <class T>
+struct Coefficients {
+  T m, scale, shift;
+  Coefficients(int64_t ch, const double* mean, const double* invstd, const T* weight, const T* bias)
+      : m(T(mean[ch])),
+        scale(T(invstd[ch] * (weight ? double(weight[ch]) : 1.0))),
+        shift(bias ? bias[ch] : T(0)) {}
+};
+
 // Channels per parallel task: enough values that a task outweighs its scheduling.
 int64_t channel_grain(int64_t n, int64_t hw) {
   const int64_t per_channel = n * hw;
@@ -91,12 +103,7 @@ void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const d
       0, n * c, channel_grain(1, hw),
       [&](int64_t lo, int64_t hi) {
         for (int64_t job = lo; job < hi; ++job) {
-          const int64_t ch = job % c;
-          // Centre first, in T: folding the mean into one shift (x * scale + shift) would cancel
-          // catastrophically when |mean| is large next to the spread.
-          const T m = T(mean[ch]);
-          const T scale = T(invstd[ch] * (weight ? double(weight[ch]) : 1.0));
-          const T shift = bias ? bias[ch] : T(0);
+          const auto [m, scale, shift] = Coefficients<T>(job % c, mean, invstd, weight, bias);
           const T* p = x + job * hw;
           T* q = y + job * hw;
           for (int64_t i = 0; i < hw; ++i) q[i] = (p[i] - m) * scale + shift;
@@ -170,10 +177,7 @@ void relu_masked(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, cons
       0, n * c, channel_grain(1, hw),
       [&](int64_t lo, int64_t hi) {
         for (int64_t job = lo; job < hi; ++job) {
-          const int64_t ch = job % c;
-          const T m = T(mean[ch]);
-          const T scale = T(invstd[ch] * (weight ? double(weight[ch]) : 1.0));
-          const T shift = bias ? bias[ch] : T(0);
+          const auto [m, scale, shift] = Coefficients<T>(job % c, mean, invstd, weight, bias);
           const T* g = gy + job * hw;
           const T* p = x + job * hw;
           T* q = out + job * hw;

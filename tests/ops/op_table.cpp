@@ -75,6 +75,13 @@ Tensor constant(const std::vector<double>& values) {
   return from_vector<double>(values, {int64_t(values.size())});
 }
 
+// Batch-norm inputs with running mean and variance appended (constants of the call).
+V with_stats(V in, const std::vector<double>& mean, const std::vector<double>& var) {
+  in.push_back(constant(mean));
+  in.push_back(constant(var));
+  return in;
+}
+
 OpSample sample(std::string name, V inputs, OpFn forward = {}) {
   return {std::move(name), std::move(inputs), std::move(forward)};
 }
@@ -468,11 +475,6 @@ OpEntry batch_norm_entry(const std::string& name = "batch_norm", BatchNormOp op 
     auto affine = [&](const Shape& x, int64_t c, double lo = -2, double hi = 3) {
       return V{uniform(x, gen, lo, hi), uniform({c}, gen, 0.5, 1.5), uniform({c}, gen)};
     };
-    auto with_stats = [](V in, std::vector<double> mean, std::vector<double> var) {
-      in.push_back(constant(mean));
-      in.push_back(constant(var));
-      return in;
-    };
     std::vector<OpSample> s = {
         sample("[3, 4, 3, 2] training", affine({3, 4, 3, 2}, 4)),
         sample("[3, 2, 3, 2] training", affine({3, 2, 3, 2}, 2, -1, 1)),
@@ -553,11 +555,6 @@ OpEntry batch_norm_add_relu_entry() {
     auto residual = [&](const Shape& x) { return away_from_zero(x, gen, 4, 5); };
     auto affine = [&](const Shape& x, int64_t c) {
       return V{uniform(x, gen, -2, 3), residual(x), uniform({c}, gen, 0.5, 1.5), uniform({c}, gen)};
-    };
-    auto with_stats = [](V in, std::vector<double> mean, std::vector<double> var) {
-      in.push_back(constant(mean));
-      in.push_back(constant(var));
-      return in;
     };
     std::vector<OpSample> s = {
         sample("[3, 4, 3, 2] training", affine({3, 4, 3, 2}, 4)),
