@@ -44,6 +44,7 @@ namespace rg::apps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int64_t kVocab = 65;  // gpt-*: minGPT's character vocabulary size
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -304,7 +305,8 @@ namespace {
 double standalone_comm_ms(dist::ProcessGroup& pg, const std::vector<size_t>& bytes, Device device,
                           int reps) {
   std::vector<Tensor> t;
-  for (size_t b : bytes) t.push_back(zeros({int64_t(std::max<size_t>(b / 4, 1))}, DType::f32, device));
+  for (size_t b : bytes)
+    t.push_back(zeros({int64_t(std::max<size_t>(b / 4, 1))}, DType::f32, device));
   std::vector<double> v;
   for (int r = 0; r <= reps; ++r) {
     cuda::synchronize(device.index);
@@ -339,15 +341,179 @@ std::string with_model(std::string path, const std::string& model, size_t models
   return path;
 }
 
+// Every bad value before any work.
+void check_options(const OverlapBenchOptions& o) {
+  for (const std::string& cap : o.bucket_mb)
+    if (cap != "inf" && cap != "single") cap_mb(cap);
+  RG_CHECK(o.sim_ranks == 0 || !o.sim_link.empty(), "--sim-ranks ", o.sim_ranks,
+           " needs --sim-link (the link model whose ring it sizes)");
+}
+
+// The device the model trains on (made current on CUDA).
+Device job_device(const OverlapBenchOptions& o, const dist::ProcessGroup& real) {
+  if (o.device != "cuda") return Device::cpu();
+  const Device device = real.tensor_device();
+  cuda::set_device(device.index);
+  RG_CHECK(!o.sim_link.empty() || real.size() > 1,
+           "ringgrad-bench overlap --device cuda in one process: give --sim-link (a link model, "
+           "e.g. nvlink-h100) and --sim-ranks N to model N GPUs on this one, or run one process "
+           "per GPU under ringgrad-run for real NCCL");
+  return device;
+}
+
+// --sim-link: the link model (into `link`) and the simulated group over `real`; else null.
+std::shared_ptr<dist::SimulatedLinkGroup> simulated_link(
+    const OverlapBenchOptions& o, const std::shared_ptr<dist::ProcessGroup>& real,
+    dist::SimLink& link) {
+  if (o.sim_link.empty()) return nullptr;
+  link = dist::parse_sim_link(o.sim_link);
+  link.ranks = o.sim_ranks;
+  RG_CHECK(link.ranks > 1 || real->size() > 1,
+           "--sim-link with one process: give --sim-ranks N (N >= 2), the ranks the modelled "
+           "ring spans");
+  return std::make_shared<dist::SimulatedLinkGroup>(real, link);
+}
+
+// DDP's options for one bucket cap of the table ("single", "inf" or MiB).
+dist::DdpOptions ddp_options(const std::string& cap, bool overlap) {
+  dist::DdpOptions d;
+  d.overlap = overlap;
+  d.broadcast_buffers = false;  // the same data every iteration: nothing to keep in sync
+  if (cap == "single") {        // truly one bucket: nothing can overlap
+    d.bucket_cap_mb = d.first_bucket_mb = 1e6;
+  } else if (cap == "inf") {  // no cap, but DDP's small first bucket still goes early
+    d.bucket_cap_mb = 1e6;
+    d.first_bucket_mb = 1.0;
+  } else {
+    d.bucket_cap_mb = cap_mb(cap);
+    d.first_bucket_mb = std::min(1.0, d.bucket_cap_mb);
+  }
+  return d;
+}
+
+// The simulated link is free while this lives (one sampled iteration), whatever happens in it.
+struct FreeLink {
+  dist::SimulatedLinkGroup& g;
+  explicit FreeLink(dist::SimulatedLinkGroup& group) : g(group) { g.set_free(true); }
+  ~FreeLink() { g.set_free(false); }
+  FreeLink(const FreeLink&) = delete;
+  FreeLink& operator=(const FreeLink&) = delete;
+};
+
+// On CUDA, the link's time for buckets of these sizes: the link model's (link given), else the
+// buckets all-reduced back to back on their own over the real group.
+double link_time_ms(const std::vector<size_t>& bytes, const dist::SimLink* link, int model_ranks,
+                    dist::ProcessGroup& real, Device device, int reps) {
+  if (link == nullptr) return standalone_comm_ms(real, bytes, device, reps);
+  double total = 0;
+  for (size_t x : bytes) total += link->allreduce_us(double(x), model_ranks) / 1e3;
+  return total;
+}
+
+// A step profile to `path_template` with "{bucket}" (if any) replaced by the cap.
+void write_step_profile(std::string path, const std::string& cap, const scale::StepProfile& p) {
+  if (const auto at = path.find("{bucket}"); at != std::string::npos) path.replace(at, 8, cap);
+  std::ofstream f(path);
+  RG_CHECK(f.good(), "--profile-out: cannot write ", path);
+  f << scale::step_profile_json(p) << "\n";
+  fmt::print("# wrote the step profile of {} to {}\n", p.model, path);
+}
+
+void print_row(const Row& r) {
+  fmt::print("  {:<9} {:>7} {:>4} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.0f}%\n", r.model,
+             r.buckets, r.num_buckets, r.overlap ? "yes" : "no", r.iter_ms, r.compute_ms,
+             r.comm_ms, r.exposed_ms, 100 * r.efficiency());
+  std::fflush(stdout);
+}
+
+// The run's header line and the table's column names.
+void print_header(const OverlapBenchOptions& o, const dist::ProcessGroup& real, Device device,
+                  const dist::SimLink* link, int model_ranks) {
+  const bool gpu = o.device == "cuda";
+  const std::string where =
+      gpu ? (real.size() == 1 ? fmt::format("1 process on {}", device.str())
+                              : fmt::format("{} processes, one GPU each", real.size()))
+          : fmt::format("{} ranks", real.size());
+  const std::string how =
+      link == nullptr
+          ? fmt::format("real {} all-reduce ({})", gpu ? "NCCL" : "gloo", o.allreduce)
+      : gpu ? fmt::format("modelled link {} among {} ranks, transfers on the NCCL stream (no "
+                          "data moved)",
+                          link->describe(), model_ranks)
+            : fmt::format("simulated link {} among {} ranks (no data moved)", link->describe(),
+                          model_ranks);
+  fmt::print("# ringgrad-bench overlap: {}, {}\n", where, how);
+  fmt::print("# {:<9} {:>7} {:>4} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "model", "bucket", "#",
+             "overlap", "iter ms", "compute", "comm ms", "exposed", "hidden");
+}
+
+struct ModelInputs {
+  int64_t batch;
+  data::Batch b;
+  std::shared_ptr<nn::Module> model;
+};
+
+// One model on `device` and its batch. gpt-*: random token ids (minGPT's character vocabulary
+// size) and the loss over every position; the image models: SyntheticDataset's images.
+ModelInputs make_inputs(const OverlapBenchOptions& o, const std::string& name, Device device) {
+  const bool gpt = name.starts_with("gpt-");
+  const Shape shape = gpt                  ? Shape{o.block_size}
+                      : name == "resnet18" ? Shape{3, 32, 32}
+                                           : Shape{1, 28, 28};
+  const int64_t batch = o.batch_size > 0 ? o.batch_size : (name == "resnet18" || gpt ? 16 : 64);
+  data::Batch b;
+  if (gpt) {
+    b = data::random_token_batch(batch, o.block_size, kVocab, 7);
+  } else {
+    data::SyntheticDataset data(batch, shape, 10, 7);
+    std::vector<int64_t> idx(static_cast<size_t>(batch));
+    std::iota(idx.begin(), idx.end(), 0);
+    b = data.get_batch(idx, 0);
+  }
+  auto model =
+      nn::make_model({.name = name, .sample_shape = shape, .num_classes = gpt ? kVocab : 10});
+  if (device.is_cuda()) {
+    model->to(device);
+    b.inputs = b.inputs.to(device);
+    b.targets = b.targets.to(device);
+  }
+  return {batch, std::move(b), std::move(model)};
+}
+
+// Iteration time against mean bucket size, overlapped and not, for one model's rows.
+void plot_model(const std::string& path, const std::string& name, const std::vector<Row>& rows,
+                const std::string& link_note) {
+  std::vector<Series> series = {{"overlapped", {}, {}}, {"not overlapped", {}, {}}};
+  for (const Row& r : rows) {
+    if (r.model != name || r.num_buckets == 0) continue;
+    Series& s = series[r.overlap ? 0 : 1];
+    s.x.push_back(r.total_bytes / double(r.num_buckets));
+    s.y.push_back(r.iter_ms);
+  }
+  plot_png(path,
+           {fmt::format("{}: DDP iteration time{}", name, link_note), "mean bucket size",
+            "iteration (ms)", true, false, true},
+           series);
+  fmt::print("# wrote {}\n", path);
+}
+
+void write_csv(const std::string& path, const std::vector<Row>& rows) {
+  std::ofstream f(path);
+  RG_CHECK(f.good(), "cannot write ", path);
+  f << "model,bucket_mb,buckets,overlap,iter_ms,compute_ms,comm_ms,exposed_ms,efficiency\n";
+  for (const Row& r : rows)
+    f << fmt::format("{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f}\n", r.model, r.buckets,
+                     r.num_buckets, r.overlap ? 1 : 0, r.iter_ms, r.compute_ms, r.comm_ms,
+                     r.exposed_ms, r.efficiency());
+  fmt::print("# wrote {}\n", path);
+}
+
 }  // namespace
 
 int run_overlap_bench(const OverlapBenchOptions& o) {
   const bool gpu = o.device == "cuda";
   const bool sim = !o.sim_link.empty();
-  for (const std::string& cap : o.bucket_mb)
-    if (cap != "inf" && cap != "single") cap_mb(cap);  // every bad value before any work
-  RG_CHECK(o.sim_ranks == 0 || sim, "--sim-ranks ", o.sim_ranks,
-           " needs --sim-link (the link model whose ring it sizes)");
+  check_options(o);
   dist::InitOptions init;
   init.backend = gpu ? "nccl" : "gloo";
   init.group.algorithm = dist::parse_algorithm(o.allreduce);
@@ -360,72 +526,17 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
       if (dist::is_initialized()) dist::destroy_process_group();
     }
   } leave_job;
-  Device device = Device::cpu();
-  if (gpu) {
-    device = real->tensor_device();
-    cuda::set_device(device.index);
-    RG_CHECK(sim || real->size() > 1,
-             "ringgrad-bench overlap --device cuda in one process: give --sim-link (a link model, "
-             "e.g. nvlink-h100) and --sim-ranks N to model N GPUs on this one, or run one process "
-             "per GPU under ringgrad-run for real NCCL");
-  }
+  const Device device = job_device(o, *real);
   dist::SimLink link;
-  std::shared_ptr<dist::ProcessGroup> pg = real;
-  std::shared_ptr<dist::SimulatedLinkGroup> sim_pg;
-  if (sim) {
-    link = dist::parse_sim_link(o.sim_link);
-    link.ranks = o.sim_ranks;
-    RG_CHECK(link.ranks > 1 || real->size() > 1,
-             "--sim-link with one process: give --sim-ranks N (N >= 2), the ranks the modelled "
-             "ring spans");
-    sim_pg = std::make_shared<dist::SimulatedLinkGroup>(real, link);
-    pg = sim_pg;
-  }
+  std::shared_ptr<dist::SimulatedLinkGroup> sim_pg = simulated_link(o, real, link);
+  std::shared_ptr<dist::ProcessGroup> pg = sim_pg ? sim_pg : real;
   const int model_ranks = link.ranks > 0 ? link.ranks : real->size();
   const bool root = real->rank() == 0;
-  if (root) {
-    const std::string where =
-        gpu ? (real->size() == 1 ? fmt::format("1 process on {}", device.str())
-                                 : fmt::format("{} processes, one GPU each", real->size()))
-            : fmt::format("{} ranks", real->size());
-    const std::string how =
-        !sim ? fmt::format("real {} all-reduce ({})", gpu ? "NCCL" : "gloo", o.allreduce)
-        : gpu ? fmt::format("modelled link {} among {} ranks, transfers on the NCCL stream (no "
-                            "data moved)",
-                            link.describe(), model_ranks)
-              : fmt::format("simulated link {} among {} ranks (no data moved)", link.describe(),
-                            model_ranks);
-    fmt::print("# ringgrad-bench overlap: {}, {}\n", where, how);
-    fmt::print("# {:<9} {:>7} {:>4} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "model", "bucket", "#",
-               "overlap", "iter ms", "compute", "comm ms", "exposed", "hidden");
-  }
+  if (root) print_header(o, *real, device, sim ? &link : nullptr, model_ranks);
   std::vector<Row> rows;
   for (const std::string& name : o.models) {
-    // gpt-*: random token ids (minGPT's character vocabulary size) and the loss over every
-    // position; the image models: SyntheticDataset's images.
     const bool gpt = name.starts_with("gpt-");
-    constexpr int64_t kVocab = 65;
-    const Shape shape = gpt                  ? Shape{o.block_size}
-                        : name == "resnet18" ? Shape{3, 32, 32}
-                                             : Shape{1, 28, 28};
-    const int64_t batch =
-        o.batch_size > 0 ? o.batch_size : (name == "resnet18" || gpt ? 16 : 64);
-    data::Batch b;
-    if (gpt) {
-      b = data::random_token_batch(batch, o.block_size, kVocab, 7);
-    } else {
-      data::SyntheticDataset data(batch, shape, 10, 7);
-      std::vector<int64_t> idx(static_cast<size_t>(batch));
-      std::iota(idx.begin(), idx.end(), 0);
-      b = data.get_batch(idx, 0);
-    }
-    auto model = nn::make_model(
-        {.name = name, .sample_shape = shape, .num_classes = gpt ? kVocab : 10});
-    if (gpu) {
-      model->to(device);
-      b.inputs = b.inputs.to(device);
-      b.targets = b.targets.to(device);
-    }
+    const auto [batch, b, model] = make_inputs(o, name, device);
     model->train();
     optim::Sgd opt(model->parameters(), {.lr = 0.001, .momentum = 0.9});
     // On CUDA each iteration ends with a device synchronization: its host time is the GPU's.
@@ -463,37 +574,21 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
     std::string profile_path;
     const bool per_bucket = o.profile_out.find("{bucket}") != std::string::npos;
     auto write_profile = [&](const scale::StepProfile& p, const std::string& cap) {
-      std::string path = profile_path;
-      if (const auto at = path.find("{bucket}"); at != std::string::npos) path.replace(at, 8, cap);
-      if (!root) return;
-      std::ofstream f(path);
-      RG_CHECK(f.good(), "--profile-out: cannot write ", path);
-      f << scale::step_profile_json(p) << "\n";
-      fmt::print("# wrote the step profile of {} to {}\n", p.model, path);
+      if (root) write_step_profile(profile_path, cap, p);
     };
     if (!o.profile_out.empty()) {
       profile_path = with_model(o.profile_out, name, o.models.size(), "--profile-out");
       profiler = std::make_unique<Profiler>(*model, device);
       if (!per_bucket) {
         for (int i = 0; i < o.iters; ++i) profiler->sample(opt, [&] { return loss_of(local); });
-        write_profile(profiler->take(*real, name, batch, use_min, "compute-only iteration without DDP"), "");
+        write_profile(profiler->take(*real, name, batch, use_min,
+                                     "compute-only iteration without DDP"),
+                      "");
       }
     }
     for (const std::string& cap : o.bucket_mb) {
       for (bool overlap : {true, false}) {
-        dist::DdpOptions d;
-        d.overlap = overlap;
-        d.broadcast_buffers = false;  // the same data every iteration: nothing to keep in sync
-        if (cap == "single") {        // truly one bucket: nothing can overlap
-          d.bucket_cap_mb = d.first_bucket_mb = 1e6;
-        } else if (cap == "inf") {  // no cap, but DDP's small first bucket still goes early
-          d.bucket_cap_mb = 1e6;
-          d.first_bucket_mb = 1.0;
-        } else {
-          d.bucket_cap_mb = cap_mb(cap);
-          d.first_bucket_mb = std::min(1.0, d.bucket_cap_mb);
-        }
-        dist::DistributedDataParallel ddp(model, pg, d);
+        dist::DistributedDataParallel ddp(model, pg, ddp_options(cap, overlap));
         auto fwd = [&](const Tensor& x) { return ddp.forward(x); };
         timed(fwd, std::max(o.warmup, 2), nullptr);
         const bool sample = profiler && per_bucket && overlap;
@@ -506,23 +601,14 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         };
         auto take_sample = [&] {
           if (sim_pg == nullptr) return profiler->sample(opt, [&] { return loss_of(unsynced); });
-          struct Free {  // the link is free for this iteration only, whatever happens in it
-            dist::SimulatedLinkGroup& g;
-            explicit Free(dist::SimulatedLinkGroup& group) : g(group) { g.set_free(true); }
-            ~Free() { g.set_free(false); }
-          } free(*sim_pg);
+          const FreeLink free(*sim_pg);
           profiler->sample(opt, [&] { return loss_of(fwd); }, &ddp.reducer());
         };
         // CUDA: the link's time for this configuration's buckets (see the file comment).
-        double link_ms = 0;
-        if (gpu) {
-          const std::vector<size_t> bytes = ddp.reducer().bucket_bytes();
-          if (sim) {
-            for (size_t x : bytes) link_ms += link.allreduce_us(double(x), model_ranks) / 1e3;
-          } else {
-            link_ms = standalone_comm_ms(*real, bytes, device, std::max(o.iters, 3));
-          }
-        }
+        const double link_ms =
+            gpu ? link_time_ms(ddp.reducer().bucket_bytes(), sim ? &link : nullptr, model_ranks,
+                               *real, device, std::max(o.iters, 3))
+                : 0;
         if (!o.trace.empty()) trace::set_enabled(true);
         std::vector<double> comm, exposed;
         const auto iters = timed(fwd, o.iters, [&] {
@@ -552,44 +638,17 @@ int run_overlap_bench(const OverlapBenchOptions& o) {
         Row r{name, cap, ddp.reducer().bucket_names().size(), overlap, m[0], compute, m[1], m[2]};
         r.total_bytes = 0;
         for (size_t x : ddp.reducer().bucket_bytes()) r.total_bytes += double(x);
-        if (root) {
-          fmt::print("  {:<9} {:>7} {:>4} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.0f}%\n",
-                     r.model, r.buckets, r.num_buckets, r.overlap ? "yes" : "no", r.iter_ms,
-                     r.compute_ms, r.comm_ms, r.exposed_ms, 100 * r.efficiency());
-          std::fflush(stdout);
-        }
+        if (root) print_row(r);
         rows.push_back(r);
       }
     }
     if (root && !o.plot.empty()) {
-      std::vector<Series> series = {{"overlapped", {}, {}}, {"not overlapped", {}, {}}};
-      for (const Row& r : rows) {
-        if (r.model != name || r.num_buckets == 0) continue;
-        Series& s = series[r.overlap ? 0 : 1];
-        s.x.push_back(r.total_bytes / double(r.num_buckets));
-        s.y.push_back(r.iter_ms);
-      }
-      const std::string path = with_model(o.plot, name, o.models.size(), "--plot");
-      plot_png(path,
-               {fmt::format("{}: DDP iteration time{}", name,
-                            sim ? " (" + link.describe() + ", " + std::to_string(model_ranks) +
-                                      " ranks)"
-                                : ""),
-                "mean bucket size", "iteration (ms)", true, false, true},
-               series);
-      fmt::print("# wrote {}\n", path);
+      plot_model(with_model(o.plot, name, o.models.size(), "--plot"), name, rows,
+                 sim ? " (" + link.describe() + ", " + std::to_string(model_ranks) + " ranks)"
+                     : "");
     }
   }
-  if (root && !o.csv.empty()) {
-    std::ofstream f(o.csv);
-    RG_CHECK(f.good(), "cannot write ", o.csv);
-    f << "model,bucket_mb,buckets,overlap,iter_ms,compute_ms,comm_ms,exposed_ms,efficiency\n";
-    for (const Row& r : rows)
-      f << fmt::format("{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f}\n", r.model, r.buckets,
-                       r.num_buckets, r.overlap ? 1 : 0, r.iter_ms, r.compute_ms, r.comm_ms,
-                       r.exposed_ms, r.efficiency());
-    fmt::print("# wrote {}\n", o.csv);
-  }
+  if (root && !o.csv.empty()) write_csv(o.csv, rows);
   if (!o.trace.empty()) {
     train::write_trace(o.trace, real.get());
     if (root) fmt::print("# wrote the trace of the timed DDP iterations to {}\n", o.trace);
