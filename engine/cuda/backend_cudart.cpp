@@ -93,7 +93,12 @@ class CudartBackend final : public Backend {
   void* malloc_device(int device, size_t nbytes) override {
     DeviceScope scope(device);
     void* p = nullptr;
+    // Relaxed for this call: a CUDA graph's private pool (caching_allocator.h) grows during its
+    // capture; the segment is not part of the graph and outlives each replay.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t status = cudaMalloc(&p, nbytes);
+    RG_CUDA_CHECK_RELEASE(cudaThreadExchangeStreamCaptureMode(&mode));
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       return nullptr;

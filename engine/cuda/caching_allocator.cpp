@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
-#include "engine/cuda/graph.h"
 #include "kernels/error.h"
 
 namespace rg::cuda {
 
 struct CachingAllocator::Block {
+  uint64_t graph_pool = 0;        // 0: the allocator's own pools; else a CUDA graph's
   StreamHandle stream = nullptr;  // the stream it was allocated on; its pool
   size_t size = 0;
   char* ptr = nullptr;
@@ -49,6 +49,7 @@ std::string format_bytes(size_t n) {
 }  // namespace
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->graph_pool != b->graph_pool) return a->graph_pool < b->graph_pool;
   const auto sa = reinterpret_cast<uintptr_t>(a->stream);
   const auto sb = reinterpret_cast<uintptr_t>(b->stream);
   if (sa != sb) return sa < sb;
@@ -70,21 +71,23 @@ CachingAllocator::Pool& CachingAllocator::pool_of(const Block* b) {
   return b->small ? small_pool_ : large_pool_;
 }
 
-CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, StreamHandle stream,
-                                                           size_t size) {
+CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, uint64_t graph_pool,
+                                                           StreamHandle stream, size_t size) {
   Block key;
+  key.graph_pool = graph_pool;
   key.stream = stream;
   key.size = size;
   auto it = pool.lower_bound(&key);
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  if (it == pool.end() || (*it)->graph_pool != graph_pool || (*it)->stream != stream)
+    return nullptr;
   Block* b = *it;
   pool.erase(it);
   return b;
 }
 
-void* CachingAllocator::allocate_segment(size_t size) {
+void* CachingAllocator::allocate_segment(size_t size, bool may_flush) {
   void* p = backend_.malloc_device(device_, size);
-  if (p == nullptr) {
+  if (p == nullptr && may_flush) {
     // The device is full: return what the cache holds (after the events it waits for) and retry.
     release_cached_segments();
     ++stats_.num_cache_flushes;
@@ -101,31 +104,32 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   if (nbytes == 0) return nullptr;
   RG_CHECK(nbytes <= (size_t(1) << 56), "CUDA allocation of ", nbytes, " bytes on cuda:", device_,
            " is impossibly large");
-  RG_CHECK(!detail::graph_capture_active(), "CUDA allocation of ", format_bytes(nbytes),
-           " on cuda:", device_,
-           " during a CUDA graph capture: the caching allocator has no private memory pool for "
-           "graphs yet, so a captured body must use tensors made before the capture and "
-           "in-place ops (engine/cuda/graph.h)");
   std::lock_guard<std::mutex> lock(mu_);
-  release_deferred_frees();
   process_events();
+  // The capture's own allocations come from its graph's pool.
+  GraphPool* capture = capturing_pool();
+  const uint64_t graph_pool = capture && capture->stream == stream ? capturing_id_ : 0;
   const size_t size = round_up(nbytes, kMinBlockSize);
   const bool small = size <= kSmallRequest;
   Pool& pool = small ? small_pool_ : large_pool_;
-  Block* b = find_free_block(pool, stream, size);
+  Block* b = find_free_block(pool, graph_pool, stream, size);
   if (b == nullptr) {
     const size_t segment = small                   ? kSmallSegment
                            : size < kMinLargeAlloc ? kLargeSegment
                                                    : round_up(size, kLargeRounding);
-    void* p = allocate_segment(segment);
+    // Releasing the cache frees device memory, which would fail a capture.
+    void* p = allocate_segment(segment, /*may_flush=*/capture == nullptr);
     if (p == nullptr) {
       RG_FAIL("CUDA out of memory on cuda:", device_, ": tried to allocate ", format_bytes(nbytes),
               " with ", format_bytes(size_t(stats_.allocated_bytes)), " allocated to tensors and ",
-              format_bytes(size_t(stats_.reserved_bytes)),
-              " reserved by the caching allocator (the cache was already released); free "
-              "tensors or use a smaller batch");
+              format_bytes(size_t(stats_.reserved_bytes)), " reserved by the caching allocator",
+              capture ? " (during a CUDA graph capture, which cannot release the cache)"
+                      : " (the cache was already released)",
+              "; free tensors or use a smaller batch");
     }
+    if (graph_pool != 0) capture->segment_bytes += int64_t(segment);
     b = new Block;
+    b->graph_pool = graph_pool;
     b->stream = stream;
     b->size = segment;
     b->ptr = static_cast<char*>(p);
@@ -134,6 +138,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   const size_t rest = b->size - size;
   if (small ? rest >= kMinBlockSize : rest > kSmallRequest) {
     Block* r = new Block;
+    r->graph_pool = graph_pool;
     r->stream = stream;
     r->size = rest;
     r->ptr = b->ptr + size;
@@ -159,18 +164,15 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (detail::graph_capture_active()) {
-    // Its events would be recorded into the capture: freed once no capture is running.
-    deferred_frees_.push_back(ptr);
-    return;
+  if (GraphPool* capture = capturing_pool()) {
+    auto it = live_.find(ptr);
+    if (it != live_.end() && it->second->graph_pool == 0) {
+      // The capture may have used it: it stays out of reach until the graph is destroyed.
+      capture->held.push_back(ptr);
+      return;
+    }
   }
-  release_deferred_frees();
   deallocate_locked(ptr);
-}
-
-void CachingAllocator::release_deferred_frees() {
-  if (deferred_frees_.empty() || detail::graph_capture_active()) return;
-  for (void* p : std::exchange(deferred_frees_, {})) deallocate_locked(p);
 }
 
 void CachingAllocator::deallocate_locked(void* ptr) {
@@ -220,6 +222,78 @@ void CachingAllocator::free_block(Block* b) {
     delete n;
   }
   pool.insert(b);
+  release_if_unused_graph_segment(b);
+}
+
+bool CachingAllocator::release_if_unused_graph_segment(Block* b) {
+  if (b->graph_pool == 0 || b->prev != nullptr || b->next != nullptr || !b->is_free() ||
+      capturing_id_ != 0)  // freeing device memory would fail the capture
+    return false;
+  auto it = graph_pools_.find(b->graph_pool);
+  if (it == graph_pools_.end() || !it->second.released) return false;
+  pool_of(b).erase(b);
+  backend_.free_device(device_, b->ptr);
+  ++stats_.num_device_frees;
+  stats_.reserved_bytes -= int64_t(b->size);
+  it->second.segment_bytes -= int64_t(b->size);
+  if (it->second.segment_bytes == 0 && it->second.held.empty()) graph_pools_.erase(it);
+  delete b;
+  return true;
+}
+
+CachingAllocator::GraphPool* CachingAllocator::capturing_pool() {
+  if (capturing_id_ == 0) return nullptr;
+  return &graph_pools_.at(capturing_id_);
+}
+
+uint64_t CachingAllocator::begin_graph_pool(StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RG_CHECK(capturing_id_ == 0, "cuda:", device_,
+           ": a CUDA graph is already being captured on this device (one capture per device at "
+           "a time)");
+  const uint64_t id = next_graph_pool_++;
+  GraphPool& p = graph_pools_[id];
+  p.stream = stream;
+  p.capturing = true;
+  capturing_id_ = id;
+  return id;
+}
+
+void CachingAllocator::end_graph_pool(StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GraphPool* p = capturing_pool();
+  RG_CHECK(p != nullptr && p->stream == stream, "cuda:", device_,
+           ": end_graph_pool without a capture on that stream");
+  p->capturing = false;
+  capturing_id_ = 0;
+}
+
+void CachingAllocator::release_graph_pool(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = graph_pools_.find(id);
+  if (it == graph_pools_.end()) return;
+  GraphPool& p = it->second;
+  if (p.capturing) {  // the capture failed and never ended
+    p.capturing = false;
+    capturing_id_ = 0;
+  }
+  p.released = true;
+  for (void* held : std::exchange(p.held, {})) deallocate_locked(held);
+  std::vector<Block*> unused;
+  for (Pool* pool : {&small_pool_, &large_pool_})
+    for (Block* b : *pool)
+      if (b->graph_pool == id) unused.push_back(b);
+  for (Block* b : unused) release_if_unused_graph_segment(b);
+  // Erased by the last segment's release; a pool without segments goes now.
+  auto again = graph_pools_.find(id);
+  if (again != graph_pools_.end() && again->second.segment_bytes == 0) graph_pools_.erase(again);
+}
+
+int64_t CachingAllocator::graph_pool_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [id, p] : graph_pools_) n += p.segment_bytes;
+  return n;
 }
 
 void CachingAllocator::process_events() {
@@ -250,7 +324,8 @@ void CachingAllocator::release_cached_segments() {
   for (Pool* pool : {&small_pool_, &large_pool_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
-      if (b->prev != nullptr || b->next != nullptr) {  // part of a segment still in use
+      // A segment still in use, or a graph's (freed with its pool).
+      if (b->prev != nullptr || b->next != nullptr || b->graph_pool != 0) {
         ++it;
         continue;
       }

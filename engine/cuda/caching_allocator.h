@@ -45,6 +45,15 @@ struct DeviceMemoryStats {
 // - When the device has no room, every cached unsplit segment is returned and the allocation is
 //   retried once; then an rg::Error says how much was asked for, allocated and reserved.
 // - empty_cache() waits for pending events and returns every cached unsplit segment.
+// - CUDA graphs (engine/cuda/graph.h): between begin_graph_pool(stream) and end_graph_pool, the
+//   allocations on that stream come from a private pool of segments of their own (taken from the
+//   device in relaxed capture mode), and its blocks freed then are reused by the capture's later
+//   allocations (a replay repeats the same order on one stream). Other blocks freed while a graph
+//   captures are held by its pool: the graph may use them, so nothing else may get them while it
+//   can replay. After the capture the pool keeps its memory: its blocks still handed out (the
+//   graph's outputs) are the graph's static tensors, and the freed ones are not reused. When the
+//   graph is destroyed, release_graph_pool() hands the held blocks back and returns the pool's
+//   segments to the device once all their blocks are free. One capture per device at a time.
 // Thread-safe (one mutex). Destroying the allocator returns all its memory to the device, blocks
 // still handed out included; the process-wide allocators are never destroyed.
 class CachingAllocator {
@@ -73,6 +82,13 @@ class CachingAllocator {
   void reset_peak_stats();
   // The size of the live block at ptr (rounded), for tests and diagnostics.
   size_t block_size(const void* ptr) const;
+  // A CUDA graph's private pool (see above): allocations on `stream` come from the returned pool
+  // until end_graph_pool(stream); release_graph_pool(id) once the graph is destroyed.
+  uint64_t begin_graph_pool(StreamHandle stream);
+  void end_graph_pool(StreamHandle stream);
+  void release_graph_pool(uint64_t id);
+  // The bytes of device segments held by graph pools (part of reserved_bytes).
+  int64_t graph_pool_bytes() const;
 
  private:
   struct Block;
@@ -81,13 +97,21 @@ class CachingAllocator {
   };
   using Pool = std::set<Block*, BlockLess>;
 
+  struct GraphPool {
+    StreamHandle stream = nullptr;  // while capturing
+    bool capturing = false, released = false;
+    int64_t segment_bytes = 0;
+    std::vector<void*> held;  // default-pool blocks freed during the capture
+  };
+
   Pool& pool_of(const Block* b);
-  Block* find_free_block(Pool& pool, StreamHandle stream, size_t size);
-  void* allocate_segment(size_t size);
+  Block* find_free_block(Pool& pool, uint64_t graph_pool, StreamHandle stream, size_t size);
+  void* allocate_segment(size_t size, bool may_flush);
+  // A released graph pool's segment whose blocks are all free goes back to the device.
+  bool release_if_unused_graph_segment(Block* b);
+  GraphPool* capturing_pool();
   void free_block(Block* b);
   void deallocate_locked(void* ptr);
-  // Frees deferred while a CUDA graph was capturing (engine/cuda/graph.h), once none is.
-  void release_deferred_frees();
   void process_events();
   void synchronize_and_process_events();
   void release_cached_segments();
@@ -104,7 +128,9 @@ class CachingAllocator {
     Block* block;
   };
   std::vector<PendingEvent> pending_;  // events recorded for freed blocks, oldest first
-  std::vector<void*> deferred_frees_;  // freed during a graph capture
+  std::unordered_map<uint64_t, GraphPool> graph_pools_;
+  uint64_t next_graph_pool_ = 1;
+  uint64_t capturing_id_ = 0;  // the graph pool of the capture running now, or 0
   EventPool events_;
   DeviceMemoryStats stats_;
 };

@@ -33,8 +33,15 @@ bool graph_capture_active() { return g_capturing.load(std::memory_order_acquire)
 Graph::Graph(Device device, const std::function<void()>& body) : device_(device.index) {
   RG_CHECK(device.is_cuda(), "cuda::Graph: captures CUDA work, got device ", device.str());
   Backend& backend = runtime().backend();
+  CachingAllocator& allocator = runtime().device_allocator(device_);
   const StreamHandle stream = current_stream(device_).handle();
-  backend.begin_capture(device_, stream);
+  pool_ = allocator.begin_graph_pool(stream);
+  try {
+    backend.begin_capture(device_, stream);
+  } catch (...) {
+    allocator.release_graph_pool(pool_);
+    throw;
+  }
   g_capturing.fetch_add(1, std::memory_order_acq_rel);
   std::exception_ptr failed;
   try {
@@ -49,19 +56,32 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
     if (!failed) failed = std::current_exception();
   }
   g_capturing.fetch_sub(1, std::memory_order_acq_rel);
+  allocator.end_graph_pool(stream);
   if (failed) {
     if (graph != nullptr) backend.destroy_graph(device_, graph);
-    std::rethrow_exception(failed);
+    allocator.release_graph_pool(pool_);
+    try {
+      std::rethrow_exception(failed);
+    } catch (const Error& e) {
+      RG_FAIL("capturing a CUDA graph on cuda:", device_, ": ", e.what());
+    }
   }
   graph_ = graph;
 }
 
 Graph::~Graph() {
-  if (graph_ != nullptr) runtime().backend().destroy_graph(device_, graph_);
+  if (graph_ == nullptr) return;
+  runtime().backend().destroy_graph(device_, graph_);
+  try {
+    runtime().device_allocator(device_).release_graph_pool(pool_);
+  } catch (...) {  // a destructor cannot report; the pool's memory stays cached
+  }
 }
 
 Graph::Graph(Graph&& other) noexcept
-    : device_(other.device_), graph_(std::exchange(other.graph_, nullptr)) {}
+    : device_(other.device_),
+      pool_(other.pool_),
+      graph_(std::exchange(other.graph_, nullptr)) {}
 
 void Graph::replay() const {
   RG_CHECK(graph_ != nullptr, "cuda::Graph::replay: the graph was moved from");

@@ -1,12 +1,17 @@
 // CUDA graphs: the work a callable queues on the current stream of a device, captured once
 // (nothing runs while it is captured) and replayed with replay(), each replay one launch instead
-// of one per kernel. The first piece of `--cuda-graphs` (issue 32, item 7): the callable must work
-// on tensors that exist before the capture and allocate nothing (in-place ops), since the caching
-// allocator has no private pool for a graph yet: an allocation inside the capture is an rg::Error
-// naming that, and frees inside it are deferred to the capture's end. On the emulator (kernels/emu)
-// captures are one stream only.
+// of one per kernel. What the callable allocates comes from the graph's private pool of the
+// caching allocator (engine/cuda/caching_allocator.h): tensors it returns or leaves behind (a
+// loss, the gradients) keep their memory, and each replay writes the same addresses, so they are
+// the graph's static outputs; its inputs are tensors made before the capture, refilled in place
+// before each replay. A tensor the callable frees that was made before the capture stays reserved
+// until the graph is destroyed. Host code in the callable runs once, at capture: nothing that
+// reads back, draws random numbers on the host, or depends on host values changing (a learning
+// rate, a step count) can be replayed; host-blocking calls fail the capture. On the emulator
+// (kernels/emu) captures are one stream only.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "engine/cuda/backend.h"
@@ -31,12 +36,13 @@ class Graph {
 
  private:
   int device_ = 0;
+  uint64_t pool_ = 0;  // the caching allocator's private pool for it
   GraphHandle graph_ = nullptr;
 };
 
 namespace detail {
-// Whether a Graph is capturing on some thread now (the caching allocator refuses allocations and
-// defers frees meanwhile).
+// Whether a Graph is capturing on some thread now (trace spans and deferred checks change their
+// ways meanwhile).
 bool graph_capture_active();
 }  // namespace detail
 

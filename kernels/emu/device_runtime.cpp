@@ -122,6 +122,7 @@ struct Allocation {
 
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 
 class Runtime {
  public:
@@ -276,6 +277,7 @@ class Runtime {
   // may disturb, as in CUDA: global-mode ones, and the calling thread's thread-local ones (all
   // but relaxed for `malloc_only` false). True if it did: the call then fails.
   bool refuse_during_capture(bool allowed_in_relaxed) {
+    if (allowed_in_relaxed && t_capture_mode == cudaStreamCaptureModeRelaxed) return false;
     bool refused = false;
     for (CUstream_st* c : capturing_streams()) {
       const Capture& k = *c->capture;
@@ -693,6 +695,7 @@ using rg::emu::HostBlocking;
 using rg::emu::Runtime;
 using rg::emu::t_device;
 using rg::emu::t_last_error;
+using rg::emu::t_capture_mode;
 
 cudaError_t cudaGetLastError() { return std::exchange(t_last_error, cudaSuccess); }
 cudaError_t cudaPeekAtLastError() { return t_last_error; }
@@ -1124,6 +1127,15 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   g->nodes = std::move(capture->nodes);
   r.live_graphs.insert(g);
   *graph = g;
+  return cudaSuccess;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (mode == nullptr || (*mode != cudaStreamCaptureModeGlobal &&
+                          *mode != cudaStreamCaptureModeThreadLocal &&
+                          *mode != cudaStreamCaptureModeRelaxed))
+    return fail(cudaErrorInvalidValue);
+  std::swap(*mode, t_capture_mode);
   return cudaSuccess;
 }
 

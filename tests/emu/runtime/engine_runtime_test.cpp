@@ -511,29 +511,80 @@ TEST_F(EngineCudaRuntime, AGraphReplaysInPlaceWorkOnTensorsMadeBeforeTheCapture)
   EXPECT_NE(error_of([&] { graph.replay(); }).find("moved from"), std::string::npos);
 }
 
-// An allocation inside the capture is refused by name (no private pool yet); the capture ends,
-// its stream and the allocator work afterwards, and a tensor freed inside the capture is freed
-// after it.
-TEST_F(EngineCudaRuntime, AnAllocationInACaptureIsAClearErrorAndLeavesEverythingUsable) {
+// What a capture allocates comes from the graph's private pool: a block freed in the capture
+// serves its later allocations, what it leaves behind is a static output each replay rewrites,
+// nothing eager gets the pool's memory, a tensor made before the capture and freed in it stays
+// reserved while the graph lives, and the pool's segments go back once graph and outputs are gone.
+TEST_F(EngineCudaRuntime, AGraphAllocatesFromItsPrivatePoolAndItsOutputsAreStatic) {
   const cuda::Stream stream = cuda::pooled_stream(0);
   cuda::StreamGuard on(stream);
+  cuda::CachingAllocator& allocator = cuda::runtime().device_allocator(0);
   Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
   Tensor dropped = full({kN}, 5.0, DType::f32, Device::cuda(0));
   stream.synchronize();
-  const int64_t before = cuda::runtime().device_allocator(0).stats().allocated_bytes;
+  const void* dropped_at = dropped.raw_data();
+  const int64_t before = allocator.stats().allocated_bytes;
+  const int64_t device_frees = allocator.stats().num_device_frees;
+  Tensor out;
+  const void* first = nullptr;
+  const void* second = nullptr;
+  auto graph = std::make_unique<cuda::Graph>(Device::cuda(0), [&] {
+    dropped = Tensor();  // made before the capture: held by the graph
+    first = add(x, x).raw_data();  // freed at once: the next allocation of its size reuses it
+    const Tensor t = add(x, x);
+    second = t.raw_data();
+    out = add(mul(t, 3.0), x);
+  });
+  EXPECT_EQ(first, second) << "a block freed in the capture serves its later allocations";
+  EXPECT_GT(allocator.graph_pool_bytes(), 0);
+  EXPECT_EQ(allocator.stats().allocated_bytes,
+            before + int64_t(allocator.block_size(out.raw_data())))
+      << "the held block still counts, the output's block is handed out";
+  const Tensor eager = Tensor::empty({kN}, DType::f32, Device::cuda(0));
+  EXPECT_NE(eager.raw_data(), dropped_at) << "a block the graph may use was handed out";
+  EXPECT_NE(eager.raw_data(), second) << "the graph pool's block was handed out";
+  graph->replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(out, 14.0f)) << "(2 + 2) * 3 + 2";
+  x.fill_(1.0);  // the static input, refilled in place
+  graph->replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(out, 7.0f)) << "(1 + 1) * 3 + 1";
+  graph.reset();
+  EXPECT_GT(allocator.graph_pool_bytes(), 0) << "the output still lives in the pool";
+  EXPECT_EQ(allocator.stats().num_device_frees, device_frees);
+  out = Tensor();
+  EXPECT_EQ(allocator.graph_pool_bytes(), 0);
+  EXPECT_GT(allocator.stats().num_device_frees, device_frees) << "the pool's segment went back";
+  EXPECT_EQ(allocator.stats().allocated_bytes, before)
+      << "x and eager remain: the block held for the graph was released with it";
+}
+
+// A capture that fails (a host-blocking call inside) is an error naming CUDA's reason; the
+// stream, the allocator and the blocks the capture freed or took are usable again.
+TEST_F(EngineCudaRuntime, AFailedCaptureLeavesTheAllocatorAndStreamUsable) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  cuda::CachingAllocator& allocator = cuda::runtime().device_allocator(0);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  Tensor dropped = full({kN}, 5.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  const int64_t before = allocator.stats().allocated_bytes;
   const std::string e = error_of([&] {
     cuda::Graph graph(Device::cuda(0), [&] {
-      dropped = Tensor();  // freed inside the capture: deferred
+      dropped = Tensor();
       Tensor z = add(x, x);
+      stream.synchronize();  // not capturable
     });
   });
-  EXPECT_NE(e.find("during a CUDA graph capture"), std::string::npos) << e;
-  EXPECT_NE(e.find("no private memory pool"), std::string::npos) << e;
+  EXPECT_NE(e.find("capturing a CUDA graph on cuda:0"), std::string::npos) << e;
+  EXPECT_NE(e.find("not permitted when stream is capturing"), std::string::npos) << e;
+  EXPECT_EQ(allocator.graph_pool_bytes(), 0);
+  EXPECT_EQ(allocator.stats().allocated_bytes, before - int64_t(kN * 4 + 511) / 512 * 512)
+      << "the block freed in the failed capture was released";
   const Tensor w = add(x, x);
   stream.synchronize();
   EXPECT_TRUE(all_equal(w, 4.0f));
-  EXPECT_EQ(cuda::runtime().device_allocator(0).stats().allocated_bytes, before)
-      << "the tensor freed in the capture was freed after it, w took its place";
 }
 
 TEST_F(EngineCudaRuntime, DestroyingARuntimeReturnsAllItsMemoryToTheDevices) {

@@ -714,6 +714,28 @@ TEST_F(GraphCapture, AllocatingDuringAGlobalCaptureInvalidatesItButNotARelaxedOn
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
   cudaGraph_t graph = nullptr;
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // A thread that switches itself to relaxed mode may allocate during its thread-local capture
+  // (the caching allocator's graph pools grow so); freeing still invalidates it.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeGlobal) << "a thread starts in global mode";
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaSuccess);
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  mode = cudaStreamCaptureModeRelaxed;
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(cudaFree(p), cudaErrorStreamCaptureUnsupported);
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+  mode = static_cast<cudaStreamCaptureMode>(7);
+  EXPECT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
 }
 
 // An event recorded in a capture orders work inside it and cannot be queried; waiting in a
