@@ -37,6 +37,7 @@
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
 #include "layers/optim/param_groups.h"
+#include "train/graph_step.h"
 
 namespace rg::apps {
 namespace {
@@ -132,6 +133,9 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
   train->add_option("--fuse-bn-relu", t.fuse_bn_relu,
                     "ResNet: each BatchNorm2d followed by ReLU as one fused op (true) or two")
       ->default_val(true);
+  train->add_flag("--cuda-graphs", t.cuda_graphs,
+                  "CUDA: capture forward, backward and the SGD step as one CUDA graph after 2 "
+                  "warm-up steps and replay it (SGD models; no dropout, no f16)");
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;
@@ -180,21 +184,32 @@ int run_train_bench(const TrainBenchOptions& o) {
   amp::GradScaler scaler(scaler_options);
   std::optional<DeferredChecks> checks;
   if (o.deferred_checks && device.is_cuda()) checks.emplace();
-  auto step = [&](int i) {
-    if (checks) checks->poll();
-    const Batch& b = batches[size_t(i % 4)];
+  // Forward, loss, backward and the optimizer step; with --cuda-graphs captured once and replayed.
+  auto body = [&](const Tensor& inputs, const Tensor& targets) {
     Tensor loss;
     {
       const AutocastGuard autocast(device, o.amp == "off" ? DType::bf16 : parse_dtype(o.amp),
                                    o.amp != "off");
-      Tensor out = ddp ? ddp->forward(b.inputs) : model->forward(b.inputs);
-      loss = gpt ? cross_entropy(out.view({-1, out.size(2)}), b.targets.view({-1}))
-                 : cross_entropy(out, b.targets);
+      Tensor out = ddp ? ddp->forward(inputs) : model->forward(inputs);
+      loss = gpt ? cross_entropy(out.view({-1, out.size(2)}), targets.view({-1}))
+                 : cross_entropy(out, targets);
     }
-    opt->zero_grad();
     scaler.scale(loss).backward();
     scaler.step(*opt);
     scaler.update();
+    return loss;
+  };
+  std::optional<train::GraphStep> graph;
+  if (o.cuda_graphs) {
+    RG_CHECK(o.amp != "f16", "--cuda-graphs with --amp f16: the GradScaler reads back whether the "
+                             "gradients overflowed at every step; use --amp bf16 or off");
+    graph.emplace(*opt, device);
+  }
+  auto step = [&](int i) {
+    if (checks) checks->poll();
+    const Batch& b = batches[size_t(i % 4)];
+    opt->zero_grad();
+    if (!graph || !graph->run(body, b.inputs, b.targets).defined()) body(b.inputs, b.targets);
   };
   // Host timestamps measure the device's work only when nothing is still queued at either end.
   auto sync = [&] {
@@ -206,9 +221,11 @@ int run_train_bench(const TrainBenchOptions& o) {
   const int64_t per_sample = gpt ? o.block_size : 1;
   if (print) {
     if (device.is_cuda()) {
-      fmt::print("ringgrad-bench train: model={} amp={} batch={}{} device={} ({}) params={} | {}\n",
-                 o.model, o.amp, o.batch_size, gpt ? fmt::format(" block={}", o.block_size) : "",
-                 device.str(), device_name(device), model->parameter_count(), library_versions());
+      fmt::print(
+          "ringgrad-bench train: model={} amp={} batch={}{}{} device={} ({}) params={} | {}\n",
+          o.model, o.amp, o.batch_size, gpt ? fmt::format(" block={}", o.block_size) : "",
+          o.cuda_graphs ? " cuda-graphs" : "", device.str(), device_name(device),
+          model->parameter_count(), library_versions());
     } else {
       fmt::print("ringgrad-bench train: model={} amp={} batch={} threads={} params={} blas={}{}\n",
                  o.model, o.amp, o.batch_size, kernels::cpu::num_threads(),
@@ -246,6 +263,7 @@ int run_train_bench(const TrainBenchOptions& o) {
                       {"cudnn_benchmark", o.cudnn_benchmark},
                       {"cudnn", o.cudnn},
                       {"fuse_bn_relu", o.fuse_bn_relu},
+                      {"cuda_graphs", o.cuda_graphs},
                       {"window_steps", o.window_steps},
                       {"rates", rates},
                       {"median", median},

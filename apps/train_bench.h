@@ -32,6 +32,7 @@ struct TrainBenchOptions {
   bool cudnn_benchmark = false;  // rg::set_cudnn_benchmark (torch.backends.cudnn.benchmark)
   bool cudnn = true;             // rg::set_cudnn_enabled: off, batch norm runs our kernels
   bool fuse_bn_relu = true;      // nn::set_batch_norm_relu_fusion
+  bool cuda_graphs = false;      // train::GraphStep: each step after the warm-up one replay
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& o);

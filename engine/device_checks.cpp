@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "engine/cuda/event.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/stream.h"
 #include "kernels/error.h"
 
@@ -47,6 +48,11 @@ DeferredChecks* DeferredChecks::current() { return t_current; }
 
 void DeferredChecks::post(const Tensor& flag, int64_t limit,
                           std::function<std::string(int64_t)> describe) {
+  if (flag.device().is_cuda() && cuda::detail::graph_capture_active()) {
+    // Reading it back now would be captured, and its event could not be queried.
+    captured_.push_back({flag, limit, std::move(describe)});
+    return;
+  }
   pending_.push_back({AsyncScalar(flag), limit, std::move(describe), context_});
 }
 

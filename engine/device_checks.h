@@ -8,7 +8,9 @@
 //     here instead of reading it at once; poll() raises the first failed check whose flag has
 //     arrived (never waiting), flush() waits for all of them. The error is the op's own message,
 //     followed by the scope's context ("(training step 12 of epoch 1)"). Outside a scope, and on
-//     the CPU, ops check at once, as before. PyTorch's CUDA ops report such input through an
+//     the CPU, ops check at once, as before. Checks posted while a CUDA graph captures
+//     (engine/cuda/graph.h) are kept apart (take_captured): their flags are the graph's outputs,
+//     set again by each replay, and whoever replays it posts them again after each replay. PyTorch's CUDA ops report such input through an
 //     asynchronous device-side assert that ends the process; here it stays a catchable rg::Error.
 #pragma once
 
@@ -17,6 +19,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -61,6 +65,15 @@ class DeferredChecks {
   // For ops: the check failed when `flag` (one integer on a CUDA device) holds a value below
   // `limit`; describe(value) is the op's error message then (it may read more from the device).
   void post(const Tensor& flag, int64_t limit, std::function<std::string(int64_t)> describe);
+  // A check posted during a CUDA graph capture, to post again after each replay.
+  struct Captured {
+    Tensor flag;
+    int64_t limit;
+    std::function<std::string(int64_t)> describe;
+  };
+  // The checks posted during captures since the last call.
+  std::vector<Captured> take_captured() { return std::exchange(captured_, {}); }
+  void post(const Captured& c) { post(c.flag, c.limit, c.describe); }
   // Raises (rg::Error) the first failed check among those whose flags have arrived, in posting
   // order; never blocks. Checks that passed are dropped.
   void poll();
@@ -77,6 +90,7 @@ class DeferredChecks {
   };
   void check(Pending& p);
   std::deque<Pending> pending_;
+  std::vector<Captured> captured_;
   std::string context_;
 };
 

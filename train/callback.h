@@ -69,7 +69,9 @@ class Callback {
   virtual void on_epoch_start(const State&) {}
   virtual void on_step_start(const State&) {}             // before the next batch is read
   virtual void on_batch(const State&) {}                  // the batch was read
-  virtual void on_before_optimizer_step(const State&) {}  // gradients averaged, not yet clipped
+  // Gradients averaged, not yet clipped (with cuda_graphs, after a replayed step: its gradients,
+  // its optimizer step queued already).
+  virtual void on_before_optimizer_step(const State&) {}
   virtual void on_step_end(const State&) {}               // also on a joined rank (joined)
   virtual void on_train_epoch_end(const State&) {}        // the epoch's steps are done
   virtual void on_eval_start(const State&) {}

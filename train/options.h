@@ -71,6 +71,9 @@ struct Options {
   double clip_grad_norm = 0, clip_grad_value = 0;
   std::string amp = "off";  // off | f16 | bf16
   LossFn loss;              // default: cross-entropy
+  // Each step's forward, backward and optimizer step as one replayed CUDA graph after a warm-up
+  // (train/graph_step.h): one device, SGD, no accumulation, no f16 GradScaler, no dropout.
+  bool cuda_graphs = false;
   ScheduleFn schedule;      // default: the optimizer's learning rate throughout
   // Evaluation (Evaluator): on eval_data every eval_every epochs (0: after the last only).
   std::shared_ptr<const data::Dataset> eval_data;
@@ -116,6 +119,8 @@ struct TrainResult {
   int best_epoch = 0;
   double best_metric = 0;
   bool stopped_early = false;
+  // With cuda_graphs: how often the step was captured and replayed, and the steps run eagerly.
+  int64_t graph_captures = 0, graph_replays = 0, graph_eager_steps = 0;
 };
 
 }  // namespace rg::train

@@ -239,6 +239,7 @@ void Trainer::wrap_model() {
   // batch itself).
   if (distributed_.device().is_cuda() && !distributed_.scatters_host_batch())
     feeder_.prefetch_to(distributed_.device());
+  if (options_.cuda_graphs) make_graph_step();
   dist::DistributedDataParallel* ddp = distributed_.ddp();
   if (!ddp) return;
   // The buckets the interrupted run had rebuilt, so every all-reduce sums as it did there.
@@ -250,6 +251,19 @@ void Trainer::wrap_model() {
   if (!resume_.path.empty())
     dist::restore_reducer(ddp->reducer(), resume_.tensors, resume_.metadata, state_.rank,
                           state_.world, *out_);
+}
+
+// What a replayed step cannot do is refused here, by name; the rest GraphStep refuses.
+void Trainer::make_graph_step() {
+  RG_CHECK(!distributed_.ddp() && !distributed_.scatters_host_batch(),
+           "--cuda-graphs: one device only for now (DDP's collectives and DataParallel's "
+           "replicas are not captured)");
+  RG_CHECK(options_.grad_accum_steps == 1,
+           "--cuda-graphs: gradient accumulation is not captured (use --grad-accum-steps 1)");
+  RG_CHECK(options_.amp != "f16",
+           "--cuda-graphs with --amp f16: the GradScaler reads back whether the gradients "
+           "overflowed at every step; use --amp bf16 or off");
+  graph_step_ = std::make_unique<GraphStep>(*optimizer_, distributed_.device());
 }
 
 void Trainer::begin_epoch(int epoch) {
@@ -341,13 +355,27 @@ bool Trainer::train_step() {
     step_.set_lr(feeder_.schedule_step(s.epoch, s.epoch_steps));
     step_.zero_grad();
   }
-  const Tensor loss =
-      step_.forward_backward([this](const Tensor& x) { return distributed_.forward(x); }, *batch,
-                             distributed_.scatters_host_batch(), ddp, s.sync);
+  const auto forward = [this](const Tensor& x) { return distributed_.forward(x); };
+  // With cuda_graphs the whole step replays (or returns nothing: then it runs eagerly here).
+  Tensor loss;
+  if (graph_step_)
+    loss = graph_step_->run(
+        [&](const Tensor& inputs, const Tensor& targets) {
+          const Tensor l = step_.forward_backward(forward, data::Batch{inputs, targets, {}},
+                                                  /*host_inputs=*/true, nullptr, true);
+          step_.optimizer_step();
+          return l;
+        },
+        batch->inputs, batch->targets);
+  const bool replayed = loss.defined();
+  if (!replayed)
+    loss = step_.forward_backward(forward, *batch, distributed_.scatters_host_batch(), ddp,
+                                  s.sync);
   if (s.sync) {
+    // After a replay the optimizer step has been queued already (the gradients are this step's).
     fire([&](Callback& c) { c.on_before_optimizer_step(s); });
     ++s.optimizer_steps;
-    step_.optimizer_step();
+    if (!replayed) step_.optimizer_step();
   }
   s.batch_samples = batch->targets.numel();
   s.epoch_samples += s.batch_samples;
@@ -507,6 +535,14 @@ void Trainer::save_snapshot(int epoch) {
 }
 
 void Trainer::finish() {
+  if (graph_step_) {
+    result_.graph_captures = graph_step_->captures();
+    result_.graph_replays = graph_step_->replays();
+    result_.graph_eager_steps = graph_step_->eager_steps();
+    *out_ << fmt::format("{}: CUDA graphs: {} capture(s), {} replayed steps, {} eager steps\n",
+                         options_.name, result_.graph_captures, result_.graph_replays,
+                         result_.graph_eager_steps);
+  }
   if (early_stopping_) {
     result_.best_epoch = early_stopping_->best_epoch();
     result_.best_metric = early_stopping_->best_metric();

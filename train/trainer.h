@@ -22,6 +22,7 @@
 #include "train/distributed.h"
 #include "train/evaluation.h"
 #include "train/feeder.h"
+#include "train/graph_step.h"
 #include "train/options.h"
 #include "train/snapshots.h"
 #include "train/step.h"
@@ -54,6 +55,7 @@ class Trainer {
   void resume_from_file();
   void continue_resplit();
   void wrap_model();
+  void make_graph_step();
   void add_builtin_callbacks();
   void begin_epoch(int epoch);
   bool run_epoch(int epoch);
@@ -83,6 +85,7 @@ class Trainer {
   Distributed distributed_;
   Feeder feeder_;
   Step step_;
+  std::unique_ptr<GraphStep> graph_step_;  // with cuda_graphs
   std::optional<Evaluator> evaluator_;
   std::unique_ptr<Snapshots> snapshots_;
   Resume resume_;

@@ -159,6 +159,7 @@ train::Options trainer_options(const TrainConfig& c, std::ostream& out) {
           .amp = c.amp,
           .loss = [c](const Tensor& output,
                       const Tensor& targets) { return training_loss(c, output, targets); },
+          .cuda_graphs = c.cuda_graphs,
           .schedule = schedule(c),
           .eval_data = {},
           .eval_batch_size = c.test_batch_size,
@@ -301,6 +302,18 @@ std::string config_error(const TrainConfig& c) {
     return "--early-stop-metric must be loss or top1, got '" + c.early_stop_metric + "'";
   if (c.check_consistency < 0)
     return fmt::format("--check-consistency must be >= 0 (0: off), got {}", c.check_consistency);
+  // What a replayed CUDA graph cannot do (train/graph_step.h); DDP and dropout are refused when
+  // the trainer starts and at the capture.
+  if (c.cuda_graphs && !c.device.starts_with("cuda"))
+    return "--cuda-graphs needs --device cuda (got " + c.device + ")";
+  if (c.cuda_graphs && c.optimizer != "sgd")
+    return "--cuda-graphs captures SGD steps only: --optimizer " + c.optimizer +
+           " takes its step count from the host at every step";
+  if (c.cuda_graphs && c.grad_accum_steps > 1)
+    return "--cuda-graphs cannot be combined with --grad-accum-steps (one step, one replay)";
+  if (c.cuda_graphs && c.amp == "f16")
+    return "--cuda-graphs cannot be combined with --amp f16 (the GradScaler reads back whether "
+           "the gradients overflowed at every step); use --amp bf16";
   // A joined rank shadows DDP's collectives and the progress output's loss sums; the collectives
   // below run at steps it cannot follow (SyncBatchNorm's in the forward, the checks' and the
   // mid-epoch snapshots' at optimizer steps), and PowerSGD's error feedback cannot send zeros.

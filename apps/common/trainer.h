@@ -60,6 +60,8 @@ struct TrainConfig {
   // Mixed precision: "off", or "f16"/"bf16" for autocast (engine/autocast.h) of the forward and
   // the loss, in training and evaluation; f16 also scales the loss with a dynamic GradScaler.
   std::string amp = "off";
+  // --cuda-graphs: each step after a warm-up replays one captured CUDA graph (train/graph_step.h).
+  bool cuda_graphs = false;
 
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.

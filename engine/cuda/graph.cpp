@@ -30,6 +30,13 @@ namespace detail {
 bool graph_capture_active() { return g_capturing.load(std::memory_order_acquire) > 0; }
 }  // namespace detail
 
+void refuse_random_in_capture(Device device, const char* op) {
+  RG_CHECK(!device.is_cuda() || !detail::graph_capture_active(), op, " on ", device.str(),
+           " inside a CUDA graph capture: its random numbers would repeat at every replay (the "
+           "generator's offset is a host value); run it outside the graph (without --cuda-graphs, "
+           "or a model without dropout)");
+}
+
 Graph::Graph(Device device, const std::function<void()>& body) : device_(device.index) {
   RG_CHECK(device.is_cuda(), "cuda::Graph: captures CUDA work, got device ", device.str());
   Backend& backend = runtime().backend();

@@ -40,6 +40,10 @@ class Graph {
   GraphHandle graph_ = nullptr;
 };
 
+// Random ops on CUDA call this: the Philox offset is a host value, so a captured random op would
+// draw the same numbers at every replay; during a capture it is an rg::Error naming `op`.
+void refuse_random_in_capture(Device device, const char* op);
+
 namespace detail {
 // Whether a Graph is capturing on some thread now (trace spans and deferred checks change their
 // ways meanwhile).

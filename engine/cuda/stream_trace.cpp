@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/cuda/event.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/runtime.h"
 #include "engine/trace.h"
 
@@ -106,6 +107,8 @@ thread_local int t_open_op_spans = 0;  // OpSpans open on this thread (the outer
 }  // namespace
 
 void OpSpan::open(const char* op, const char* category, Device device, const std::string* scope) {
+  // A CUDA graph's capture runs nothing; its replays have a span of their own.
+  if (detail::graph_capture_active()) return;
   opened_ = true;
   if (t_open_op_spans++ > 0) return;
   try {

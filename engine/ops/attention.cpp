@@ -8,6 +8,7 @@
 
 #include "engine/autocast.h"
 #include "engine/autograd/function.h"
+#include "engine/cuda/graph.h"
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
@@ -47,6 +48,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   const double p = dropout_p;
   uint64_t seed = 0, offset = 0;
   if (p > 0) {
+    cuda::refuse_random_in_capture(q.device(), "causal_attention's dropout");
     Generator& g = gen ? *gen : default_generator();
     seed = g.seed();
     offset = g.reserve(kernels::attention_dropout_groups(bh, t));

@@ -1,5 +1,5 @@
 # ringgrad-train's usage errors for the flags of --loss, gradient clipping, early stopping,
-# --check-consistency and --join: each bad value or combination must exit with 2 and say what is
+# --check-consistency, --join and --cuda-graphs: each bad value or combination must exit with 2 and say what is
 # wrong on stderr, before any training.
 # Run by ctest (app.train_usage_errors) with -DTRAIN=<ringgrad-train>. A case is
 # "ARG,ARG,...|expected fragment of stderr".
@@ -21,7 +21,11 @@ set(cases
   "--join,--check-consistency,5|--join cannot be combined with --check-consistency"
   "--join,--snapshot-every,10|--join cannot be combined with --snapshot-every"
   "--join,--comm-hook,powersgd|--join cannot be combined with --comm-hook powersgd"
-  "--tf32,fast|--tf32: fast not in")
+  "--tf32,fast|--tf32: fast not in"
+  "--cuda-graphs|--cuda-graphs needs --device cuda (got cpu)"
+  "--cuda-graphs,--device,cuda,--optimizer,adam|--cuda-graphs captures SGD steps only"
+  "--cuda-graphs,--device,cuda,--grad-accum-steps,2|--cuda-graphs cannot be combined with --grad"
+  "--cuda-graphs,--device,cuda,--amp,f16|--cuda-graphs cannot be combined with --amp f16")
 foreach(case IN LISTS cases)
   string(REPLACE "|" ";" parts "${case}")
   list(POP_BACK parts fragment)
