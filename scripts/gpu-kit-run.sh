@@ -338,7 +338,8 @@ stage_mnist() {
 }
 
 # ---- throughput: ours and PyTorch's, alternating ----
-# id|model|batch|amp|label; PyTorch also runs the bf16 ResNet-18 rows with channels_last.
+# id|model|batch|amp|label; PyTorch also runs the bf16 ResNet-18 rows with channels_last, and we
+# also run the ResNet-18 rows with --cuda-graphs (side ours_graphs).
 WORKLOADS_FULL="toynet_b64|toynet|64|off|ToyNet b64 f32
 resnet18_b64|resnet18|64|off|ResNet-18 b64 f32
 resnet18_b64_bf16|resnet18|64|bf16|ResNet-18 b64 bf16
@@ -354,7 +355,7 @@ json_num() { grep -oE "\"$2\": ?[0-9.eE+-]+" "$1" 2>/dev/null | head -1 | sed 's
 stage_throughput() {
   local t0 cap workloads steps reps pass id model batch amp label side rc secs f
   t0="$(now)"
-  cap="$(limit $((QUICK ? 60 : 150)) 15)"
+  cap="$(limit $((QUICK ? 80 : 200)) 15)"
   [ "$cap" != 0 ] || { record throughput skipped 0 "the time budget is spent"; return; }
   local end=$(($(date +%s) + cap))
   if [ "$SMOKE" = 1 ]; then
@@ -376,9 +377,11 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
   local ran=0 short=0
   for pass in $(seq 1 "$reps"); do
     while IFS='|' read -r id model batch amp label; do
-      for side in ours torch torch_cl; do
-        [ "$side" = ours ] || [ "$TORCH" = yes ] || continue
+      for side in ours ours_graphs torch torch_cl; do
+        [[ "$side" = ours* ]] || [ "$TORCH" = yes ] || continue
         [ "$side" != torch_cl ] || [ "$amp" = bf16 ] || continue
+        # (CUDA graphs need a GPU: not in --cpu-smoke)
+        [ "$side" != ours_graphs ] || { [ "$model" = resnet18 ] && [ "$DEVICE" != cpu ]; } || continue
         secs=$((end - $(date +%s)))
         [ "$secs" -gt 60 ] && secs=60
         if [ "$secs" -lt 12 ]; then short=1; continue; fi
@@ -386,9 +389,12 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
         rm -f "$f.json"
         rc=0
         case "$side" in
-          ours)
+          ours | ours_graphs)
+            local graphs=()
+            [ "$side" = ours ] || graphs=(--cuda-graphs)
             ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" train --device "$DEVICE" --model "$model" \
-              --batch-size "$batch" --amp "$amp" "${steps[@]}" --json "$f.json" >"$f.log" 2>&1 || rc=$? ;;
+              --batch-size "$batch" --amp "$amp" "${graphs[@]}" "${steps[@]}" --json "$f.json" \
+              >"$f.log" 2>&1 || rc=$? ;;
           torch | torch_cl)
             local cl=()
             [ "$side" = torch ] || cl=(--channels-last)
@@ -431,20 +437,26 @@ side_runs() { local n=0 f; for f in "$OUT/throughput/$1.$2."*.json; do [ -s "$f"
 # Writes throughput.tsv ($US-separated): label, unit, ours, theirs, ratio, ours peak MB, theirs
 # peak MB, runs, PyTorch variant.
 throughput_table() {
-  local id model batch amp label side ours_v theirs_v ratio unit variant
+  local id model batch amp label side ours_v theirs_v ratio unit variant mine mine_label
   : >"$OUT/throughput.tsv"
   while IFS='|' read -r id model batch amp label; do
     unit="img/s"
     [[ "$model" != gpt-* ]] || unit="tok/s"
-    ours_v="$(side_median "$id" ours median)"
-    for side in torch torch_cl; do
-      [ "$side" != torch_cl ] || [ "$amp" = bf16 ] || continue
-      variant="eager"
-      [ "$side" = torch ] || variant="eager, channels_last"
+    for mine in ours ours_graphs torch_cl; do
+      # ours and ours_graphs against PyTorch eager; ours against channels_last too (bf16 rows).
+      side=torch mine_label="$label" variant="eager"
+      if [ "$mine" = ours_graphs ]; then
+        [ "$model" = resnet18 ] && [ "$DEVICE" != cpu ] || continue
+        mine_label="$label, --cuda-graphs"
+      elif [ "$mine" = torch_cl ]; then
+        [ "$amp" = bf16 ] || continue
+        mine=ours side=torch_cl variant="eager, channels_last"
+      fi
+      ours_v="$(side_median "$id" "$mine" median)"
       theirs_v="$(side_median "$id" "$side" median)"
       ratio=""
       [ -n "$ours_v" ] && [ -n "$theirs_v" ] && ratio="$(awk -v a="$ours_v" -v b="$theirs_v" 'BEGIN { if (b > 0) printf "%.2f", a / b }')"
-      printf '%s\n' "$label$US$unit$US$ours_v$US$theirs_v$US$ratio$US$(side_median "$id" ours peak_device_mb)$US$(side_median "$id" "$side" peak_device_mb)$US$(side_runs "$id" ours)/$(side_runs "$id" "$side")$US$variant" \
+      printf '%s\n' "$mine_label$US$unit$US$ours_v$US$theirs_v$US$ratio$US$(side_median "$id" "$mine" peak_device_mb)$US$(side_median "$id" "$side" peak_device_mb)$US$(side_runs "$id" "$mine")/$(side_runs "$id" "$side")$US$variant" \
         >>"$OUT/throughput.tsv"
     done
   done <<<"$1"
