@@ -96,8 +96,8 @@ int parse_train_args(int argc, const char* const* argv, TrainConfig& c, int& thr
       ->check(CLI::IsMember({"off", "f16", "bf16"}));
   app.add_flag("--cuda-graphs", c.cuda_graphs,
                "CUDA: after 2 warm-up steps, capture forward, backward and the SGD step as one "
-               "CUDA graph and replay it for each full batch (one device; models with dropout "
-               "need --no-dropout; not with f16 or accumulation)");
+               "CUDA graph and replay it for each full batch (one device, SGD; not with f16 or "
+               "accumulation)");
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--init-method", c.init_method,
                  "where the ranks meet: env:// (MASTER_ADDR/MASTER_PORT; rank 0 hosts the store "

@@ -135,7 +135,7 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
       ->default_val(true);
   train->add_flag("--cuda-graphs", t.cuda_graphs,
                   "CUDA: capture forward, backward and the SGD step as one CUDA graph after 2 "
-                  "warm-up steps and replay it (SGD models; no dropout, no f16)");
+                  "warm-up steps and replay it (SGD models; not with f16)");
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;

@@ -36,8 +36,8 @@ struct CausalAttention {
   // out as above and lse[r * t + i] = log sum_{j <= i} exp(scale * q[r, i] . k[r, j]).
   template <class T>
   static void forward(const T* q, const T* k, const T* v, int64_t bh, int64_t t, int64_t d,
-                      double scale, double dropout_p, uint64_t seed, uint64_t offset, T* out,
-                      AttentionAcc<T>* lse, Ctx ctx);
+                      double scale, double dropout_p, uint64_t seed, philox::Offset offset,
+                      T* out, AttentionAcc<T>* lse, Ctx ctx);
   // Scratch bytes backward needs (CUDA: the per-row delta = rowsum(gout * out)).
   static int64_t backward_workspace_bytes(int64_t bh, int64_t t);
   // With P recomputed from lse (and M regenerated: the forward's dropout_p, seed and offset),
@@ -47,8 +47,8 @@ struct CausalAttention {
   template <class T>
   static void backward(const T* gout, const T* q, const T* k, const T* v, const T* out,
                        const AttentionAcc<T>* lse, int64_t bh, int64_t t, int64_t d, double scale,
-                       double dropout_p, uint64_t seed, uint64_t offset, T* gq, T* gk, T* gv,
-                       Workspace workspace, Ctx ctx);
+                       double dropout_p, uint64_t seed, philox::Offset offset, T* gq, T* gk,
+                       T* gv, Workspace workspace, Ctx ctx);
 };
 
 namespace detail {

@@ -2,7 +2,8 @@
 // Philox4x32-10 (kernels/philox.h): element i uses word i % 4 of counter offset + i / 4, and is
 // kept (mask[i] = scale, usually 1 / (1 - p)) when that word's top 24 bits / 2^24 >= p, else
 // dropped (mask[i] = 0). Both backends draw the same bits and compare exactly, so a mask depends
-// only on (seed, offset), never on threads or device. kernels/cpu/dropout.cpp defines
+// only on (seed, offset), never on threads or device. The offset may add a number in device memory
+// (philox::Offset::base, CUDA only: a CUDA graph's replays). kernels/cpu/dropout.cpp defines
 // Dropout<Cpu> (f32, f64), kernels/cuda/dropout.cu Dropout<Cuda> (f32, f64, f16, bf16).
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
+#include "kernels/philox.h"
 
 namespace rg::kernels {
 
@@ -18,11 +20,12 @@ template <class B>
 struct Dropout {
   // mask[i] as above, for i < n.
   template <class T>
-  static void mask(T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset, Ctx ctx);
+  static void mask(T* mask, int64_t n, double p, T scale, uint64_t seed, philox::Offset offset,
+                   Ctx ctx);
   // mask as above and out[i] = x[i] * mask[i] (in the compute type), in one pass.
   template <class T>
   static void forward(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t seed,
-                      uint64_t offset, Ctx ctx);
+                      philox::Offset offset, Ctx ctx);
   // grad_in[i] = grad[i] * mask[i]
   template <class T>
   static void backward(const T* grad, const T* mask, T* grad_in, int64_t n, Ctx ctx);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/error.h"
+
 #if defined(__CUDACC__)
 #define RG_HOST_DEVICE __host__ __device__
 #else
@@ -12,6 +14,25 @@
 #endif
 
 namespace rg::philox {
+
+// A random op's first Philox counter: `value`, plus the 64-bit number at `base` when base is set
+// (device memory a CUDA graph refills before each replay, so that each replay draws new numbers:
+// engine/cuda/graph.h). The CPU kernels take no base.
+struct Offset {
+  uint64_t value = 0;
+  const int64_t* base = nullptr;
+
+  RG_HOST_DEVICE Offset(uint64_t v = 0, const int64_t* b = nullptr) : value(v), base(b) {}  // NOLINT
+  RG_HOST_DEVICE uint64_t resolve() const {
+    return base != nullptr ? value + static_cast<uint64_t>(*base) : value;
+  }
+};
+
+// The offset of a CPU kernel, which cannot read device memory: one without a base.
+inline uint64_t host_offset(const Offset& o, const char* op) {
+  RG_CHECK(o.base == nullptr, op, ": a Philox offset in device memory (a CUDA graph's) on the CPU");
+  return o.value;
+}
 
 struct U32x4 {
   uint32_t v[4];

@@ -15,8 +15,9 @@
 //   - A batch of another shape (an epoch's last short batch) runs eagerly; the next replay puts
 //     the graph's gradients back on the parameters. A learning rate other than the captured one
 //     (a schedule) captures again: the rate is a kernel argument.
+// Random ops (dropout) draw new numbers at each replay, the eager steps' (cuda::philox_offset).
 // What cannot be captured is refused with an rg::Error naming it: an optimizer whose step reads
-// host state per step (Adam's step count), random ops (dropout), host-blocking calls.
+// host state per step (Adam's step count), host-blocking calls.
 #pragma once
 
 #include <cstdint>

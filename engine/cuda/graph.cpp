@@ -1,10 +1,14 @@
 // cuda::Graph (engine/cuda/graph.h) and the Backend's default refusal of CUDA graphs.
 #include "engine/cuda/graph.h"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <utility>
 
+#include "engine/generator.h"
+
+#include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
 #include "kernels/error.h"
@@ -30,11 +34,27 @@ namespace detail {
 bool graph_capture_active() { return g_capturing.load(std::memory_order_acquire) > 0; }
 }  // namespace detail
 
-void refuse_random_in_capture(Device device, const char* op) {
-  RG_CHECK(!device.is_cuda() || !detail::graph_capture_active(), op, " on ", device.str(),
-           " inside a CUDA graph capture: its random numbers would repeat at every replay (the "
-           "generator's offset is a host value); run it outside the graph (without --cuda-graphs, "
-           "or a model without dropout)");
+namespace {
+thread_local Graph* t_capturing = nullptr;  // the Graph whose body runs on this thread
+}  // namespace
+
+philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device) {
+  Graph* g = t_capturing;
+  if (g == nullptr || !device.is_cuda()) return philox::Offset(gen.reserve(groups));
+  RG_CHECK(device.index == g->device_, "a random op on ", device.str(),
+           " inside the capture of a CUDA graph on cuda:", g->device_);
+  auto it = std::find_if(g->rng_.begin(), g->rng_.end(),
+                         [&](const Graph::Rng& r) { return r.gen == &gen; });
+  if (it == g->rng_.end()) {
+    const auto slot = int64_t(g->rng_.size());
+    RG_CHECK(slot < Graph::kMaxGenerators, "a CUDA graph's random ops draw from more than ",
+             Graph::kMaxGenerators, " generators");
+    g->rng_.push_back({&gen, gen.seed(), gen.offset(), 0, slot});
+    it = g->rng_.end() - 1;
+  }
+  RG_CHECK(gen.seed() == it->seed, "a generator was reseeded inside a CUDA graph capture");
+  const uint64_t relative = gen.reserve(groups) - it->start;
+  return philox::Offset(relative, g->rng_slots_.data<int64_t>() + it->slot);
 }
 
 Graph::Graph(Device device, const std::function<void()>& body) : device_(device.index) {
@@ -42,6 +62,7 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
   Backend& backend = runtime().backend();
   CachingAllocator& allocator = runtime().device_allocator(device_);
   const StreamHandle stream = current_stream(device_).handle();
+  rng_slots_ = Tensor::empty({kMaxGenerators}, DType::i64, device);
   pool_ = allocator.begin_graph_pool(stream);
   try {
     backend.begin_capture(device_, stream);
@@ -51,10 +72,17 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
   }
   g_capturing.fetch_add(1, std::memory_order_acq_rel);
   std::exception_ptr failed;
+  Graph* const outer = std::exchange(t_capturing, this);
   try {
     body();
   } catch (...) {
     failed = std::current_exception();
+  }
+  t_capturing = outer;
+  // The capture ran nothing: each generator is where it was, one replay takes what it reserved.
+  for (Rng& r : rng_) {
+    r.count = r.gen->offset() - r.start;
+    r.gen->set_state(r.seed, r.start);
   }
   GraphHandle graph = nullptr;
   try {
@@ -88,10 +116,24 @@ Graph::~Graph() {
 Graph::Graph(Graph&& other) noexcept
     : device_(other.device_),
       pool_(other.pool_),
-      graph_(std::exchange(other.graph_, nullptr)) {}
+      graph_(std::exchange(other.graph_, nullptr)),
+      rng_(std::move(other.rng_)),
+      rng_slots_(std::move(other.rng_slots_)) {}
 
-void Graph::replay() const {
+void Graph::replay() {
   RG_CHECK(graph_ != nullptr, "cuda::Graph::replay: the graph was moved from");
+  for (Rng& r : rng_) {
+    RG_CHECK(r.gen->seed() == r.seed, "cuda::Graph::replay: a generator its random ops draw from "
+             "was reseeded since the capture (seed ", r.seed, ", now ", r.gen->seed(),
+             "); capture again");
+    const uint64_t first = r.gen->reserve(r.count);
+    RG_CHECK(first < (uint64_t(1) << 53), "cuda::Graph::replay: Philox offset ", first,
+             " beyond 2^53");
+    // On the current stream, before the graph's kernels.
+    rng_slots_.flat_narrow(r.slot, 1).fill_(double(first));
+  }
+  // Its block is reused only after this replay (when the graph is destroyed).
+  if (!rng_.empty()) record_stream(rng_slots_, current_stream(device_));
   runtime().backend().launch_graph(device_, graph_, current_stream(device_).handle());
 }
 

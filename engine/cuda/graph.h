@@ -13,9 +13,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "engine/cuda/backend.h"
 #include "engine/device.h"
+#include "engine/tensor.h"
+#include "kernels/philox.h"
+
+namespace rg {
+class Generator;
+}
 
 namespace rg::cuda {
 
@@ -31,18 +38,38 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // Queues the captured work on the device's current stream.
-  void replay() const;
+  // Queues the captured work on the device's current stream (after setting the random ops'
+  // offsets: see philox_offset).
+  void replay();
 
  private:
+  friend philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device);
+  // A generator the captured random ops drew from: where its offset was at the capture, how many
+  // counters one replay takes, and its slot in rng_slots_ (the number its kernels add to their
+  // offsets).
+  struct Rng {
+    Generator* gen;
+    uint64_t seed, start, count;
+    int64_t slot;
+  };
+  static constexpr int64_t kMaxGenerators = 64;
+
   int device_ = 0;
   uint64_t pool_ = 0;  // the caching allocator's private pool for it
   GraphHandle graph_ = nullptr;
+  std::vector<Rng> rng_;
+  // Allocated before the capture: the replays write it before the graph's work, so its memory
+  // must not be a block the captured work also used (blocks freed in a capture are reused in it).
+  Tensor rng_slots_;
 };
 
-// Random ops on CUDA call this: the Philox offset is a host value, so a captured random op would
-// draw the same numbers at every replay; during a capture it is an rg::Error naming `op`.
-void refuse_random_in_capture(Device device, const char* op);
+// The first Philox counter of a random op on `device` that takes `groups` counters from `gen`
+// (what gen.reserve(groups) returns, outside a capture). Inside a capture on this thread (PyTorch's
+// graph-safe generators): an offset relative to where `gen` was at the capture plus a number in
+// device memory that each replay sets to gen's offset then, advancing gen by what one replay
+// takes; so replays draw what the same eager steps would, and the capture itself draws nothing
+// (gen is rewound at its end). `gen` must outlive the graph and keep its seed.
+philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device);
 
 namespace detail {
 // Whether a Graph is capturing on some thread now (trace spans and deferred checks change their

@@ -46,12 +46,12 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   const int64_t bh = q.size(0) * q.size(1), t = q.size(2), d = q.size(3);
   const double sc = scale > 0 ? scale : 1.0 / std::sqrt(double(d));
   const double p = dropout_p;
-  uint64_t seed = 0, offset = 0;
+  uint64_t seed = 0;
+  philox::Offset offset;
   if (p > 0) {
-    cuda::refuse_random_in_capture(q.device(), "causal_attention's dropout");
     Generator& g = gen ? *gen : default_generator();
     seed = g.seed();
-    offset = g.reserve(kernels::attention_dropout_groups(bh, t));
+    offset = cuda::philox_offset(g, kernels::attention_dropout_groups(bh, t), q.device());
   }
 
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());

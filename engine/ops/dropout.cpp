@@ -24,8 +24,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // Like PyTorch, p == 1 multiplies by zero rather than by 1/(1-p) = inf, and draws nothing.
   if (p == 1.0) return mul(x, 0.0);
   const int64_t n = x.numel();
-  cuda::refuse_random_in_capture(x.device(), "dropout");
-  const uint64_t offset = gen.reserve(uint64_t(n + 3) / 4);
+  const philox::Offset offset = cuda::philox_offset(gen, uint64_t(n + 3) / 4, x.device());
   Tensor mask = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_on(x.device(), x.dtype(), "dropout", [&]<class T, class B>() {

@@ -73,10 +73,10 @@ template <>
 template <class T>
 void CausalAttention<Cpu>::forward(const T* q, const T* k, const T* v, int64_t bh, int64_t t,
                                    int64_t d, double scale, double dropout_p, uint64_t seed,
-                                   uint64_t offset, T* out, AttentionAcc<T>* lse, Ctx ctx) {
+                                   philox::Offset offset, T* out, AttentionAcc<T>* lse, Ctx ctx) {
   detail::check_attention_sizes("causal_attention", bh, t, d, scale, dropout_p);
   if (bh == 0 || t == 0) return;
-  const RowMask<T> mask(dropout_p, seed, offset, t);
+  const RowMask<T> mask(dropout_p, seed, philox::host_offset(offset, "causal_attention"), t);
   cpu::SingleThreadedBlas single;
   cpu::parallel_for(
       0, bh, 1,
@@ -121,11 +121,13 @@ template <>
 template <class T>
 void CausalAttention<Cpu>::backward(const T* gout, const T* q, const T* k, const T* v, const T* out,
                                     const AttentionAcc<T>* lse, int64_t bh, int64_t t, int64_t d,
-                                    double scale, double dropout_p, uint64_t seed, uint64_t offset,
-                                    T* gq, T* gk, T* gv, Workspace, Ctx ctx) {
+                                    double scale, double dropout_p, uint64_t seed,
+                                    philox::Offset offset, T* gq, T* gk, T* gv, Workspace,
+                                    Ctx ctx) {
   detail::check_attention_sizes("causal_attention_backward", bh, t, d, scale, dropout_p);
   if (bh == 0 || t == 0 || d == 0) return;  // d == 0: every gradient is empty
-  const RowMask<T> mask(dropout_p, seed, offset, t);
+  const RowMask<T> mask(dropout_p, seed,
+                        philox::host_offset(offset, "causal_attention_backward"), t);
   cpu::SingleThreadedBlas single;
   cpu::parallel_for(
       0, bh, 1,

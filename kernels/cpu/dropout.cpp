@@ -50,18 +50,19 @@ void draw(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t se
 
 template <>
 template <class T>
-void Dropout<Cpu>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset,
-                        Ctx ctx) {
+void Dropout<Cpu>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed,
+                        philox::Offset offset, Ctx ctx) {
   detail::check_dropout("dropout_mask", n, p);
-  draw<T>(nullptr, nullptr, mask, n, p, scale, seed, offset, ctx);
+  draw<T>(nullptr, nullptr, mask, n, p, scale, seed, philox::host_offset(offset, "dropout_mask"),
+          ctx);
 }
 
 template <>
 template <class T>
 void Dropout<Cpu>::forward(const T* x, T* out, T* mask, int64_t n, double p, T scale, uint64_t seed,
-                           uint64_t offset, Ctx ctx) {
+                           philox::Offset offset, Ctx ctx) {
   detail::check_dropout("dropout_forward", n, p);
-  draw<T>(x, out, mask, n, p, scale, seed, offset, ctx);
+  draw<T>(x, out, mask, n, p, scale, seed, philox::host_offset(offset, "dropout_forward"), ctx);
 }
 
 template <>

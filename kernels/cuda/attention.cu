@@ -54,14 +54,15 @@ struct DropMask {
   bool on;
   uint32_t threshold;
   A keep;  // 1 / (1 - p)
-  uint64_t seed, offset;
+  uint64_t seed;
+  philox::Offset offset;  // a CUDA graph's replays add a number in device memory
 
   // M[r, i, j] from the word of Philox block `w` (drawn for j's group).
   __device__ A of(const philox::U32x4& w, int64_t j) const {
     return (w.v[j % 4] >> 8) >= threshold ? keep : A(0);
   }
   __device__ philox::U32x4 block(int64_t r, int64_t i, int64_t j, int64_t t) const {
-    return philox::block(seed, attention_dropout_group(offset, r, i, j, t));
+    return philox::block(seed, attention_dropout_group(offset.resolve(), r, i, j, t));
   }
   __device__ A at(int64_t r, int64_t i, int64_t j, int64_t t) const {
     return on ? of(block(r, i, j, t), j) : A(1);
@@ -69,7 +70,7 @@ struct DropMask {
 };
 
 template <class A>
-DropMask<A> drop_mask(double p, uint64_t seed, uint64_t offset) {
+DropMask<A> drop_mask(double p, uint64_t seed, philox::Offset offset) {
   return DropMask<A>{p > 0, detail::dropout_keep_threshold(p), static_cast<A>(1.0 / (1.0 - p)),
                      seed, offset};
 }
@@ -323,7 +324,8 @@ template <>
 template <class T>
 void CausalAttention<Cuda>::forward(const T* q, const T* k, const T* v, int64_t bh, int64_t t,
                                     int64_t d, double scale, double dropout_p, uint64_t seed,
-                                    uint64_t offset, T* out, AttentionAcc<T>* lse, Ctx ctx) {
+                                    philox::Offset offset, T* out, AttentionAcc<T>* lse,
+                                    Ctx ctx) {
   using D = device_t<T>;
   using A = compute_t<D>;
   static_assert(std::is_same_v<A, AttentionAcc<T>>);
@@ -346,7 +348,7 @@ template <class T>
 void CausalAttention<Cuda>::backward(const T* gout, const T* q, const T* k, const T* v,
                                      const T* out, const AttentionAcc<T>* lse, int64_t bh,
                                      int64_t t, int64_t d, double scale, double dropout_p,
-                                     uint64_t seed, uint64_t offset, T* gq, T* gk, T* gv,
+                                     uint64_t seed, philox::Offset offset, T* gq, T* gk, T* gv,
                                      Workspace workspace, Ctx ctx) {
   using D = device_t<T>;
   using A = compute_t<D>;

@@ -18,8 +18,9 @@ using namespace detail;
 // kForward: also out[i] = x[i] * mask[i]; x and out are unused otherwise.
 template <bool kForward, class D>
 __global__ void dropout_kernel(const D* x, D* out, D* mask, int64_t n, uint32_t threshold, D scale,
-                               uint64_t seed, uint64_t offset) {
+                               uint64_t seed, philox::Offset first) {
   const int64_t groups = (n + 3) / 4;
+  const uint64_t offset = first.resolve();
   const D zero = store<D>(compute_t<D>(0));
   for (int64_t g = grid_start(); g < groups; g += grid_stride()) {
     const philox::U32x4 r = philox::block(seed, offset + static_cast<uint64_t>(g));
@@ -42,7 +43,7 @@ __global__ void dropout_backward_kernel(const D* grad, const D* mask, D* grad_in
 
 template <bool kForward, class T>
 void launch_dropout(const char* name, const T* x, T* out, T* mask, int64_t n, double p, T scale,
-                    uint64_t seed, uint64_t offset, void* stream) {
+                    uint64_t seed, philox::Offset offset, void* stream) {
   kernels::detail::check_dropout(name, n, p);
   if (n == 0) return;
   using D = device_t<T>;
@@ -59,8 +60,8 @@ namespace rg::kernels {
 
 template <>
 template <class T>
-void Dropout<Cuda>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed, uint64_t offset,
-                         Ctx ctx) {
+void Dropout<Cuda>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed,
+                         philox::Offset offset, Ctx ctx) {
   cuda::launch_dropout<false>("dropout_mask", static_cast<const T*>(nullptr),
                               static_cast<T*>(nullptr), mask, n, p, scale, seed, offset,
                               ctx.stream);
@@ -69,7 +70,7 @@ void Dropout<Cuda>::mask(T* mask, int64_t n, double p, T scale, uint64_t seed, u
 template <>
 template <class T>
 void Dropout<Cuda>::forward(const T* x, T* out, T* mask, int64_t n, double p, T scale,
-                            uint64_t seed, uint64_t offset, Ctx ctx) {
+                            uint64_t seed, philox::Offset offset, Ctx ctx) {
   cuda::launch_dropout<true>("dropout_forward", x, out, mask, n, p, scale, seed, offset,
                              ctx.stream);
 }

@@ -13,11 +13,16 @@
 
 #include "data/synthetic.h"
 #include "device/device_test_util.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/runtime.h"
+#include "engine/cuda/stream.h"
 #include "engine/device_checks.h"
 #include "engine/generator.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/dropout.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
+#include "engine/ops/reduce.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
@@ -78,7 +83,10 @@ class CudaGraphTraining : public ::testing::Test {
 // Eight steps: two eager warm-up steps, a capture, replays, the short batch eagerly, the rate
 // lowered at step 6 (a second capture), against the same steps all eager.
 TEST_F(CudaGraphTraining, ReplayedStepsEqualEagerStepsBitForBit) {
+  // ToyNet's dropout draws from its own generator: each replay sets the offsets its kernels add
+  // (cuda::philox_offset), so the masks are the eager steps'.
   for (const auto& [name, sample] : {std::pair<std::string, Shape>{"mlp", {1, 28, 28}},
+                                     {"toynet", {1, 28, 28}},
                                      {"resnet18", {3, 8, 8}}}) {
     SCOPED_TRACE(name);
     const std::vector<data::Batch> data = batches(sample, 8);
@@ -118,6 +126,43 @@ TEST_F(CudaGraphTraining, ReplayedStepsEqualEagerStepsBitForBit) {
     for (size_t i = 0; i < be.size(); ++i)
       expect_bitwise_equal(be[i].second, bg[i].second, be[i].first);
   }
+}
+
+// Random ops in a graph: each replay draws what the next eager call would (dropout and the
+// attention's dropout, forward and backward, from two generators), the capture draws nothing, and
+// a generator reseeded after the capture is an error.
+TEST_F(CudaGraphTraining, RandomOpsReplayWhatEagerCallsWouldDraw) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  Generator eager_gen(21), eager_attn(22), graph_gen(21), graph_attn(22);
+  const Tensor x = full({1000}, 1.0, DType::f32, kCuda);
+  Generator qkv(5);
+  Tensor q = testing::random_tensor({2, 8, 4}, qkv).to(kCuda);
+  q.set_requires_grad(true);
+  auto step = [&](Generator& g, Generator& a, Tensor& y, Tensor& att, Tensor& gq) {
+    y = dropout(x, 0.5, true, g);
+    q.set_grad(Tensor());
+    att = causal_attention(q.view({1, 2, 8, 4}), q.view({1, 2, 8, 4}), q.view({1, 2, 8, 4}), 0,
+                           0.3, &a);
+    sum(att).backward();
+    gq = q.grad();
+  };
+  Tensor y, att, gq;
+  cuda::Graph graph(kCuda, [&] { step(graph_gen, graph_attn, y, att, gq); });
+  EXPECT_EQ(graph_gen.offset(), 0u) << "the capture drew nothing";
+  for (int replay = 0; replay < 2; ++replay) {
+    Tensor ey, eatt, egq;
+    step(eager_gen, eager_attn, ey, eatt, egq);
+    graph.replay();
+    expect_bitwise_equal(y, ey, "dropout, replay " + std::to_string(replay));
+    expect_bitwise_equal(att, eatt, "attention, replay " + std::to_string(replay));
+    expect_bitwise_equal(gq, egq, "attention backward, replay " + std::to_string(replay));
+    EXPECT_EQ(graph_gen.offset(), eager_gen.offset());
+    EXPECT_EQ(graph_attn.offset(), eager_attn.offset());
+  }
+  graph_gen.set_state(99, 0);
+  const std::string e = testing::error_of([&] { graph.replay(); });
+  EXPECT_NE(e.find("was reseeded since the capture"), std::string::npos) << e;
 }
 
 // A replayed step queues everything and reads nothing back (the emulator counts host stalls).
@@ -172,8 +217,8 @@ TEST_F(CudaGraphTraining, ABadTargetInAReplayedStepIsRaised) {
   EXPECT_NE(e.find("out of"), std::string::npos) << e;
 }
 
-// Adam (host step counts) and dropout (host random offsets) are refused by name; after the failed
-// capture the model trains eagerly as before.
+// Adam (host step counts) and a CPU device are refused by name, a body that reads a value back
+// fails its capture with CUDA's reason; after the failed capture the model trains eagerly.
 TEST_F(CudaGraphTraining, WhatCannotBeReplayedIsRefusedByName) {
   manual_seed(3);
   auto model = nn::make_model({.name = "toynet", .sample_shape = {1, 28, 28}, .num_classes = 10});
@@ -193,11 +238,17 @@ TEST_F(CudaGraphTraining, WhatCannotBeReplayedIsRefusedByName) {
     sgd.step();
     return loss;
   };
-  const std::string e =
-      testing::error_of([&] { graph.run(body, data[0].inputs, data[0].targets); });
+  const std::string e = testing::error_of([&] {
+    graph.run([&](const Tensor& x, const Tensor& y) {
+      const Tensor loss = body(x, y);
+      (void)loss.item();  // a read back: not capturable
+      return loss;
+    }, data[0].inputs, data[0].targets);
+  });
   EXPECT_NE(e.find("--cuda-graphs: the training step cannot be captured"), std::string::npos)
       << e;
-  EXPECT_NE(e.find("dropout on cuda:0 inside a CUDA graph capture"), std::string::npos) << e;
+  EXPECT_NE(e.find("capturing a CUDA graph on cuda:0"), std::string::npos) << e;
+  EXPECT_EQ(graph.captures(), 0);
   sgd.zero_grad();
   const double loss = body(data[0].inputs, data[0].targets).item();
   EXPECT_TRUE(std::isfinite(loss));
