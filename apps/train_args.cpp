@@ -95,8 +95,8 @@ int parse_train_args(int argc, const char* const* argv, TrainConfig& c, int& thr
                  "off | f16 | bf16: autocast the forward and the loss (f16 adds a GradScaler)")
       ->check(CLI::IsMember({"off", "f16", "bf16"}));
   app.add_flag("--cuda-graphs", c.cuda_graphs,
-               "CUDA: after 2 warm-up steps, capture forward, backward and the SGD step as one "
-               "CUDA graph and replay it for each full batch (one device, SGD; not with f16 or "
+               "CUDA: after 2 warm-up steps, capture forward, backward and the optimizer step as "
+               "one CUDA graph and replay it for each full batch (one device; not with f16 or "
                "accumulation)");
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--init-method", c.init_method,

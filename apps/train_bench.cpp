@@ -134,8 +134,8 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
                     "ResNet: each BatchNorm2d followed by ReLU as one fused op (true) or two")
       ->default_val(true);
   train->add_flag("--cuda-graphs", t.cuda_graphs,
-                  "CUDA: capture forward, backward and the SGD step as one CUDA graph after 2 "
-                  "warm-up steps and replay it (SGD models; not with f16)");
+                  "CUDA: capture forward, backward and the optimizer step as one CUDA graph after "
+                  "2 warm-up steps and replay it (not with f16)");
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;

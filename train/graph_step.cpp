@@ -29,12 +29,6 @@ GraphStep::GraphStep(optim::Optimizer& optimizer, Device device, int warmup_step
     : optimizer_(optimizer), device_(device), warmup_(warmup_steps) {
   RG_CHECK(device.is_cuda(), "--cuda-graphs: CUDA graphs need a CUDA device, got ", device.str());
   RG_CHECK(warmup_steps >= 0, "--cuda-graphs: warm-up steps must be >= 0, got ", warmup_steps);
-  // Adam's bias correction takes each parameter's step count from the host at every step: a
-  // captured step would repeat the first one's.
-  RG_CHECK(dynamic_cast<optim::Sgd*>(&optimizer) != nullptr, "--cuda-graphs: the ",
-           optimizer.name(),
-           " optimizer cannot be captured (its step count is a host value each step would need "
-           "anew); use SGD, or train without --cuda-graphs");
 }
 
 GraphStep::~GraphStep() = default;
@@ -77,7 +71,9 @@ Tensor GraphStep::run(const Body& body, const Tensor& inputs, const Tensor& targ
     ++eager_;  // the caller runs it
     return Tensor();
   }
-  if (!c_ || optimizer_.lr() != c_->lr) capture(body, inputs, targets);
+  // SGD's captured step keeps its learning rate; Adam's replays read the rate of the moment.
+  if (!c_ || (!optimizer_.graph_replays_read_lr() && optimizer_.lr() != c_->lr))
+    capture(body, inputs, targets);
   Captured& c = *c_;
   c.inputs.copy_(inputs, /*non_blocking=*/true);
   c.targets.copy_(targets, /*non_blocking=*/true);

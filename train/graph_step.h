@@ -4,7 +4,8 @@
 //
 // How it works (PyTorch's whole-network capture, made automatic):
 //   - The first warmup_steps steps run eagerly (the caller's own code): the optimizer's state, the
-//     cuDNN descriptors and the libraries' workspaces are created outside any capture.
+//     cuDNN descriptors and the libraries' workspaces are created outside any capture (an
+//     optimizer's first step inside a capture is refused: it would repeat at every replay).
 //   - Then the gradients are set to none, and the step's body runs once on static input and target
 //     buffers, on a stream of its own, as a capture: its allocations come from the graph's private
 //     pool (the gradients, the loss and every activation keep their addresses), the checks its ops
@@ -13,11 +14,12 @@
 //     (ordered after the caller's stream, and the caller's stream after it), and the static loss
 //     is returned. Nothing of the body's host code runs again.
 //   - A batch of another shape (an epoch's last short batch) runs eagerly; the next replay puts
-//     the graph's gradients back on the parameters. A learning rate other than the captured one
-//     (a schedule) captures again: the rate is a kernel argument.
+//     the graph's gradients back on the parameters. SGD's learning rate is a kernel argument: a
+//     rate other than the captured one (a schedule) captures again. Adam's step counts, bias
+//     corrections and rate are written to the graph's replay slots before each replay, so its
+//     replays follow a schedule without capturing again.
 // Random ops (dropout) draw new numbers at each replay, the eager steps' (cuda::philox_offset).
-// What cannot be captured is refused with an rg::Error naming it: an optimizer whose step reads
-// host state per step (Adam's step count), host-blocking calls.
+// What cannot be captured is refused with an rg::Error naming it (a host-blocking call).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ class GraphStep {
   // optimizer step; returns the loss. It must not zero the gradients itself.
   using Body = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
 
-  // Refuses (rg::Error) a device that is not CUDA and an optimizer other than SGD.
+  // Refuses (rg::Error) a device that is not CUDA. The optimizer must outlive the GraphStep.
   GraphStep(optim::Optimizer& optimizer, Device device, int warmup_steps = 2);
   ~GraphStep();
   GraphStep(const GraphStep&) = delete;

@@ -72,7 +72,7 @@ struct Options {
   std::string amp = "off";  // off | f16 | bf16
   LossFn loss;              // default: cross-entropy
   // Each step's forward, backward and optimizer step as one replayed CUDA graph after a warm-up
-  // (train/graph_step.h): one device, SGD, no accumulation, no f16 GradScaler.
+  // (train/graph_step.h): one device, no accumulation, no f16 GradScaler.
   bool cuda_graphs = false;
   ScheduleFn schedule;      // default: the optimizer's learning rate throughout
   // Evaluation (Evaluator): on eval_data every eval_every epochs (0: after the last only).

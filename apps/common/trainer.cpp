@@ -306,9 +306,6 @@ std::string config_error(const TrainConfig& c) {
   // the trainer starts and at the capture.
   if (c.cuda_graphs && !c.device.starts_with("cuda"))
     return "--cuda-graphs needs --device cuda (got " + c.device + ")";
-  if (c.cuda_graphs && c.optimizer != "sgd")
-    return "--cuda-graphs captures SGD steps only: --optimizer " + c.optimizer +
-           " takes its step count from the host at every step";
   if (c.cuda_graphs && c.grad_accum_steps > 1)
     return "--cuda-graphs cannot be combined with --grad-accum-steps (one step, one replay)";
   if (c.cuda_graphs && c.amp == "f16")

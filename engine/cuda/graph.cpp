@@ -46,15 +46,28 @@ philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device) {
   auto it = std::find_if(g->rng_.begin(), g->rng_.end(),
                          [&](const Graph::Rng& r) { return r.gen == &gen; });
   if (it == g->rng_.end()) {
-    const auto slot = int64_t(g->rng_.size());
-    RG_CHECK(slot < Graph::kMaxGenerators, "a CUDA graph's random ops draw from more than ",
-             Graph::kMaxGenerators, " generators");
-    g->rng_.push_back({&gen, gen.seed(), gen.offset(), 0, slot});
+    g->rng_.push_back({&gen, gen.seed(), gen.offset(), 0, g->replay_slots(1)});
     it = g->rng_.end() - 1;
   }
   RG_CHECK(gen.seed() == it->seed, "a generator was reseeded inside a CUDA graph capture");
   const uint64_t relative = gen.reserve(groups) - it->start;
-  return philox::Offset(relative, g->rng_slots_.data<int64_t>() + it->slot);
+  return philox::Offset(relative, it->slot.data<int64_t>());
+}
+
+Graph* Graph::capturing() { return t_capturing; }
+
+Tensor Graph::replay_slots(int64_t n) {
+  RG_CHECK(t_capturing == this, "cuda::Graph::replay_slots: only during the graph's capture");
+  RG_CHECK(n >= 1 && slots_used_ + n <= kReplaySlots, "cuda::Graph: the captured ops need more "
+           "than ", kReplaySlots, " replay slots (", slots_used_, " taken, ", n, " more asked)");
+  const Tensor view = slots_.flat_narrow(slots_used_, n);
+  slots_used_ += n;
+  return view;
+}
+
+void Graph::on_replay(std::function<void()> hook) {
+  RG_CHECK(t_capturing == this, "cuda::Graph::on_replay: only during the graph's capture");
+  hooks_.push_back(std::move(hook));
 }
 
 Graph::Graph(Device device, const std::function<void()>& body) : device_(device.index) {
@@ -62,7 +75,7 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
   Backend& backend = runtime().backend();
   CachingAllocator& allocator = runtime().device_allocator(device_);
   const StreamHandle stream = current_stream(device_).handle();
-  rng_slots_ = Tensor::empty({kMaxGenerators}, DType::i64, device);
+  slots_ = Tensor::empty({kReplaySlots}, DType::i64, device);
   pool_ = allocator.begin_graph_pool(stream);
   try {
     backend.begin_capture(device_, stream);
@@ -118,7 +131,9 @@ Graph::Graph(Graph&& other) noexcept
       pool_(other.pool_),
       graph_(std::exchange(other.graph_, nullptr)),
       rng_(std::move(other.rng_)),
-      rng_slots_(std::move(other.rng_slots_)) {}
+      slots_(std::move(other.slots_)),
+      slots_used_(other.slots_used_),
+      hooks_(std::move(other.hooks_)) {}
 
 void Graph::replay() {
   RG_CHECK(graph_ != nullptr, "cuda::Graph::replay: the graph was moved from");
@@ -129,11 +144,11 @@ void Graph::replay() {
     const uint64_t first = r.gen->reserve(r.count);
     RG_CHECK(first < (uint64_t(1) << 53), "cuda::Graph::replay: Philox offset ", first,
              " beyond 2^53");
-    // On the current stream, before the graph's kernels.
-    rng_slots_.flat_narrow(r.slot, 1).fill_(double(first));
+    r.slot.fill_(double(first));  // on the current stream, before the graph's kernels
   }
-  // Its block is reused only after this replay (when the graph is destroyed).
-  if (!rng_.empty()) record_stream(rng_slots_, current_stream(device_));
+  for (const auto& hook : hooks_) hook();
+  // The slots' block is reused only after this replay (when the graph is destroyed).
+  if (slots_used_ > 0) record_stream(slots_, current_stream(device_));
   runtime().backend().launch_graph(device_, graph_, current_stream(device_).handle());
 }
 

@@ -38,29 +38,39 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // Queues the captured work on the device's current stream (after setting the random ops'
-  // offsets: see philox_offset).
+  // Queues the captured work on the device's current stream (after the replay hooks: see
+  // philox_offset and on_replay).
   void replay();
+
+  // For ops whose kernels take host values that change from one replay to the next (a random
+  // op's Philox offset, Adam's bias corrections and learning rate): the Graph capturing on this
+  // thread (null outside a capture); `replay_slots(n)` reserves n 8-byte slots of device memory
+  // allocated before the capture (kReplaySlots in all: a block carved from the graph's pool
+  // could be one the captured work used before, which a replay would overwrite afterwards) for
+  // the kernels to read; `on_replay(hook)` runs `hook` at each replay, in registration order,
+  // before the graph's work, to write them (on the current stream, without blocking the host).
+  static Graph* capturing();
+  Tensor replay_slots(int64_t n);
+  void on_replay(std::function<void()> hook);
+  static constexpr int64_t kReplaySlots = 4096;
 
  private:
   friend philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device);
   // A generator the captured random ops drew from: where its offset was at the capture, how many
-  // counters one replay takes, and its slot in rng_slots_ (the number its kernels add to their
-  // offsets).
+  // counters one replay takes, and its replay slot (the number its kernels add to their offsets).
   struct Rng {
     Generator* gen;
     uint64_t seed, start, count;
-    int64_t slot;
+    Tensor slot;
   };
-  static constexpr int64_t kMaxGenerators = 64;
 
   int device_ = 0;
   uint64_t pool_ = 0;  // the caching allocator's private pool for it
   GraphHandle graph_ = nullptr;
   std::vector<Rng> rng_;
-  // Allocated before the capture: the replays write it before the graph's work, so its memory
-  // must not be a block the captured work also used (blocks freed in a capture are reused in it).
-  Tensor rng_slots_;
+  Tensor slots_;  // kReplaySlots i64, allocated before the capture
+  int64_t slots_used_ = 0;
+  std::vector<std::function<void()>> hooks_;
 };
 
 // The first Philox counter of a random op on `device` that takes `groups` counters from `gen`

@@ -82,6 +82,8 @@ void Optim<Cpu>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
   AdamParams a = params;
   for (int64_t i = 0; i < count; ++i) {
     const ParamUpdate<T>& u = updates[i];
+    RG_CHECK(u.replay_values == nullptr,
+             "adam_step_many: replay values (a CUDA graph's) on the CPU");
     a.weight_decay = u.weight_decay;
     adam_step(u.p, u.g, u.state1, u.state2, u.n, a, u.step, ctx);
   }

@@ -27,6 +27,7 @@ template <class A>
 struct AdamArgs {
   A step_size, inv_sqrt_bc2, beta1, beta2, eps, weight_decay, decay;  // decay = 1 - lr * wd
   bool has_weight_decay, decoupled;
+  const A* replay = nullptr;  // step_size, inv_sqrt_bc2 and decay in device memory (a graph's)
 };
 
 // One element's updates, shared by the one-tensor and the multi-tensor kernels (so both round
@@ -50,11 +51,13 @@ template <class D>
 __device__ __forceinline__ void adam_element(D* p, const D* g, D* m, D* v, int64_t i,
                                              const AdamArgs<compute_t<D>>& a) {
   using A = compute_t<D>;
+  const A step_size = a.replay ? a.replay[0] : a.step_size;
+  const A inv_sqrt_bc2 = a.replay ? a.replay[1] : a.inv_sqrt_bc2;
   A pi = load(p[i]);
   A grad = load(g[i]);
   if (a.has_weight_decay) {
     if (a.decoupled) {
-      pi *= a.decay;
+      pi *= a.replay ? a.replay[2] : a.decay;
     } else {
       grad += a.weight_decay * pi;
     }
@@ -63,8 +66,8 @@ __device__ __forceinline__ void adam_element(D* p, const D* g, D* m, D* v, int64
   const A vi = a.beta2 * load(v[i]) + (A(1) - a.beta2) * grad * grad;
   m[i] = store<D>(mi);
   v[i] = store<D>(vi);
-  const A denom = sqrt_(vi) * a.inv_sqrt_bc2 + a.eps;
-  p[i] = store<D>(pi - a.step_size * mi / denom);
+  const A denom = sqrt_(vi) * inv_sqrt_bc2 + a.eps;
+  p[i] = store<D>(pi - step_size * mi / denom);
 }
 
 template <class D>
@@ -248,7 +251,8 @@ void Optim<Cuda>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
                                  A(u.weight_decay),
                                  A(1.0 - params.lr * u.weight_decay),
                                  u.weight_decay != 0,
-                                 params.decoupled_weight_decay};
+                                 params.decoupled_weight_decay,
+                                 static_cast<const A*>(u.replay_values)};
       },
       ctx.stream, "adam_step_many");
 }

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/stream_trace.h"
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
@@ -160,11 +162,15 @@ void Sgd::step() {
   const kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
   std::vector<size_t> live;               // the parameters with a gradient
   std::vector<char> first(params_.size());  // whose momentum buffer is new
+  const bool capturing = cuda::Graph::capturing() != nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     check_grad(params_[i], g, i);
     first[i] = options_.momentum != 0 && !momentum_[i].defined();
+    // Each replay would repeat the first step (buffer = gradient) instead of accumulating.
+    RG_CHECK(!(first[i] && capturing), "sgd: parameter ", i, "'s first step (which starts its "
+             "momentum buffer) inside a CUDA graph capture: step once before capturing");
     if (first[i]) momentum_[i] = empty_like(params_[i]);
     live.push_back(i);
   }
@@ -228,18 +234,37 @@ void Adam::step() {
   const cuda::OpSpan span(decoupled_ ? "adamw.step" : "adam.step", "optimizer",
                           params_device(params_));
   const kernels::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps, 0.0, decoupled_};
+  cuda::Graph* const graph = cuda::Graph::capturing();
   std::vector<size_t> live;  // the parameters with a gradient
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     check_grad(params_[i], g, i);
     if (!m_[i].defined()) {
+      // Zeroed by the capture's kernels, the moments would restart at every replay.
+      RG_CHECK(graph == nullptr, name(), ": parameter ", i, "'s first step (which creates its "
+               "moments) inside a CUDA graph capture: step once before capturing");
       m_[i] = zeros_like(params_[i]);
       v_[i] = zeros_like(params_[i]);
     }
     ++steps_[i];
     live.push_back(i);
   }
+  // In a capture the step counts, the learning rate and the values made of them are the replays':
+  // each replay counts its step and writes them to the graph's replay slots first.
+  Tensor slots;  // three per live parameter, in `live` order
+  if (graph != nullptr && !live.empty()) {
+    for (size_t i : live) {
+      RG_CHECK(params_[i].device().is_cuda(), name(), ": parameter ", i, " on ",
+               params_[i].device().str(), " in a CUDA graph capture");
+      --steps_[i];  // the capture runs nothing
+    }
+    slots = graph->replay_slots(3 * int64_t(live.size()));
+    graph->on_replay([this, live, slots] { write_replay_values(live, slots); });
+  }
+  std::vector<const void*> values(params_.size(), nullptr);
+  for (size_t k = 0; slots.defined() && k < live.size(); ++k)
+    values[live[k]] = static_cast<const char*>(slots.raw_data()) + 24 * k;
   // All parameters of one device and dtype in one multi-tensor call (a few kernel launches).
   for (const std::vector<size_t>& group : update_groups(params_, live)) {
     const Tensor& lead = params_[group.front()];
@@ -248,14 +273,39 @@ void Adam::step() {
       updates.reserve(group.size());
       for (size_t i : group) {
         Tensor& p = params_[i];
+        // (in a capture the launch checks the next replay's step number; the kernel reads the
+        // replay's values)
+        const int64_t step = graph != nullptr ? steps_[i] + 1 : steps_[i];
         updates.push_back({p.data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(),
-                           p.numel(), weight_decay(i), false, steps_[i]});
+                           p.numel(), weight_decay(i), false, step, values[i]});
       }
       kernels::Optim<B>::adam_step_many(updates.data(), int64_t(updates.size()), a,
                                         kernel_ctx(lead));
     });
     for (size_t i : group) params_[i].bump_version();
   }
+}
+
+// One replay's step of the captured Adam::step (engine/cuda/graph.h's on_replay): each parameter
+// counts it, and its three values, computed as adam_step_many computes them on the host (with the
+// learning rate of now), go to its 24 bytes of the replay slots, in one copy from pinned memory.
+void Adam::write_replay_values(const std::vector<size_t>& live, const Tensor& slots) {
+  Tensor host = Tensor::empty_pinned(slots.shape(), slots.dtype());
+  char* out = static_cast<char*>(host.raw_data());
+  for (size_t k = 0; k < live.size(); ++k) {
+    const size_t i = live[k];
+    ++steps_[i];
+    const double bc1 = 1.0 - std::pow(options_.beta1, double(steps_[i]));
+    const double bc2 = 1.0 - std::pow(options_.beta2, double(steps_[i]));
+    const double v[3] = {lr_ / bc1, 1.0 / std::sqrt(bc2), 1.0 - lr_ * weight_decay(i)};
+    if (params_[i].dtype() == DType::f64) {
+      std::memcpy(out + 24 * k, v, sizeof(v));
+    } else {  // f32, f16, bf16 compute in f32
+      const float f[3] = {float(v[0]), float(v[1]), float(v[2])};
+      std::memcpy(out + 24 * k, f, sizeof(f));
+    }
+  }
+  Tensor(slots).copy_(host, /*non_blocking=*/true);
 }
 
 NamedTensors Adam::state() const {

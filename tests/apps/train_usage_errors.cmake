@@ -23,7 +23,6 @@ set(cases
   "--join,--comm-hook,powersgd|--join cannot be combined with --comm-hook powersgd"
   "--tf32,fast|--tf32: fast not in"
   "--cuda-graphs|--cuda-graphs needs --device cuda (got cpu)"
-  "--cuda-graphs,--device,cuda,--optimizer,adam|--cuda-graphs captures SGD steps only"
   "--cuda-graphs,--device,cuda,--grad-accum-steps,2|--cuda-graphs cannot be combined with --grad"
   "--cuda-graphs,--device,cuda,--amp,f16|--cuda-graphs cannot be combined with --amp f16")
 foreach(case IN LISTS cases)
