@@ -89,6 +89,9 @@ class Backend {
   // runtime's own calls, cuBLAS's and cuDNN's included, cannot be seen from here). The observer
   // hears each one by name, on the blocking thread (the runtime installs the tracer's).
   virtual int64_t host_blocking_calls() { return -1; }
+  // Work the calling thread queued on streams (launches, asynchronous copies and sets; a graph
+  // launch once), -1 where not counted (only the emulator counts).
+  virtual int64_t host_submissions() { return -1; }
   // True for the CPU emulation of kernels/emu/ (whose cuBLAS and cuDNN always take TF32 when it
   // is allowed; a real library may choose an algorithm that does not).
   virtual bool emulated() const { return false; }

@@ -224,6 +224,7 @@ class CudartBackend final : public Backend {
     return RG_CUDA_READY(::rg::emu::poll_event(event_of(event)));
   }
   int64_t host_blocking_calls() override { return int64_t(::rg::emu::host_blocking_calls()); }
+  int64_t host_submissions() override { return int64_t(::rg::emu::host_submissions()); }
   bool emulated() const override { return true; }
   void set_host_blocking_observer(void (*observer)(const char* call)) override {
     ::rg::emu::set_host_blocking_observer(observer);

@@ -123,6 +123,7 @@ struct Allocation {
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
+thread_local uint64_t t_submissions = 0;  // host_submissions()
 
 class Runtime {
  public:
@@ -444,7 +445,9 @@ cudaError_t device_status(Runtime& r, int device) {
 
 void enqueue_and_maybe_wait(Runtime& r, std::unique_lock<std::mutex>& lock, CUstream_st* s,
                             Name what, const std::vector<MemAccess>& accesses,
-                            std::function<void()> work, bool host_waits) {
+                            std::function<void()> work, bool host_waits,
+                            bool host_submission = true) {
+  if (host_submission) ++t_submissions;
   const uint64_t position = r.enqueue_locked(s, std::move(what), accesses, std::move(work));
   if ((host_waits || r.launch_blocking) && !s->capture) {
     const VectorClock clock = s->clock;
@@ -668,6 +671,7 @@ class HostBlocking {
 };
 
 uint64_t host_blocking_calls() { return t_host_blocking_calls; }
+uint64_t host_submissions() { return t_submissions; }
 
 void set_host_blocking_observer(HostBlockingObserver observer) {
   host_blocking_observer.store(observer, std::memory_order_release);
@@ -1174,8 +1178,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
     return fail(cudaErrorStreamCaptureUnsupported);
   }
+  ++rg::emu::t_submissions;  // the launch; its nodes are the graph's, not the host's
   for (const GraphNode& node : exec->nodes) {
-    rg::emu::enqueue_and_maybe_wait(r, lock, s, node.what, node.accesses, node.work, false);
+    rg::emu::enqueue_and_maybe_wait(r, lock, s, node.what, node.accesses, node.work, false,
+                                    /*host_submission=*/false);
   }
   return cudaSuccess;
 }

@@ -89,6 +89,10 @@ void annotate_host_block_freed(void* ptr, size_t bytes,
 // stalls. A call inside another (cudaMemcpy's synchronization) counts once, as the outer call.
 // The count of this thread since it started:
 uint64_t host_blocking_calls();
+// The work this thread queued on streams since it started (kernel launches, asynchronous copies
+// and sets, host functions, each captured one included; a graph launch counts once): what the
+// host spends launching, which a CUDA graph's replay saves.
+uint64_t host_submissions();
 // Called (on the blocking thread, after the call, without the runtime's lock) with the call's name,
 // for every host-blocking call of every thread; nullptr: none. The engine's tracer installs one.
 using HostBlockingObserver = void (*)(const char* call);
