@@ -203,13 +203,19 @@ int run_train_bench(const TrainBenchOptions& o) {
   if (o.cuda_graphs) {
     RG_CHECK(o.amp != "f16", "--cuda-graphs with --amp f16: the GradScaler reads back whether the "
                              "gradients overflowed at every step; use --amp bf16 or off");
+    RG_CHECK(o.deferred_checks, "--cuda-graphs needs --deferred-checks true (a check read back "
+                                "at once cannot be captured)");
     graph.emplace(*opt, device);
   }
   auto step = [&](int i) {
     if (checks) checks->poll();
     const Batch& b = batches[size_t(i % 4)];
     opt->zero_grad();
-    if (!graph || !graph->run(body, b.inputs, b.targets).defined()) body(b.inputs, b.targets);
+    if (graph) {
+      graph->run(body, b.inputs, b.targets);
+    } else {
+      body(b.inputs, b.targets);
+    }
   };
   // Host timestamps measure the device's work only when nothing is still queued at either end.
   auto sync = [&] {

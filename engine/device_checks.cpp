@@ -48,7 +48,7 @@ DeferredChecks* DeferredChecks::current() { return t_current; }
 
 void DeferredChecks::post(const Tensor& flag, int64_t limit,
                           std::function<std::string(int64_t)> describe) {
-  if (flag.device().is_cuda() && cuda::detail::graph_capture_active()) {
+  if (flag.device().is_cuda() && cuda::Graph::capturing() != nullptr) {
     // Reading it back now would be captured, and its event could not be queried.
     captured_.push_back({flag, limit, std::move(describe)});
     return;

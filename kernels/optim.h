@@ -25,10 +25,10 @@ struct AdamParams {
 // One parameter of a multi-tensor step: parameter, gradient, state (SGD: state1 = the momentum
 // buffer, null without momentum; Adam: state1 = exp_avg, state2 = exp_avg_sq), element count,
 // its weight decay (its parameter group's), and SGD's first_step (its buffer is new) or Adam's
-// step number. Adam in a CUDA graph (CUDA only): `replay_values`, when set, points to three
-// numbers of the compute type in device memory, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)
-// and 1 - lr * weight_decay, that the host writes before each replay and the kernel reads instead
-// of the ones it was launched with (engine/cuda/graph.h's replay slots).
+// step number. In a CUDA graph (CUDA only): `replay_values`, when set, points to numbers of the
+// compute type in device memory that the host writes before each replay and the kernel reads
+// instead of the ones it was launched with (engine/cuda/graph.h's replay slots): SGD's lr; Adam's
+// lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step) and 1 - lr * weight_decay.
 template <class T>
 struct ParamUpdate {
   T* p;

@@ -22,7 +22,8 @@ struct Offset {
   uint64_t value = 0;
   const int64_t* base = nullptr;
 
-  RG_HOST_DEVICE Offset(uint64_t v = 0, const int64_t* b = nullptr) : value(v), base(b) {}  // NOLINT
+  // Implicit from a plain offset (the CPU's and eager calls').
+  RG_HOST_DEVICE Offset(uint64_t v = 0, const int64_t* b = nullptr) : value(v), base(b) {}
   RG_HOST_DEVICE uint64_t resolve() const {
     return base != nullptr ? value + static_cast<uint64_t>(*base) : value;
   }

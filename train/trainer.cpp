@@ -263,7 +263,8 @@ void Trainer::make_graph_step() {
   RG_CHECK(options_.amp != "f16",
            "--cuda-graphs with --amp f16: the GradScaler reads back whether the gradients "
            "overflowed at every step; use --amp bf16 or off");
-  graph_step_ = std::make_unique<GraphStep>(*optimizer_, distributed_.device());
+  graph_step_ = std::make_unique<GraphStep>(*optimizer_, distributed_.device(), 2,
+                                            options_.batch_size);
 }
 
 void Trainer::begin_epoch(int epoch) {
@@ -356,9 +357,11 @@ bool Trainer::train_step() {
     step_.zero_grad();
   }
   const auto forward = [this](const Tensor& x) { return distributed_.forward(x); };
-  // With cuda_graphs the whole step replays (or returns nothing: then it runs eagerly here).
+  // With cuda_graphs the whole step (forward, backward, optimizer) is one GraphStep::run: a
+  // replay, or after the warm-up and for short batches the same body eagerly.
   Tensor loss;
-  if (graph_step_)
+  if (graph_step_) {
+    const Device device = distributed_.device();
     loss = graph_step_->run(
         [&](const Tensor& inputs, const Tensor& targets) {
           const Tensor l = step_.forward_backward(forward, data::Batch{inputs, targets, {}},
@@ -366,16 +369,16 @@ bool Trainer::train_step() {
           step_.optimizer_step();
           return l;
         },
-        batch->inputs, batch->targets);
-  const bool replayed = loss.defined();
-  if (!replayed)
+        batch_to_device(batch->inputs, device), batch_to_device(batch->targets, device));
+  } else {
     loss = step_.forward_backward(forward, *batch, distributed_.scatters_host_batch(), ddp,
                                   s.sync);
+  }
   if (s.sync) {
-    // After a replay the optimizer step has been queued already (the gradients are this step's).
+    // With cuda_graphs the optimizer step has been queued already (the gradients are this step's).
     fire([&](Callback& c) { c.on_before_optimizer_step(s); });
     ++s.optimizer_steps;
-    if (!replayed) step_.optimizer_step();
+    if (!graph_step_) step_.optimizer_step();
   }
   s.batch_samples = batch->targets.numel();
   s.epoch_samples += s.batch_samples;

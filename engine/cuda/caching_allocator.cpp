@@ -105,7 +105,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   RG_CHECK(nbytes <= (size_t(1) << 56), "CUDA allocation of ", nbytes, " bytes on cuda:", device_,
            " is impossibly large");
   std::lock_guard<std::mutex> lock(mu_);
-  process_events();
+  if (capturing_id_ == 0) process_events();  // (querying events would fail a capture)
   // The capture's own allocations come from its graph's pool.
   GraphPool* capture = capturing_pool();
   const uint64_t graph_pool = capture && capture->stream == stream ? capturing_id_ : 0;
@@ -164,11 +164,19 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (GraphPool* capture = capturing_pool()) {
-    auto it = live_.find(ptr);
-    if (it != live_.end() && it->second->graph_pool == 0) {
+  GraphPool* capture = capturing_pool();
+  auto it = live_.find(ptr);
+  if (capture != nullptr && it != live_.end() &&
+      std::this_thread::get_id() == capture->thread) {
+    const Block* b = it->second;
+    if (b->graph_pool == 0) {
       // The capture may have used it: it stays out of reach until the graph is destroyed.
       capture->held.push_back(ptr);
+      return;
+    }
+    if (!b->stream_uses.empty()) {
+      // Its events would be recorded into the capture: freed when it ends.
+      capture->deferred.push_back(ptr);
       return;
     }
   }
@@ -254,6 +262,7 @@ uint64_t CachingAllocator::begin_graph_pool(StreamHandle stream) {
   const uint64_t id = next_graph_pool_++;
   GraphPool& p = graph_pools_[id];
   p.stream = stream;
+  p.thread = std::this_thread::get_id();
   p.capturing = true;
   capturing_id_ = id;
   return id;
@@ -266,9 +275,20 @@ void CachingAllocator::end_graph_pool(StreamHandle stream) {
            ": end_graph_pool without a capture on that stream");
   p->capturing = false;
   capturing_id_ = 0;
+  for (void* ptr : std::exchange(p->deferred, {})) deallocate_locked(ptr);
+  release_unused_graph_segments();
 }
 
-void CachingAllocator::release_graph_pool(uint64_t id) {
+void CachingAllocator::release_unused_graph_segments() {
+  std::vector<Block*> candidates;
+  for (Pool* pool : {&small_pool_, &large_pool_})
+    for (Block* b : *pool)
+      if (b->graph_pool != 0 && b->prev == nullptr && b->next == nullptr) candidates.push_back(b);
+  for (Block* b : candidates) release_if_unused_graph_segment(b);
+}
+
+void CachingAllocator::release_graph_pool(uint64_t id,
+                                          const std::vector<StreamHandle>& replayed_on) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = graph_pools_.find(id);
   if (it == graph_pools_.end()) return;
@@ -278,15 +298,23 @@ void CachingAllocator::release_graph_pool(uint64_t id) {
     capturing_id_ = 0;
   }
   p.released = true;
-  for (void* held : std::exchange(p.held, {})) deallocate_locked(held);
-  std::vector<Block*> unused;
-  for (Pool* pool : {&small_pool_, &large_pool_})
-    for (Block* b : *pool)
-      if (b->graph_pool == id) unused.push_back(b);
-  for (Block* b : unused) release_if_unused_graph_segment(b);
+  std::vector<void*> back = std::exchange(p.held, {});
+  for (void* d : std::exchange(p.deferred, {})) back.push_back(d);
+  for (void* ptr : back) {
+    // Reused only after the replays queued on other streams are done with it.
+    Block* b = live_.at(ptr);
+    for (StreamHandle s : replayed_on)
+      if (s != b->stream && std::find(b->stream_uses.begin(), b->stream_uses.end(), s) ==
+                                b->stream_uses.end())
+        b->stream_uses.push_back(s);
+    deallocate_locked(ptr);
+  }
+  release_unused_graph_segments();
   // Erased by the last segment's release; a pool without segments goes now.
   auto again = graph_pools_.find(id);
-  if (again != graph_pools_.end() && again->second.segment_bytes == 0) graph_pools_.erase(again);
+  if (again != graph_pools_.end() && again->second.segment_bytes == 0 &&
+      again->second.held.empty())
+    graph_pools_.erase(again);
 }
 
 int64_t CachingAllocator::graph_pool_bytes() const {
@@ -375,6 +403,8 @@ void CachingAllocator::record_stream(void* ptr, StreamHandle stream) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  RG_CHECK(capturing_id_ == 0, "empty_cache on cuda:", device_,
+           " during a CUDA graph capture (it would wait for events and free device memory)");
   release_cached_segments();
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,12 +49,16 @@ struct DeviceMemoryStats {
 // - CUDA graphs (engine/cuda/graph.h): between begin_graph_pool(stream) and end_graph_pool, the
 //   allocations on that stream come from a private pool of segments of their own (taken from the
 //   device in relaxed capture mode), and its blocks freed then are reused by the capture's later
-//   allocations (a replay repeats the same order on one stream). Other blocks freed while a graph
-//   captures are held by its pool: the graph may use them, so nothing else may get them while it
-//   can replay. After the capture the pool keeps its memory: its blocks still handed out (the
-//   graph's outputs) are the graph's static tensors, and the freed ones are not reused. When the
-//   graph is destroyed, release_graph_pool() hands the held blocks back and returns the pool's
-//   segments to the device once all their blocks are free. One capture per device at a time.
+//   allocations (a replay repeats the same order on one stream). Blocks of the allocator's own
+//   pools that the capturing thread frees during the capture are held by the graph's pool: the
+//   graph may use them, so nothing else may get them while it can replay. After the capture the
+//   pool keeps its memory: its blocks still handed out (the graph's outputs) are the graph's
+//   static tensors, and the freed ones are not reused. When the graph is destroyed,
+//   release_graph_pool() hands the held blocks back (after the work of the streams it was replayed
+//   on) and returns the pool's segments to the device once all their blocks are free. During a
+//   capture the allocator queries no event (CUDA forbids it then): pending frees wait, a graph
+//   block used on other streams is freed at the capture's end, and empty_cache() is an error.
+//   One capture per device at a time.
 // Thread-safe (one mutex). Destroying the allocator returns all its memory to the device, blocks
 // still handed out included; the process-wide allocators are never destroyed.
 class CachingAllocator {
@@ -86,7 +91,7 @@ class CachingAllocator {
   // until end_graph_pool(stream); release_graph_pool(id) once the graph is destroyed.
   uint64_t begin_graph_pool(StreamHandle stream);
   void end_graph_pool(StreamHandle stream);
-  void release_graph_pool(uint64_t id);
+  void release_graph_pool(uint64_t id, const std::vector<StreamHandle>& replayed_on = {});
   // The bytes of device segments held by graph pools (part of reserved_bytes).
   int64_t graph_pool_bytes() const;
 
@@ -99,9 +104,11 @@ class CachingAllocator {
 
   struct GraphPool {
     StreamHandle stream = nullptr;  // while capturing
+    std::thread::id thread;         // the capturing thread
     bool capturing = false, released = false;
     int64_t segment_bytes = 0;
-    std::vector<void*> held;  // default-pool blocks freed during the capture
+    std::vector<void*> held;      // default-pool blocks freed during the capture
+    std::vector<void*> deferred;  // its own blocks freed during the capture with stream uses
   };
 
   Pool& pool_of(const Block* b);
@@ -109,6 +116,8 @@ class CachingAllocator {
   void* allocate_segment(size_t size, bool may_flush);
   // A released graph pool's segment whose blocks are all free goes back to the device.
   bool release_if_unused_graph_segment(Block* b);
+  // After a capture: the released pools' segments that became free meanwhile.
+  void release_unused_graph_segments();
   GraphPool* capturing_pool();
   void free_block(Block* b);
   void deallocate_locked(void* ptr);

@@ -27,14 +27,6 @@ void Backend::launch_graph(int device, GraphHandle, StreamHandle) {
 void Backend::destroy_graph(int, GraphHandle) {}
 
 namespace {
-std::atomic<int> g_capturing{0};
-}  // namespace
-
-namespace detail {
-bool graph_capture_active() { return g_capturing.load(std::memory_order_acquire) > 0; }
-}  // namespace detail
-
-namespace {
 thread_local Graph* t_capturing = nullptr;  // the Graph whose body runs on this thread
 }  // namespace
 
@@ -83,7 +75,6 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
     allocator.release_graph_pool(pool_);
     throw;
   }
-  g_capturing.fetch_add(1, std::memory_order_acq_rel);
   std::exception_ptr failed;
   Graph* const outer = std::exchange(t_capturing, this);
   try {
@@ -103,7 +94,6 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
   } catch (...) {
     if (!failed) failed = std::current_exception();
   }
-  g_capturing.fetch_sub(1, std::memory_order_acq_rel);
   allocator.end_graph_pool(stream);
   if (failed) {
     if (graph != nullptr) backend.destroy_graph(device_, graph);
@@ -121,7 +111,7 @@ Graph::~Graph() {
   if (graph_ == nullptr) return;
   runtime().backend().destroy_graph(device_, graph_);
   try {
-    runtime().device_allocator(device_).release_graph_pool(pool_);
+    runtime().device_allocator(device_).release_graph_pool(pool_, replayed_on_);
   } catch (...) {  // a destructor cannot report; the pool's memory stays cached
   }
 }
@@ -133,23 +123,28 @@ Graph::Graph(Graph&& other) noexcept
       rng_(std::move(other.rng_)),
       slots_(std::move(other.slots_)),
       slots_used_(other.slots_used_),
-      hooks_(std::move(other.hooks_)) {}
+      hooks_(std::move(other.hooks_)),
+      replayed_on_(std::move(other.replayed_on_)) {}
 
 void Graph::replay() {
   RG_CHECK(graph_ != nullptr, "cuda::Graph::replay: the graph was moved from");
-  for (Rng& r : rng_) {
+  for (const Rng& r : rng_) {
     RG_CHECK(r.gen->seed() == r.seed, "cuda::Graph::replay: a generator its random ops draw from "
              "was reseeded since the capture (seed ", r.seed, ", now ", r.gen->seed(),
              "); capture again");
-    const uint64_t first = r.gen->reserve(r.count);
-    RG_CHECK(first < (uint64_t(1) << 53), "cuda::Graph::replay: Philox offset ", first,
-             " beyond 2^53");
-    r.slot.fill_(double(first));  // on the current stream, before the graph's kernels
+    RG_CHECK(r.gen->offset() < (uint64_t(1) << 53), "cuda::Graph::replay: Philox offset ",
+             r.gen->offset(), " beyond 2^53");
   }
+  const Stream stream = current_stream(device_);
+  for (Rng& r : rng_) r.slot.fill_(double(r.gen->offset()));  // before the graph's work
   for (const auto& hook : hooks_) hook();
-  // The slots' block is reused only after this replay (when the graph is destroyed).
-  if (slots_used_ > 0) record_stream(slots_, current_stream(device_));
-  runtime().backend().launch_graph(device_, graph_, current_stream(device_).handle());
+  // The slots' block is reused only after this replay (when the graph is destroyed), and so are
+  // the blocks the graph holds (release_graph_pool).
+  if (slots_used_ > 0) record_stream(slots_, stream);
+  if (std::find(replayed_on_.begin(), replayed_on_.end(), stream.handle()) == replayed_on_.end())
+    replayed_on_.push_back(stream.handle());
+  runtime().backend().launch_graph(device_, graph_, stream.handle());
+  for (const Rng& r : rng_) r.gen->reserve(r.count);  // what this replay drew
 }
 
 }  // namespace rg::cuda

@@ -71,6 +71,7 @@ class Graph {
   Tensor slots_;  // kReplaySlots i64, allocated before the capture
   int64_t slots_used_ = 0;
   std::vector<std::function<void()>> hooks_;
+  std::vector<StreamHandle> replayed_on_;  // the streams of its launches
 };
 
 // The first Philox counter of a random op on `device` that takes `groups` counters from `gen`
@@ -80,11 +81,5 @@ class Graph {
 // takes; so replays draw what the same eager steps would, and the capture itself draws nothing
 // (gen is rewound at its end). `gen` must outlive the graph and keep its seed.
 philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device);
-
-namespace detail {
-// Whether a Graph is capturing on some thread now (trace spans and deferred checks change their
-// ways meanwhile).
-bool graph_capture_active();
-}  // namespace detail
 
 }  // namespace rg::cuda

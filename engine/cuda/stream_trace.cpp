@@ -108,7 +108,7 @@ thread_local int t_open_op_spans = 0;  // OpSpans open on this thread (the outer
 
 void OpSpan::open(const char* op, const char* category, Device device, const std::string* scope) {
   // A CUDA graph's capture runs nothing; its replays have a span of their own.
-  if (detail::graph_capture_active()) return;
+  if (Graph::capturing() != nullptr) return;
   opened_ = true;
   if (t_open_op_spans++ > 0) return;
   try {

@@ -70,6 +70,8 @@ void Optim<Cpu>::sgd_step_many(const ParamUpdate<T>* updates, int64_t count,
   SgdParams s = params;
   for (int64_t i = 0; i < count; ++i) {
     const ParamUpdate<T>& u = updates[i];
+    RG_CHECK(u.replay_values == nullptr,
+             "sgd_step_many: replay values (a CUDA graph's) on the CPU");
     s.weight_decay = u.weight_decay;
     sgd_step(u.p, u.g, u.state1, u.n, s, u.first_step, ctx);
   }

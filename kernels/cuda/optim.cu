@@ -21,6 +21,7 @@ template <class A>
 struct SgdArgs {
   A lr, momentum, damp, weight_decay;  // damp = 1 - dampening
   bool has_weight_decay, has_momentum, nesterov, first_step;
+  const A* replay = nullptr;  // lr in device memory (a graph's)
 };
 
 template <class A>
@@ -44,7 +45,7 @@ __device__ __forceinline__ void sgd_element(D* p, const D* g, D* buf, int64_t i,
     buf[i] = store<D>(b);
     d = s.nesterov ? d + s.momentum * b : b;
   }
-  p[i] = store<D>(pi - s.lr * d);
+  p[i] = store<D>(pi - (s.replay ? *s.replay : s.lr) * d);
 }
 
 template <class D>
@@ -222,10 +223,15 @@ void Optim<Cuda>::sgd_step_many(const ParamUpdate<T>* updates, int64_t count,
   cuda::launch_many(
       cuda::sgd_many_kernel<D>, updates, count,
       [&](const ParamUpdate<T>& u) {
-        return cuda::SgdArgs<A>{A(params.lr),          A(params.momentum),
-                                A(1.0 - params.dampening), A(u.weight_decay),
-                                u.weight_decay != 0,   params.momentum != 0,
-                                params.nesterov,       u.first_step};
+        return cuda::SgdArgs<A>{A(params.lr),
+                                A(params.momentum),
+                                A(1.0 - params.dampening),
+                                A(u.weight_decay),
+                                u.weight_decay != 0,
+                                params.momentum != 0,
+                                params.nesterov,
+                                u.first_step,
+                                static_cast<const A*>(u.replay_values)};
       },
       ctx.stream, "sgd_step_many");
 }

@@ -18,6 +18,8 @@ struct cublasContext {
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  // cuBLAS allocates its workspace: a capture on this thread fails.
+  if (rg::emu::refuse_during_capture(true)) return CUBLAS_STATUS_NOT_INITIALIZED;
   *handle = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }

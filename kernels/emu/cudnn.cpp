@@ -90,6 +90,8 @@ cudnnStatus_t destroy_descriptor(D* desc) {
 }  // namespace
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
+  // cuDNN allocates device memory: a capture on this thread fails.
+  if (rg::emu::refuse_during_capture(true)) return CUDNN_STATUS_NOT_INITIALIZED;
   *handle = new cudnnContext;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -572,6 +572,8 @@ cudaError_t query_event(cudaEvent_t event, bool orders_host) {
   std::lock_guard lock(r.mu);
   if (!r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (event->captured_in != 0) return fail(cudaErrorCapturedEvent);
+  // As in CUDA, an unsafe call during a capture (PyTorch's allocator skips its event queries then).
+  if (r.refuse_during_capture(false)) return fail(cudaErrorStreamCaptureUnsupported);
   if (event->stream == nullptr) return cudaSuccess;
   if (event->stream->completed < event->position) return cudaErrorNotReady;
   if (orders_host) r.host_clock().join(event->clock);
@@ -672,6 +674,12 @@ class HostBlocking {
 
 uint64_t host_blocking_calls() { return t_host_blocking_calls; }
 uint64_t host_submissions() { return t_submissions; }
+
+bool refuse_during_capture(bool allowed_in_relaxed) {
+  Runtime& r = Runtime::get();
+  std::lock_guard lock(r.mu);
+  return r.refuse_during_capture(allowed_in_relaxed);
+}
 
 void set_host_blocking_observer(HostBlockingObserver observer) {
   host_blocking_observer.store(observer, std::memory_order_release);

@@ -93,6 +93,10 @@ uint64_t host_blocking_calls();
 // and sets, host functions, each captured one included; a graph launch counts once): what the
 // host spends launching, which a CUDA graph's replay saves.
 uint64_t host_submissions();
+// For the emulated libraries' calls that are unsafe during a stream capture (cublasCreate and
+// cudnnCreate allocate device memory): true, and the captures it would disturb are invalidated
+// (as cudaMalloc's; `allowed_in_relaxed`: a relaxed-mode thread may), when the call must fail.
+bool refuse_during_capture(bool allowed_in_relaxed);
 // Called (on the blocking thread, after the call, without the runtime's lock) with the call's name,
 // for every host-blocking call of every thread; nullptr: none. The engine's tracer installs one.
 using HostBlockingObserver = void (*)(const char* call);

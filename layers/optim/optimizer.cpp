@@ -174,9 +174,29 @@ void Sgd::step() {
     if (first[i]) momentum_[i] = empty_like(params_[i]);
     live.push_back(i);
   }
+  // In a capture the learning rate is the replay's: each writes it to the graph's replay slots
+  // first, an f32 in the first slot and an f64 in the second (the kernels' compute types).
+  Tensor slots;
+  if (cuda::Graph* graph = cuda::Graph::capturing(); graph != nullptr && !live.empty()) {
+    slots = graph->replay_slots(2);
+    // Written when it changed (a constant rate: at the first replay only).
+    graph->on_replay([this, slots, written = std::optional<double>()]() mutable {
+      if (written == lr_) return;
+      written = lr_;
+      Tensor host = Tensor::empty_pinned({2}, DType::i64);
+      const float f = float(lr_);
+      std::memcpy(host.raw_data(), &f, sizeof(f));
+      std::memcpy(static_cast<char*>(host.raw_data()) + 8, &lr_, sizeof(lr_));
+      Tensor(slots).copy_(host, /*non_blocking=*/true);
+    });
+  }
   // All parameters of one device and dtype in one multi-tensor call (a few kernel launches).
   for (const std::vector<size_t>& group : update_groups(params_, live)) {
     const Tensor& lead = params_[group.front()];
+    const void* lr_slot =
+        !slots.defined() ? nullptr
+                         : static_cast<const char*>(slots.raw_data()) +
+                               (lead.dtype() == DType::f64 ? 8 : 0);
     dispatch_on(lead.device(), lead.dtype(), "sgd", [&]<class T, class B>() {
       std::vector<kernels::ParamUpdate<T>> updates;
       updates.reserve(group.size());
@@ -184,7 +204,7 @@ void Sgd::step() {
         Tensor& p = params_[i];
         T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
         updates.push_back({p.data<T>(), p.grad().data<T>(), buf, nullptr, p.numel(),
-                           weight_decay(i), first[i] != 0, 0});
+                           weight_decay(i), first[i] != 0, 0, lr_slot});
       }
       kernels::Optim<B>::sgd_step_many(updates.data(), int64_t(updates.size()), s,
                                        kernel_ctx(lead));

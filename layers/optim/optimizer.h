@@ -44,10 +44,10 @@ class Optimizer {
   // The weight decay of params()[i], from its group.
   double weight_decay(size_t i) const { return weight_decay_[i]; }
   virtual std::string name() const = 0;
-  // In a CUDA graph (engine/cuda/graph.h): true when each replay of a captured step() takes the
-  // learning rate of the moment (Adam: written to the graph's replay slots), false when it keeps
-  // the rate of the capture (SGD: capture again after a change).
-  virtual bool graph_replays_read_lr() const { return false; }
+  // In a CUDA graph capture (engine/cuda/graph.h) step() takes what changes between steps (the
+  // learning rate; Adam's step counts and bias corrections) from the graph's replay slots, which
+  // each replay writes first: replays follow a schedule and match eager steps bit for bit. An
+  // optimizer's first step (new state) inside a capture is an error.
 
   // The per-parameter state for checkpoints, named "<parameter index>.<key>" with PyTorch's keys
   // (the index counts over all groups in order, as torch's optimizer.state_dict() numbers them)
@@ -118,7 +118,6 @@ class Adam final : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay = false);
   void step() override;
   std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
-  bool graph_replays_read_lr() const override { return true; }
   NamedTensors state() const override;
 
  private:

@@ -589,6 +589,59 @@ TEST_F(EngineCudaRuntime, AFailedCaptureLeavesTheAllocatorAndStreamUsable) {
   EXPECT_TRUE(all_equal(w, 4.0f));
 }
 
+// A free still waiting for another stream's event when a capture starts: the allocator queries
+// no event during the capture (CUDA forbids it; the emulator fails the capture), and the block
+// comes back after it.
+TEST_F(EngineCudaRuntime, AFreeWaitingForAnotherStreamDoesNotFailACapture) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  const cuda::Stream other = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  cuda::CachingAllocator& allocator = cuda::runtime().device_allocator(0);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  {
+    Tensor used = full({kN}, 1.0, DType::f32, Device::cuda(0));
+    other.wait(stream);
+    cuda::record_stream(used, other);
+  }
+  EXPECT_EQ(allocator.stats().pending_free_blocks, 1);
+  Tensor y;
+  cuda::Graph graph(Device::cuda(0), [&] { y = add(x, x); });
+  graph.replay();
+  stream.synchronize();
+  other.synchronize();
+  EXPECT_TRUE(all_equal(y, 4.0f));
+  const Tensor later = Tensor::empty({kN}, DType::f32, Device::cuda(0));  // processes the events
+  EXPECT_EQ(allocator.stats().pending_free_blocks, 0);
+}
+
+// A block the graph holds (made before the capture, freed in it) goes back after the work of the
+// streams the graph was replayed on: a replay on another stream than the capture's keeps it
+// pending until that stream gets there.
+TEST_F(EngineCudaRuntime, AHeldBlockWaitsForTheStreamsTheGraphWasReplayedOn) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  const cuda::Stream other = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  cuda::CachingAllocator& allocator = cuda::runtime().device_allocator(0);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  auto graph = std::make_unique<cuda::Graph>(Device::cuda(0), [&] {
+    mul_(x, 3.0);
+    x = Tensor();  // held: the graph keeps using it
+  });
+  {
+    cuda::StreamGuard on_other(other);
+    other.wait(stream);
+    graph->replay();
+  }
+  const int64_t pending = allocator.stats().pending_free_blocks;
+  graph.reset();
+  EXPECT_EQ(allocator.stats().pending_free_blocks, pending + 1)
+      << "the held block waits for the replay's stream";
+  other.synchronize();
+  const Tensor later = Tensor::empty({kN}, DType::f32, Device::cuda(0));
+  EXPECT_EQ(allocator.stats().pending_free_blocks, pending);
+}
+
 TEST_F(EngineCudaRuntime, DestroyingARuntimeReturnsAllItsMemoryToTheDevices) {
   cuda::Runtime* const process_runtime = &cuda::runtime();
   void* live = nullptr;
