@@ -27,6 +27,13 @@ struct Offset {
   RG_HOST_DEVICE uint64_t resolve() const {
     return base != nullptr ? value + static_cast<uint64_t>(*base) : value;
   }
+#if defined(RG_CUDA_EMU)
+  // The emulator's race detector sees the read of `base` (kernels/emu/launch.h).
+  template <class Accesses>
+  void append_accesses(Accesses& out) const {
+    if (base != nullptr) out.push_back({base, sizeof(int64_t), false});
+  }
+#endif
 };
 
 // The offset of a CPU kernel, which cannot read device memory: one without a base.

@@ -41,7 +41,12 @@ auto on_lane(const cuda::Stream& lane, Device device, const Tensor& inputs, cons
   struct Rejoin {
     const cuda::Stream& caller;
     const cuda::Stream& lane;
-    ~Rejoin() { caller.wait(lane); }
+    ~Rejoin() {
+      try {
+        caller.wait(lane);
+      } catch (...) {  // a sticky CUDA error: the failure that got here is reported instead
+      }
+    }
   } rejoin{caller, lane};
   const cuda::StreamGuard on(lane);
   return f();

@@ -169,8 +169,9 @@ void CachingAllocator::deallocate(void* ptr) {
   if (capture != nullptr && it != live_.end() &&
       std::this_thread::get_id() == capture->thread) {
     const Block* b = it->second;
-    if (b->graph_pool == 0) {
-      // The capture may have used it: it stays out of reach until the graph is destroyed.
+    if (b->graph_pool != capturing_id_) {
+      // The capture may have used it (the allocator's own block, or another graph's output): it
+      // stays out of reach until the graph is destroyed.
       capture->held.push_back(ptr);
       return;
     }

@@ -49,8 +49,8 @@ struct DeviceMemoryStats {
 // - CUDA graphs (engine/cuda/graph.h): between begin_graph_pool(stream) and end_graph_pool, the
 //   allocations on that stream come from a private pool of segments of their own (taken from the
 //   device in relaxed capture mode), and its blocks freed then are reused by the capture's later
-//   allocations (a replay repeats the same order on one stream). Blocks of the allocator's own
-//   pools that the capturing thread frees during the capture are held by the graph's pool: the
+//   allocations (a replay repeats the same order on one stream). Other blocks (the allocator's
+//   own, another graph's) that the capturing thread frees during the capture are held by it: the
 //   graph may use them, so nothing else may get them while it can replay. After the capture the
 //   pool keeps its memory: its blocks still handed out (the graph's outputs) are the graph's
 //   static tensors, and the freed ones are not reused. When the graph is destroyed,

@@ -5,10 +5,10 @@
 // loss, the gradients) keep their memory, and each replay writes the same addresses, so they are
 // the graph's static outputs; its inputs are tensors made before the capture, refilled in place
 // before each replay. A tensor the callable frees that was made before the capture stays reserved
-// until the graph is destroyed. Host code in the callable runs once, at capture: nothing that
-// reads back, draws random numbers on the host, or depends on host values changing (a learning
-// rate, a step count) can be replayed; host-blocking calls fail the capture. On the emulator
-// (kernels/emu) captures are one stream only.
+// until the graph is destroyed. Host code in the callable runs once, at capture: host values that
+// change per step reach the replays only through replay slots written by on_replay hooks (random
+// ops' offsets, the optimizers' learning rates and Adam's step counts do); host-blocking calls fail
+// the capture. On the emulator (kernels/emu) captures are one stream only.
 #pragma once
 
 #include <cstdint>

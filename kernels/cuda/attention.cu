@@ -67,6 +67,12 @@ struct DropMask {
   __device__ A at(int64_t r, int64_t i, int64_t j, int64_t t) const {
     return on ? of(block(r, i, j, t), j) : A(1);
   }
+#if defined(RG_CUDA_EMU)
+  template <class Accesses>
+  void append_accesses(Accesses& out) const {
+    offset.append_accesses(out);
+  }
+#endif
 };
 
 template <class A>

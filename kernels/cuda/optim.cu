@@ -22,6 +22,9 @@ struct SgdArgs {
   A lr, momentum, damp, weight_decay;  // damp = 1 - dampening
   bool has_weight_decay, has_momentum, nesterov, first_step;
   const A* replay = nullptr;  // lr in device memory (a graph's)
+#if defined(RG_CUDA_EMU)
+  static constexpr int kReplayValues = 1;  // what the race detector sees read at `replay`
+#endif
 };
 
 template <class A>
@@ -29,6 +32,9 @@ struct AdamArgs {
   A step_size, inv_sqrt_bc2, beta1, beta2, eps, weight_decay, decay;  // decay = 1 - lr * wd
   bool has_weight_decay, decoupled;
   const A* replay = nullptr;  // step_size, inv_sqrt_bc2 and decay in device memory (a graph's)
+#if defined(RG_CUDA_EMU)
+  static constexpr int kReplayValues = 3;  // what the race detector sees read at `replay`
+#endif
 };
 
 // One element's updates, shared by the one-tensor and the multi-tensor kernels (so both round
@@ -102,6 +108,8 @@ struct TensorList {
       out.push_back({g[t], ::rg::emu::kToBlockEnd, false});
       if (s1[t]) out.push_back({s1[t], ::rg::emu::kToBlockEnd, true});
       if (s2[t]) out.push_back({s2[t], ::rg::emu::kToBlockEnd, true});
+      if (args[t].replay)
+        out.push_back({args[t].replay, Args::kReplayValues * sizeof(*args[t].replay), false});
     }
   }
 #endif

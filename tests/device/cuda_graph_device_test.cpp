@@ -1,7 +1,7 @@
 // --cuda-graphs (train/graph_step.h): training steps captured once as a CUDA graph and replayed
 // give the eager steps' parameters, optimizer state and losses bit for bit, through a short batch
-// (run eagerly) and a learning-rate change (captured again); a replayed step has no host stall;
-// what cannot be replayed is refused by name and leaves the model trainable; a bad target in a
+// (run eagerly) and a learning-rate change (read by the replays); a replayed step has no host
+// stall; what cannot be replayed is refused by name and leaves the model trainable; a bad target in a
 // replayed step is still raised. On the emulator in CI and on a GPU with the kit.
 #include <gtest/gtest.h>
 
@@ -82,7 +82,7 @@ class CudaGraphTraining : public ::testing::Test {
 };
 
 // Eight steps: two eager warm-up steps, a capture, replays, the short batch eagerly, the rate
-// lowered at step 6 (a second capture), against the same steps all eager.
+// lowered at step 6 (the replays read it: no second capture), against the same steps all eager.
 TEST_F(CudaGraphTraining, ReplayedStepsEqualEagerStepsBitForBit) {
   // ToyNet's dropout draws from its own generator: each replay sets the offsets its kernels add
   // (cuda::philox_offset), so the masks are the eager steps'.
@@ -210,6 +210,30 @@ TEST_F(CudaGraphTraining, AdamReplaysFollowTheLearningRateWithoutCapturingAgain)
     EXPECT_EQ(se[i].first, sg[i].first);
     expect_bitwise_equal(se[i].second, sg[i].second, se[i].first);
   }
+}
+
+// With full_batch set, a short batch right after the warm-up is not captured: the next full one is
+// (without it, the short shape would be captured and every later full batch would run eagerly).
+TEST_F(CudaGraphTraining, AShortBatchAfterTheWarmUpIsNotCaptured) {
+  const Shape sample{1, 28, 28};
+  std::vector<data::Batch> data = batches(sample, 5);  // the fifth has 2 samples
+  Training r = make_training("mlp", sample);
+  train::GraphStep graph(*r.opt, kCuda, /*warmup_steps=*/1, /*full_batch=*/4);
+  DeferredChecks checks;
+  auto body = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy(r.model->forward(x), y);
+    loss.backward();
+    r.opt->step();
+    return loss;
+  };
+  for (size_t b : {0, 4, 1, 2}) {  // warm-up, short, full, full
+    r.opt->zero_grad();
+    graph.run(body, data[b].inputs, data[b].targets);
+  }
+  checks.flush();
+  EXPECT_EQ(graph.captures(), 1);
+  EXPECT_EQ(graph.replays(), 2) << "both full batches after the short one";
+  EXPECT_EQ(graph.eager_steps(), 2) << "the warm-up and the short batch";
 }
 
 // A replayed step queues everything and reads nothing back, and the host queues a handful of
