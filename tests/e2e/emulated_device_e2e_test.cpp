@@ -48,6 +48,26 @@ TEST(EmulatedDeviceE2E, MlpTrainsOnCudaLikeOnTheCpu) {
   std::cout << log_dev.str().substr(log_dev.str().rfind("epoch 1 |"));
 }
 
+// --cuda-graphs through ringgrad-train's configuration: AdamW under a cosine schedule, ToyNet's
+// dropout included, replayed after the warm-up, ends with the eager run's test loss exactly.
+TEST(EmulatedDeviceE2E, CudaGraphsTrainLikeEagerSteps) {
+  TrainConfig c = mlp_config("cuda");
+  c.model = "toynet";
+  c.max_steps = 12;
+  c.optimizer = "adamw";
+  c.lr_schedule = "cosine";
+  c.eval_samples = 200;
+  std::ostringstream eager_log, graph_log;
+  const TrainResult eager = train(c, eager_log);
+  c.cuda_graphs = true;
+  const TrainResult graphed = train(c, graph_log);
+  EXPECT_NE(graph_log.str().find("CUDA graphs: 1 capture(s), 10 replayed steps, 2 eager steps"),
+            std::string::npos)
+      << graph_log.str();
+  EXPECT_EQ(graphed.final_test_loss, eager.final_test_loss) << graph_log.str();
+  EXPECT_EQ(graphed.final_top1, eager.final_top1);
+}
+
 TEST(EmulatedDeviceE2E, ToyNetTrainsOnCudaLikeOnTheCpu) {
   // Convolutions through cuDNN (emulated), max pooling, dropout with the CPU's masks.
   TrainConfig c = mlp_config("cuda");
