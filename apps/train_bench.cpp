@@ -92,6 +92,64 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const nn::Module& model, bool g
                                       optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
 }
 
+// The median of the windows' rates, peak memory, and (rank 0, --json) the figures as JSON.
+void report_results(const TrainBenchOptions& o, const std::vector<double>& rates,
+                    const nn::Module& model, Device device, const char* unit, bool print) {
+  const bool gpt = o.model.starts_with("gpt-");
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mb = double(ru.ru_maxrss) / 1024.0;
+  nlohmann::json j = {{"tool", "ringgrad"},
+                      {"model", o.model},
+                      {"device", device.str()},
+                      {"amp", o.amp},
+                      {"batch_size", o.batch_size},
+                      {"unit", unit},
+                      {"warmup", o.warmup},
+                      {"deferred_checks", o.deferred_checks},
+                      {"cudnn_benchmark", o.cudnn_benchmark},
+                      {"cudnn", o.cudnn},
+                      {"fuse_bn_relu", o.fuse_bn_relu},
+                      {"cuda_graphs", o.cuda_graphs},
+                      {"window_steps", o.window_steps},
+                      {"rates", rates},
+                      {"median", median},
+                      {"params", model.parameter_count()},
+                      {"peak_rss_mb", rss_mb}};
+  if (gpt) j["block_size"] = o.block_size;
+  if (device.is_cuda()) {
+    const cuda::DeviceMemoryStats mem = cuda::memory_stats(device.index);
+    j["device_name"] = device_name(device);
+    j["peak_device_mb"] = double(mem.peak_allocated_bytes) / kMiB;
+    j["peak_reserved_mb"] = double(mem.peak_reserved_bytes) / kMiB;
+    if (print) {
+      fmt::print(
+          "median {:.1f} {} | peak RSS {:.0f} MB | peak device memory {:.0f} MB | allocator "
+          "reserved {:.0f} MB\n",
+          median, unit, rss_mb, j["peak_device_mb"].get<double>(),
+          j["peak_reserved_mb"].get<double>());
+    }
+  } else {
+    const auto mem = cpu_memory_stats();
+    j["peak_tensor_mb"] = double(mem.peak_bytes) / kMiB;
+    if (print) {
+      fmt::print(
+          "median {:.1f} {} | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
+          "allocator reserved {:.0f} MB\n",
+          median, unit, rss_mb, double(mem.peak_bytes) / kMiB, double(mem.reserved_bytes) / kMiB);
+    }
+  }
+  if (print && !o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    RG_CHECK(f.good(), "--json ", o.json_path, ": cannot open for writing");
+    f << j.dump() << "\n";
+    RG_CHECK(f.good(), "--json ", o.json_path, ": write failed");
+  }
+}
+
 }  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
@@ -252,58 +310,7 @@ int run_train_bench(const TrainBenchOptions& o) {
     rates.push_back(double(o.window_steps * o.batch_size * per_sample * world) / s);
     if (print) fmt::print("{:>8} {:>10.3f} {:>10.1f}\n", w, s, rates.back());
   }
-  std::vector<double> sorted = rates;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  const double rss_mb = double(ru.ru_maxrss) / 1024.0;
-  nlohmann::json j = {{"tool", "ringgrad"},
-                      {"model", o.model},
-                      {"device", device.str()},
-                      {"amp", o.amp},
-                      {"batch_size", o.batch_size},
-                      {"unit", unit},
-                      {"warmup", o.warmup},
-                      {"deferred_checks", o.deferred_checks},
-                      {"cudnn_benchmark", o.cudnn_benchmark},
-                      {"cudnn", o.cudnn},
-                      {"fuse_bn_relu", o.fuse_bn_relu},
-                      {"cuda_graphs", o.cuda_graphs},
-                      {"window_steps", o.window_steps},
-                      {"rates", rates},
-                      {"median", median},
-                      {"params", model->parameter_count()},
-                      {"peak_rss_mb", rss_mb}};
-  if (gpt) j["block_size"] = o.block_size;
-  if (device.is_cuda()) {
-    const cuda::DeviceMemoryStats mem = cuda::memory_stats(device.index);
-    j["device_name"] = device_name(device);
-    j["peak_device_mb"] = double(mem.peak_allocated_bytes) / kMiB;
-    j["peak_reserved_mb"] = double(mem.peak_reserved_bytes) / kMiB;
-    if (print) {
-      fmt::print(
-          "median {:.1f} {} | peak RSS {:.0f} MB | peak device memory {:.0f} MB | allocator "
-          "reserved {:.0f} MB\n",
-          median, unit, rss_mb, j["peak_device_mb"].get<double>(),
-          j["peak_reserved_mb"].get<double>());
-    }
-  } else {
-    const auto mem = cpu_memory_stats();
-    j["peak_tensor_mb"] = double(mem.peak_bytes) / kMiB;
-    if (print) {
-      fmt::print(
-          "median {:.1f} {} | peak RSS {:.0f} MB | peak tensor memory {:.0f} MB | "
-          "allocator reserved {:.0f} MB\n",
-          median, unit, rss_mb, double(mem.peak_bytes) / kMiB, double(mem.reserved_bytes) / kMiB);
-    }
-  }
-  if (print && !o.json_path.empty()) {
-    std::ofstream f(o.json_path);
-    RG_CHECK(f.good(), "--json ", o.json_path, ": cannot open for writing");
-    f << j.dump() << "\n";
-    RG_CHECK(f.good(), "--json ", o.json_path, ": write failed");
-  }
+  report_results(o, rates, *model, device, unit, print);
   if (pg) {
     ddp.reset();
     dist::destroy_process_group();
