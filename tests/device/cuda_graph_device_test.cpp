@@ -54,6 +54,16 @@ Training make_training(const std::string& name, const Shape& sample) {
   return r;
 }
 
+// One training step of `model` on a batch: forward, cross entropy, backward, the optimizer step.
+train::GraphStep::Body step_of(nn::Module& model, optim::Optimizer& opt) {
+  return [&model, &opt](const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy(model.forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+}
+
 // Batches of 4 samples, the fifth of 2 (an epoch's short last batch), on the device.
 std::vector<data::Batch> batches(const Shape& sample, int n) {
   data::SyntheticDataset d(64, sample, 10, 5);
@@ -98,12 +108,7 @@ TEST_F(CudaGraphTraining, ReplayedStepsEqualEagerStepsBitForBit) {
       for (Training* r : {&eager, &graphed}) {
         if (s == 6) r->opt->set_lr(0.01);
         r->opt->zero_grad();
-        auto body = [&](const Tensor& x, const Tensor& y) {
-          Tensor loss = cross_entropy(r->model->forward(x), y);
-          loss.backward();
-          r->opt->step();
-          return loss;
-        };
+        const train::GraphStep::Body body = step_of(*r->model, *r->opt);
         Tensor loss;
         if (r == &graphed) loss = graph.run(body, data[size_t(s)].inputs, data[size_t(s)].targets);
         if (!loss.defined()) loss = body(data[size_t(s)].inputs, data[size_t(s)].targets);
@@ -185,12 +190,7 @@ TEST_F(CudaGraphTraining, AdamReplaysFollowTheLearningRateWithoutCapturingAgain)
       optim::Optimizer& o = r == &eager ? *eager_opt : *graph_opt;
       o.set_lr(1e-3 / double(s + 1));
       o.zero_grad();
-      auto body = [&](const Tensor& x, const Tensor& y) {
-        Tensor loss = cross_entropy(r->model->forward(x), y);
-        loss.backward();
-        o.step();
-        return loss;
-      };
+      const train::GraphStep::Body body = step_of(*r->model, o);
       Tensor loss;
       if (r == &graphed) loss = graph.run(body, data[size_t(s)].inputs, data[size_t(s)].targets);
       if (!loss.defined()) loss = body(data[size_t(s)].inputs, data[size_t(s)].targets);
@@ -220,12 +220,7 @@ TEST_F(CudaGraphTraining, AShortBatchAfterTheWarmUpIsNotCaptured) {
   Training r = make_training("mlp", sample);
   train::GraphStep graph(*r.opt, kCuda, /*warmup_steps=*/1, /*full_batch=*/4);
   DeferredChecks checks;
-  auto body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(r.model->forward(x), y);
-    loss.backward();
-    r.opt->step();
-    return loss;
-  };
+  const train::GraphStep::Body body = step_of(*r.model, *r.opt);
   for (size_t b : {0, 4, 1, 2}) {  // warm-up, short, full, full
     r.opt->zero_grad();
     graph.run(body, data[b].inputs, data[b].targets);
@@ -246,12 +241,7 @@ TEST_F(CudaGraphTraining, AReplayedStepHasNoHostStallAndFewSubmissions) {
   Training r = make_training("resnet18", sample);
   train::GraphStep graph(*r.opt, kCuda, /*warmup_steps=*/2);
   DeferredChecks checks;
-  auto body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(r.model->forward(x), y);
-    loss.backward();
-    r.opt->step();
-    return loss;
-  };
+  const train::GraphStep::Body body = step_of(*r.model, *r.opt);
   int64_t eager_submissions = 0;
   for (int s = 0; s < 3; ++s) {
     checks.poll();
@@ -283,12 +273,7 @@ TEST_F(CudaGraphTraining, ABadTargetInAReplayedStepIsRaised) {
   Training r = make_training("mlp", sample);
   train::GraphStep graph(*r.opt, kCuda, /*warmup_steps=*/1);
   DeferredChecks checks;
-  auto body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(r.model->forward(x), y);
-    loss.backward();
-    r.opt->step();
-    return loss;
-  };
+  const train::GraphStep::Body body = step_of(*r.model, *r.opt);
   graph.run(body, data[0].inputs, data[0].targets);  // the warm-up step
   ASSERT_TRUE(graph.run(body, data[1].inputs, data[1].targets).defined());
   ASSERT_EQ(graph.replays(), 1);
@@ -338,12 +323,7 @@ TEST_F(CudaGraphTraining, WhatCannotBeReplayedIsRefusedByName) {
   const std::string cpu = testing::error_of([&] { train::GraphStep g(sgd, Device::cpu()); });
   EXPECT_NE(cpu.find("need a CUDA device"), std::string::npos) << cpu;
   train::GraphStep graph(sgd, kCuda, /*warmup_steps=*/1);
-  auto body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(model->forward(x), y);
-    loss.backward();
-    sgd.step();
-    return loss;
-  };
+  const train::GraphStep::Body body = step_of(*model, sgd);
   auto reading = [&](const Tensor& x, const Tensor& y) {
     const Tensor loss = body(x, y);
     (void)loss.item();  // a read back: eagerly a stall, in a capture an error
