@@ -180,6 +180,10 @@ int parse_train_args(int argc, const char* const* argv, TrainConfig& c, int& thr
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
                "CUDA: choose cuDNN convolution algorithms by timing them, once per shape "
                "(torch.backends.cudnn.benchmark; a no-op with a note on the CPU)");
+  app.add_option("--cudnn-conv-api", c.cudnn_conv_api,
+                 "CUDA: the cuDNN API of the convolutions: graph (its engines, as PyTorch; the "
+                 "legacy API where it has none) or legacy (for comparison)")
+      ->check(CLI::IsMember({"graph", "legacy"}));
   app.add_option("--tf32", c.tf32,
                  "CUDA f32 precision: default (convolutions may use TF32, matrix products not, "
                  "as PyTorch), on (both may), off (full f32 everywhere)")

@@ -111,6 +111,7 @@ void report_results(const TrainBenchOptions& o, const std::vector<double>& rates
                       {"warmup", o.warmup},
                       {"deferred_checks", o.deferred_checks},
                       {"cudnn_benchmark", o.cudnn_benchmark},
+                      {"cudnn_conv_api", o.cudnn_conv_api},
                       {"cudnn", o.cudnn},
                       {"fuse_bn_relu", o.fuse_bn_relu},
                       {"cuda_graphs", o.cuda_graphs},
@@ -184,6 +185,10 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
   train->add_flag("--cudnn-benchmark", t.cudnn_benchmark,
                   "CUDA: time cuDNN's convolution algorithms once per shape and take the fastest "
                   "(torch.backends.cudnn.benchmark)");
+  train->add_option("--cudnn-conv-api", t.cudnn_conv_api,
+                    "CUDA: the cuDNN API of the convolutions: graph (its engines, as PyTorch; the "
+                    "legacy API where it has none) or legacy (for comparison)")
+      ->check(CLI::IsMember({"graph", "legacy"}));
   train->add_option("--cudnn", t.cudnn,
                     "CUDA: batch norm and average pooling through cuDNN (true) or our kernels "
                     "(false; convolutions always use cuDNN)")
@@ -212,6 +217,7 @@ int run_train_bench(const TrainBenchOptions& o) {
     cuda::set_device(device.index);
   }
   set_cudnn_benchmark(o.cudnn_benchmark);
+  set_cudnn_conv_api(o.cudnn_conv_api == "legacy" ? CudnnConvApi::legacy : CudnnConvApi::graph);
   set_cudnn_enabled(o.cudnn);
   nn::set_batch_norm_relu_fusion(o.fuse_bn_relu);
   // With --ddp every rank trains on its own batches and the job's throughput is reported by

@@ -16,4 +16,10 @@ bool deterministic_algorithms();
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
 
+// Which cuDNN API runs the convolutions (kernels/cuda/conv2d.cu): off (the default), the graph
+// (backend) API's engines, as PyTorch does, with the legacy API as the fallback where the graph
+// API offers no engine; on, the legacy API only, for comparison (rg::set_cudnn_conv_api).
+void set_cudnn_legacy_conv(bool on);
+bool cudnn_legacy_conv();
+
 }  // namespace rg::kernels

@@ -29,6 +29,8 @@ struct ConvAlgoKey {
   bool allow_tf32 = false;
   bool deterministic = false;
   bool benchmark = false;
+  // The graph API's plans: the byte alignment its tensors declare (0 for the legacy API).
+  int64_t alignment = 0;
   auto operator<=>(const ConvAlgoKey&) const = default;
 };
 
@@ -36,7 +38,7 @@ inline ConvAlgoKey conv_algo_key(int device, int pass, const Conv2dGeometry& g, 
                                  int layout, bool allow_tf32, bool deterministic, bool benchmark) {
   return ConvAlgoKey{device, pass, g.n,   g.c,    g.h,        g.w,           g.o,
                      g.kh,   g.kw, g.sh,  g.sw,   g.ph,       g.pw,          g.dh,
-                     g.dw,   1,    dtype, layout, allow_tf32, deterministic, benchmark};
+                     g.dw,   1,    dtype, layout, allow_tf32, deterministic, benchmark, 0};
 }
 
 // A thread-safe map from key to choice. get_or_choose runs `choose` outside the lock (timing the

@@ -247,6 +247,9 @@ class Header : public train::Callback {
     if (c_.cudnn_benchmark && !cuda)
       out_ << "ringgrad-train: note: --cudnn-benchmark has no effect on the CPU (cuDNN is "
               "CUDA's)\n";
+    if (c_.cudnn_conv_api != "graph" && !cuda)
+      out_ << "ringgrad-train: note: --cudnn-conv-api has no effect on the CPU (cuDNN is "
+              "CUDA's)\n";
     if (c_.cudnn_benchmark && c_.deterministic && cuda)
       out_ << "ringgrad-train: note: --cudnn-benchmark times deterministic algorithms only, but "
               "two runs may choose different ones (and round differently); leave it off for "
@@ -265,12 +268,16 @@ class Header : public train::Callback {
 // trainings in one process).
 struct AlgorithmSwitches {
   bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
+  CudnnConvApi conv_api = cudnn_conv_api();
   cuda::Tf32Guard tf32{cuda::allow_tf32_conv(), cuda::allow_tf32_matmul()};
   explicit AlgorithmSwitches(const TrainConfig& c) {
     RG_CHECK(c.tf32 == "default" || c.tf32 == "on" || c.tf32 == "off",
              "--tf32 must be on, off or default, got ", c.tf32);
     set_deterministic_algorithms(c.deterministic);
+    RG_CHECK(c.cudnn_conv_api == "graph" || c.cudnn_conv_api == "legacy",
+             "--cudnn-conv-api must be graph or legacy, got ", c.cudnn_conv_api);
     set_cudnn_benchmark(c.cudnn_benchmark);
+    set_cudnn_conv_api(c.cudnn_conv_api == "legacy" ? CudnnConvApi::legacy : CudnnConvApi::graph);
     if (c.tf32 != "default") {
       cuda::set_allow_tf32_conv(c.tf32 == "on");
       cuda::set_allow_tf32_matmul(c.tf32 == "on");
@@ -279,6 +286,7 @@ struct AlgorithmSwitches {
   ~AlgorithmSwitches() {
     set_deterministic_algorithms(deterministic);
     set_cudnn_benchmark(benchmark);
+    set_cudnn_conv_api(conv_api);
   }
 };
 

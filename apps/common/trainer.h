@@ -123,6 +123,9 @@ struct TrainConfig {
   // convolution algorithms chosen by timing (no effect on the CPU).
   bool deterministic = false;
   bool cudnn_benchmark = false;
+  // Which cuDNN API runs the convolutions on CUDA (engine/ops/cudnn.h): "graph" (its engines, the
+  // legacy API where it has none) or "legacy". Set for the run and restored after it.
+  std::string cudnn_conv_api = "graph";
   // TF32 for f32 work on CUDA (engine/tf32.h): "default" (PyTorch's: convolutions may use TF32,
   // matrix products may not), "on" (both may) or "off" (neither: full f32). Set for the run and
   // restored after it; no effect on the CPU.

@@ -15,5 +15,11 @@ void set_cudnn_enabled(bool on) { enabled.store(on); }
 bool cudnn_enabled() { return enabled.load(); }
 void set_cudnn_benchmark(bool on) { kernels::set_cudnn_benchmark(on); }
 bool cudnn_benchmark() { return kernels::cudnn_benchmark(); }
+void set_cudnn_conv_api(CudnnConvApi api) {
+  kernels::set_cudnn_legacy_conv(api == CudnnConvApi::legacy);
+}
+CudnnConvApi cudnn_conv_api() {
+  return kernels::cudnn_legacy_conv() ? CudnnConvApi::legacy : CudnnConvApi::graph;
+}
 
 }  // namespace rg

@@ -1,6 +1,6 @@
 // The switch between cuDNN and our own CUDA kernels for the ops that have both (batch_norm,
 // avg_pool2d), like torch.backends.cudnn.enabled, and cuDNN's benchmark mode for conv2d, like
-// torch.backends.cudnn.benchmark.
+// torch.backends.cudnn.benchmark, and which cuDNN API runs the convolutions.
 #pragma once
 
 namespace rg {
@@ -19,5 +19,15 @@ bool cudnn_enabled();
 // speed setting, not a reproducible one. No effect on the CPU.
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
+
+// Which cuDNN API runs conv2d on CUDA: `graph` (the default), cuDNN's graph (backend) API with
+// engines from its heuristics (mode A, then B, then its fallback list; with benchmark, mode A's
+// usable engines timed), as PyTorch does, and the legacy API for a pass the graph API offers no
+// usable engine for; or `legacy`, the legacy API only (cudnnGet*_v7 / cudnnFind*), for
+// comparison. The same policy either way: deterministic engines only under
+// set_deterministic_algorithms(true), no TF32 for f32 under set_allow_tf32_conv(false).
+enum class CudnnConvApi { graph, legacy };
+void set_cudnn_conv_api(CudnnConvApi api);
+CudnnConvApi cudnn_conv_api();
 
 }  // namespace rg

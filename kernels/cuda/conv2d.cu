@@ -1,11 +1,12 @@
-// Conv2d<Cuda> (kernels/conv2d.h): cuDNN's convolution with RAII descriptors (cached per shape
-// and thread) and handles (kernels/cuda/cudnn_common.h) and each pass's algorithm cached by shape, plus our bias kernels
-// (a per-channel add after the forward; the bias gradient as one block per channel summing in
-// f64, as the CPU does). Uses cuDNN 9's convolution C API (cudnn_cnn.h; deprecated in favour of
-// the graph API, but complete and stable).
+// Conv2d<Cuda> (kernels/conv2d.h): cuDNN's convolution, plus our bias kernels (a per-channel add
+// after the forward; the bias gradient as one block per channel summing in f64, as the CPU does).
+// Each pass runs through cuDNN's graph API (kernels/cuda/conv2d_graph.cu) unless
+// set_cudnn_conv_api(legacy) or the graph API has no usable engine for it; then through cuDNN 9's
+// legacy convolution C API (cudnn_cnn.h; deprecated in favour of the graph API, but complete),
+// here: RAII descriptors (cached per shape and thread) and handles (kernels/cuda/cudnn_common.h)
+// and each pass's algorithm cached by shape.
 #include <algorithm>
 #include <array>
-#include <tuple>
 #include <tuple>
 #include <type_traits>
 
@@ -14,6 +15,7 @@
 #include "kernels/conv_algo_cache.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/conv2d_graph.h"
 #include "kernels/cuda/cudnn_common.h"
 #include "kernels/cuda/elementwise_common.cuh"
 #include "kernels/error.h"
@@ -21,9 +23,6 @@
 
 namespace rg::kernels::cuda {
 namespace {
-
-// The cuDNN passes, each with its own algorithm choice and workspace.
-enum class CudnnPass { forward, backward_data, backward_weight };
 
 using cudnn::as_int;
 using cudnn::data_type;
@@ -79,12 +78,6 @@ struct Choice {
   int algo;
   size_t workspace;
 };
-
-const char* pass_name(CudnnPass pass) {
-  return pass == CudnnPass::forward         ? "conv2d forward"
-         : pass == CudnnPass::backward_data ? "conv2d backward (input gradient)"
-                                            : "conv2d backward (weight gradient)";
-}
 
 // Picks from cuDNN's candidates in their order (the heuristic's ranking, or measured time with
 // benchmark), within the workspace limit: with `deterministic`, the first deterministic algorithm,
@@ -192,6 +185,9 @@ template <class T>
 int64_t pass_workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, bool allow_tf32,
                              void* stream) {
   if (empty(g)) return 0;
+  const int64_t graph =
+      conv_graph::workspace_bytes(g, pass, data_type<T>(), allow_tf32, stream);
+  if (graph >= 0) return graph;
   const LockedHandle h(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   return int64_t(choose<T>(h.get(), d, g, pass, allow_tf32).workspace);
@@ -204,6 +200,10 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
     // y is empty unless the sum over c * kh * kw is: then the convolution is zero.
     const size_t bytes = size_t(g.n * g.o * g.ho * g.wo) * sizeof(T);
     if (bytes != 0) RG_CUDA_CHECK(cudaMemsetAsync(y, 0, bytes, static_cast<cudaStream_t>(stream)));
+    return;
+  }
+  if (conv_graph::run(g, CudnnPass::forward, data_type<T>(), allow_tf32, x, w, y, workspace,
+                      workspace_bytes, stream)) {
     return;
   }
   const LockedHandle handle(stream);
@@ -227,6 +227,10 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
     }
     return;
   }
+  if (conv_graph::run(g, CudnnPass::backward_data, data_type<T>(), allow_tf32, w, gy, gx,
+                      workspace, workspace_bytes, stream)) {
+    return;
+  }
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
@@ -248,6 +252,10 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
     if (bytes != 0) {
       RG_CUDA_CHECK(cudaMemsetAsync(gw, 0, bytes, static_cast<cudaStream_t>(stream)));
     }
+    return;
+  }
+  if (conv_graph::run(g, CudnnPass::backward_weight, data_type<T>(), allow_tf32, x, gy, gw,
+                      workspace, workspace_bytes, stream)) {
     return;
   }
   const LockedHandle handle(stream);

@@ -2,10 +2,12 @@
 // kernels/cpu/conv2d (f32 inputs rounded to TF32 where the math type allows it,
 // kernels/emu/tf32.h), batch normalization on kernels/cpu/batch_norm, pooling on kernels/cpu/pool.
 // Every call is queued on its handle's stream with the memory it reads and writes declared to the
-// race detector.
+// race detector. The graph (backend) API is kernels/emu/cudnn_backend.cpp, on the same queued
+// convolution (dispatch, kernels/emu/cudnn_internal.h).
 #include "kernels/emu/shim/cudnn.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -22,15 +24,13 @@
 #include "kernels/batch_norm.h"
 #include "kernels/conv2d.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/emu/cudnn_internal.h"
 #include "kernels/emu/device_runtime.h"
 #include "kernels/emu/tf32.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/pool.h"
 
-struct cudnnContext {
-  cudaStream_t stream = nullptr;
-};
 struct cudnnTensorStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
@@ -53,24 +53,52 @@ struct cudnnPoolingStruct {
   int kh = 0, kw = 0, ph = 0, pw = 0, sh = 1, sw = 1;
 };
 
-namespace {
+namespace rg::emu::cudnn_detail {
 
 std::atomic<int> live_descriptors{0};
 
+namespace {
 std::mutex calls_mu;
 std::map<std::string, int64_t, std::less<>> calls;  // by cuDNN function name
+}  // namespace
 
-// Queues one cuDNN call on its handle's stream with the memory it touches, counted by name.
-void queue(cudnnHandle_t handle, const char* name, std::vector<rg::emu::MemAccess> accesses,
-           std::function<void()> work) {
-  {
-    std::lock_guard<std::mutex> lock(calls_mu);
-    ++calls[name];
+void count_call(std::string_view name) {
+  std::lock_guard<std::mutex> lock(calls_mu);
+  const auto it = calls.find(name);
+  if (it != calls.end()) {
+    ++it->second;
+  } else {
+    calls.emplace(std::string(name), 1);
   }
-  rg::emu::enqueue(handle->stream, name, std::move(accesses), std::move(work));
 }
 
-void count_call(const std::string& name);
+int64_t calls_of(std::string_view name) {
+  std::lock_guard<std::mutex> lock(calls_mu);
+  const auto it = calls.find(name);
+  return it == calls.end() ? 0 : it->second;
+}
+
+void queue(cudnnHandle_t handle, const char* name, std::vector<MemAccess> accesses,
+           std::function<void()> work) {
+  count_call(name);
+  enqueue(handle->stream, name, std::move(accesses), std::move(work));
+}
+
+}  // namespace rg::emu::cudnn_detail
+
+namespace {
+
+using rg::emu::cudnn_detail::count_call;
+using rg::emu::cudnn_detail::live_descriptors;
+using rg::emu::cudnn_detail::queue;
+
+// n values of storage type T at p, widened (or copied) to the compute type C.
+template <class T, class C>
+std::vector<C> widen(const void* p, int64_t n) {
+  std::vector<C> v(static_cast<size_t>(n));
+  rg::kernels::cpu::cast<T, C>(static_cast<const T*>(p), v.data(), n);
+  return v;
+}
 
 template <class D>
 cudnnStatus_t create_descriptor(D** desc) {
@@ -173,10 +201,142 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cud
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The convolution pass both APIs queue.
+namespace rg::emu::cudnn_detail {
 namespace {
 
+using kernels::Conv2dGeometry;
+using ConvCpu = kernels::Conv2d<kernels::Cpu>;
+using Dims = std::array<int64_t, 4>;
+
+// The values of a packed tensor of dimensions d (NCHW order) moved from NHWC order to NCHW
+// (to_nchw) or back.
+template <class C>
+std::vector<C> relayout(const std::vector<C>& v, const Dims& d, bool to_nchw) {
+  std::vector<C> out(v.size());
+  size_t nchw = 0;
+  for (int64_t i0 = 0; i0 < d[0]; ++i0) {
+    for (int64_t i1 = 0; i1 < d[1]; ++i1) {
+      for (int64_t i2 = 0; i2 < d[2]; ++i2) {
+        for (int64_t i3 = 0; i3 < d[3]; ++i3, ++nchw) {
+          const size_t nhwc = size_t(((i0 * d[2] + i2) * d[3] + i3) * d[1] + i1);
+          if (to_nchw) {
+            out[nchw] = v[nhwc];
+          } else {
+            out[nhwc] = v[nchw];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Runs one pass in the compute type C on operands of storage type T: the half types are widened
+// to f32 and the result rounded once; with tf32 both operands are rounded to TF32 first.
+template <class T, class C>
+void run(const ConvCall& p) {
+  const Conv2dGeometry& g = p.g;
+  const Dims x{g.n, g.c, g.h, g.w}, w{g.o, g.c, g.kh, g.kw}, y{g.n, g.o, g.ho, g.wo};
+  // (a, b) = (x, w) forward, (w, gy) data, (x, gy) weight.
+  const Dims& da = p.pass == Pass::data ? w : x;
+  const Dims& db = p.pass == Pass::forward ? w : y;
+  const Dims& dout = p.pass == Pass::forward ? y : p.pass == Pass::data ? x : w;
+  const auto count = [](const Dims& d) { return d[0] * d[1] * d[2] * d[3]; };
+  std::vector<C> av = widen<T, C>(p.a, count(da)), bv = widen<T, C>(p.b, count(db));
+  const bool nhwc = p.layout == Layout::nhwc;
+  if (nhwc) {
+    av = relayout(av, da, true);
+    bv = relayout(bv, db, true);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.tf32) {
+      round_to_tf32(av.data(), av.size());
+      round_to_tf32(bv.data(), bv.size());
+    }
+  }
+  std::vector<C> o(static_cast<size_t>(count(dout)));
+  switch (p.pass) {
+    case Pass::forward:
+      ConvCpu::forward<C>(g, av.data(), bv.data(), nullptr, o.data(), false, {}, {});
+      break;
+    case Pass::data:
+      ConvCpu::backward<C>(g, nullptr, av.data(), bv.data(), o.data(), nullptr, nullptr, false, {},
+                           {});
+      break;
+    case Pass::weight:
+      ConvCpu::backward<C>(g, av.data(), nullptr, bv.data(), nullptr, o.data(), nullptr, false, {},
+                           {});
+      break;
+  }
+  if (nhwc) o = relayout(o, dout, false);
+  kernels::cpu::cast<C, T>(o.data(), static_cast<T*>(p.out), count(dout));
+}
+
+}  // namespace
+
+size_t element_bytes(cudnnDataType_t type) {
+  switch (type) {
+    case CUDNN_DATA_FLOAT:
+      return 4;
+    case CUDNN_DATA_DOUBLE:
+      return 8;
+    case CUDNN_DATA_HALF:
+    case CUDNN_DATA_BFLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+bool complete_geometry(Conv2dGeometry& g) {
+  const int64_t extent_h = g.dh * (g.kh - 1) + 1, extent_w = g.dw * (g.kw - 1) + 1;
+  if (g.h + 2 * g.ph < extent_h || g.w + 2 * g.pw < extent_w) return false;
+  g.ho = (g.h + 2 * g.ph - extent_h) / g.sh + 1;
+  g.wo = (g.w + 2 * g.pw - extent_w) / g.sw + 1;
+  return true;
+}
+
+cudnnStatus_t dispatch(cudnnHandle_t handle, const ConvCall& call) {
+  void (*run_pass)(const ConvCall&) = nullptr;
+  switch (call.type) {
+    case CUDNN_DATA_FLOAT:
+      run_pass = run<float, float>;
+      break;
+    case CUDNN_DATA_DOUBLE:
+      run_pass = run<double, double>;
+      break;
+    case CUDNN_DATA_HALF:
+      run_pass = run<Half, float>;
+      break;
+    case CUDNN_DATA_BFLOAT16:
+      run_pass = run<BFloat16, float>;
+      break;
+    default:
+      return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  const Conv2dGeometry& g = call.g;
+  const size_t elem = element_bytes(call.type);
+  const size_t nx = size_t(g.n * g.c * g.h * g.w) * elem,
+               nw = size_t(g.o * g.c * g.kh * g.kw) * elem,
+               ny = size_t(g.n * g.o * g.ho * g.wo) * elem;
+  const size_t na = call.pass == Pass::data ? nw : nx, nb = call.pass == Pass::forward ? nw : ny;
+  const size_t nout = call.pass == Pass::forward ? ny : call.pass == Pass::data ? nx : nw;
+  std::vector<MemAccess> accesses{{call.a, na, false}, {call.b, nb, false}, {call.out, nout, true}};
+  if (call.workspace != nullptr && call.workspace_bytes > 0) {
+    accesses.push_back({call.workspace, call.workspace_bytes, true});
+  }
+  queue(handle, call.name, std::move(accesses), [run_pass, call] { run_pass(call); });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace rg::emu::cudnn_detail
+
+namespace {
+
+using rg::emu::cudnn_detail::ConvCall;
+using rg::emu::cudnn_detail::Pass;
 using rg::kernels::Conv2dGeometry;
-using ConvCpu = rg::kernels::Conv2d<rg::kernels::Cpu>;
 
 // The geometry the descriptors describe, checked as cuDNN does: one data type, matching channel
 // counts and batch, and y's spatial size the convolution's.
@@ -187,20 +347,12 @@ bool geometry(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
   if (x->type != w->type || x->type != y->type) return false;
   g = Conv2dGeometry{x->n,     x->c,     x->h,     x->w,     w->k,     w->h, w->w, conv->sh,
                      conv->sw, conv->ph, conv->pw, conv->dh, conv->dw, 0,    0};
-  const int64_t extent_h = g.dh * (g.kh - 1) + 1, extent_w = g.dw * (g.kw - 1) + 1;
-  if (g.h + 2 * g.ph < extent_h || g.w + 2 * g.pw < extent_w) return false;
-  g.ho = (g.h + 2 * g.ph - extent_h) / g.sh + 1;
-  g.wo = (g.w + 2 * g.pw - extent_w) / g.sw + 1;
+  if (!rg::emu::cudnn_detail::complete_geometry(g)) return false;
   return w->c == x->c && y->n == x->n && y->c == w->k && y->h == g.ho && y->w == g.wo;
 }
 
 std::atomic<rg::emu::CudnnConvAlgorithms> conv_algorithms{
     rg::emu::CudnnConvAlgorithms::deterministic};
-
-void count_call(const std::string& name) {
-  std::lock_guard<std::mutex> lock(calls_mu);
-  ++calls[name];
-}
 
 // The algorithms on offer (rg::emu::cudnn_set_conv_algorithms), best first. `deterministic_algo`
 // is the pass's deterministic algorithm when only one is offered; `weight_pass`: the offer is for
@@ -247,89 +399,17 @@ bool unit_scales(cudnnDataType_t type, const void* alpha, const void* beta) {
   return *static_cast<const float*>(alpha) == 1.f && *static_cast<const float*>(beta) == 0.f;
 }
 
-// n values of storage type T at p, widened (or copied) to the compute type C.
-template <class T, class C>
-std::vector<C> widen(const void* p, int64_t n) {
-  std::vector<C> v(static_cast<size_t>(n));
-  rg::kernels::cpu::cast<T, C>(static_cast<const T*>(p), v.data(), n);
-  return v;
-}
-
-enum class Pass { forward, data, weight };
-
-// Runs one pass in the compute type C on operands of storage type T: the half types are widened
-// to f32 and the result rounded once; with tf32 both operands are rounded to TF32 first.
-template <class T, class C>
-void run(Pass pass, const Conv2dGeometry& g, const void* a, const void* b, void* out, bool tf32) {
-  namespace cpu = rg::kernels::cpu;
-  const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * g.c * g.kh * g.kw,
-                ny = g.n * g.o * g.ho * g.wo;
-  // (a, b) = (x, w) forward, (w, gy) data, (x, gy) weight.
-  const int64_t na = pass == Pass::data ? nw : nx, nb = pass == Pass::forward ? nw : ny;
-  const int64_t nout = pass == Pass::forward ? ny : pass == Pass::data ? nx : nw;
-  std::vector<C> av = widen<T, C>(a, na), bv = widen<T, C>(b, nb);
-  if constexpr (std::is_same_v<T, float>) {
-    if (tf32) {
-      rg::emu::round_to_tf32(av.data(), av.size());
-      rg::emu::round_to_tf32(bv.data(), bv.size());
-    }
-  }
-  std::vector<C> o(static_cast<size_t>(nout));
-  switch (pass) {
-    case Pass::forward:
-      ConvCpu::forward<C>(g, av.data(), bv.data(), nullptr, o.data(), false, {}, {});
-      break;
-    case Pass::data:
-      ConvCpu::backward<C>(g, nullptr, av.data(), bv.data(), o.data(), nullptr, nullptr, false, {},
-                           {});
-      break;
-    case Pass::weight:
-      ConvCpu::backward<C>(g, av.data(), nullptr, bv.data(), nullptr, o.data(), nullptr, false, {},
-                           {});
-      break;
-  }
-  cpu::cast<C, T>(o.data(), static_cast<T*>(out), nout);
-}
-
-// Queues the pass on the handle's stream (the geometry is copied: the caller may destroy its
-// descriptors as soon as the call returns, as cuDNN allows).
+// Queues a legacy convolution pass: TF32 for f32 data unless the math type is CUDNN_FMA_MATH
+// (or NVIDIA_TF32_OVERRIDE=0).
 cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, cudnnMathType_t math, Pass pass,
                        const Conv2dGeometry& g, const void* a, const void* b, void* out) {
-  void (*run_pass)(Pass, const Conv2dGeometry&, const void*, const void*, void*, bool) = nullptr;
-  size_t elem = 0;
-  switch (type) {
-    case CUDNN_DATA_FLOAT:
-      run_pass = run<float, float>;
-      elem = 4;
-      break;
-    case CUDNN_DATA_DOUBLE:
-      run_pass = run<double, double>;
-      elem = 8;
-      break;
-    case CUDNN_DATA_HALF:
-      run_pass = run<rg::Half, float>;
-      elem = 2;
-      break;
-    case CUDNN_DATA_BFLOAT16:
-      run_pass = run<rg::BFloat16, float>;
-      elem = 2;
-      break;
-    default:
-      return CUDNN_STATUS_NOT_SUPPORTED;
-  }
-  const size_t nx = size_t(g.n * g.c * g.h * g.w) * elem,
-               nw = size_t(g.o * g.c * g.kh * g.kw) * elem,
-               ny = size_t(g.n * g.o * g.ho * g.wo) * elem;
-  const size_t na = pass == Pass::data ? nw : nx, nb = pass == Pass::forward ? nw : ny;
-  const size_t nout = pass == Pass::forward ? ny : pass == Pass::data ? nx : nw;
   const char* name = pass == Pass::forward ? "cudnnConvolutionForward"
                      : pass == Pass::data  ? "cudnnConvolutionBackwardData"
                                            : "cudnnConvolutionBackwardFilter";
   const bool tf32 =
       type == CUDNN_DATA_FLOAT && math != CUDNN_FMA_MATH && !rg::emu::tf32_overridden_off();
-  queue(handle, name, {{a, na, false}, {b, nb, false}, {out, nout, true}},
-        [=] { run_pass(pass, g, a, b, out, tf32); });
-  return CUDNN_STATUS_SUCCESS;
+  return rg::emu::cudnn_detail::dispatch(
+      handle, ConvCall{name, type, tf32, pass, g, rg::emu::cudnn_detail::Layout::nchw, a, b, out});
 }
 
 }  // namespace
@@ -823,11 +903,7 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
 
 namespace rg::emu {
 int cudnn_live_descriptors() { return live_descriptors.load(); }
-int64_t cudnn_calls(std::string_view function) {
-  std::lock_guard<std::mutex> lock(calls_mu);
-  const auto it = calls.find(function);
-  return it == calls.end() ? 0 : it->second;
-}
+int64_t cudnn_calls(std::string_view function) { return cudnn_detail::calls_of(function); }
 void cudnn_set_conv_algorithms(CudnnConvAlgorithms offer) { conv_algorithms.store(offer); }
 int64_t cudnn_conv_algo_calls(std::string_view function, int algo) {
   return cudnn_calls(std::string(function) + "#" + std::to_string(algo));

@@ -2,7 +2,9 @@
 // whose offered convolution algorithms a test can choose (emu::cudnn_set_conv_algorithms): a pass
 // offered only non-deterministic algorithms is an error naming it under the switch and runs
 // without it; with a deterministic alternative the switch takes it, benchmark alone takes the
-// fastest; benchmark times each configuration once (cudnnFind* call counts). On any device:
+// fastest; benchmark times each configuration once (cudnnFind* call counts). Those three tests are
+// of cuDNN's legacy convolution API (set_cudnn_conv_api(legacy)); the graph API's own are in
+// cudnn_graph_device_test.cpp. On any device, with the default (graph) API:
 // benchmark on and off agree with the CPU, and two deterministic trainings of a small CNN give
 // the same bits, and embedding's backward with duplicate indices has the CPU's bits. Each test
 // uses its own shapes, since the algorithm cache lives for the process.
@@ -44,6 +46,7 @@ class Determinism : public ::testing::Test {
   void TearDown() override {
     set_deterministic_algorithms(false);
     set_cudnn_benchmark(false);
+    set_cudnn_conv_api(CudnnConvApi::graph);
 #if defined(RG_CUDA_EMU)
     emu::cudnn_set_conv_algorithms(emu::CudnnConvAlgorithms::deterministic);
 #endif
@@ -90,6 +93,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 #if defined(RG_CUDA_EMU)
 TEST_F(Determinism, ConvWithOnlyNonDeterministicAlgorithmsIsANamedErrorUnderTheSwitch) {
+  set_cudnn_conv_api(CudnnConvApi::legacy);
   emu::cudnn_set_conv_algorithms(emu::CudnnConvAlgorithms::nondeterministic_only);
   const ConvCase c = conv_case(2);
   // Without the switch the non-deterministic algorithm runs and is right.
@@ -123,6 +127,7 @@ TEST_F(Determinism, ConvWithOnlyNonDeterministicAlgorithmsIsANamedErrorUnderTheS
 }
 
 TEST_F(Determinism, TheSwitchTakesTheDeterministicAlgorithmAndBenchmarkAloneTheFastest) {
+  set_cudnn_conv_api(CudnnConvApi::legacy);
   emu::cudnn_set_conv_algorithms(emu::CudnnConvAlgorithms::nondeterministic_first);
   const auto count = [](int algo) {
     return emu::cudnn_conv_algo_calls("cudnnConvolutionBackwardFilter", algo) +
@@ -146,6 +151,7 @@ TEST_F(Determinism, TheSwitchTakesTheDeterministicAlgorithmAndBenchmarkAloneTheF
 }
 
 TEST_F(Determinism, BenchmarkTimesEachConfigurationOnce) {
+  set_cudnn_conv_api(CudnnConvApi::legacy);
   const auto finds = [] {
     return emu::cudnn_calls("cudnnFindConvolutionForwardAlgorithm") +
            emu::cudnn_calls("cudnnFindConvolutionBackwardDataAlgorithm") +

@@ -127,11 +127,25 @@ TEST_F(HostStalls, ADeferredBadTargetIsRaisedLater) {
 
 #if defined(RG_CUDA_EMU)
 // cuDNN descriptors (convolution, batch norm, pooling) are created once per shape and thread
-// (kernels/cuda/cudnn_common.h, cudnn::cached): a steady ResNet-18 step creates none; a step used
-// to create and destroy ~130, each a host-side cost per op.
+// (kernels/cuda/cudnn_common.h, cudnn::cached), and the graph API's (tensors, operations, plans,
+// variant packs) once per configuration, handle and thread (kernels/cuda/conv2d_graph.cu): a
+// steady ResNet-18 step creates none; a step used to create and destroy ~130, each a host-side
+// cost per op.
 TEST_F(HostStalls, ASteadyStepCreatesNoCudnnDescriptor) {
   const auto created = [] {
-    return emu::cudnn_calls("cudnnCreateTensorDescriptor") +
+    int64_t backend = 0;  // the graph API's (conv2d's default): plans, variant packs, ...
+    for (const cudnnBackendDescriptorType_t type :
+         {CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+          CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+          CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+          CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+          CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+          CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+          CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
+          CUDNN_BACKEND_TENSOR_DESCRIPTOR}) {
+      backend += emu::cudnn_backend_created(type);
+    }
+    return backend + emu::cudnn_calls("cudnnCreateTensorDescriptor") +
            emu::cudnn_calls("cudnnCreateFilterDescriptor") +
            emu::cudnn_calls("cudnnCreateConvolutionDescriptor");
   };

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "emu/kernels/kernel_test_util.h"
+#include "kernels/algorithm_policy.h"
 #include "kernels/conv2d.h"
 #include "kernels/cuda/batch_norm_cudnn.h"
 #include "kernels/cuda/pool_cudnn.h"
@@ -22,6 +23,8 @@ namespace cu = kernels::cuda;
 using ConvCuda = kernels::Conv2d<kernels::Cuda>;
 
 TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
+  // The legacy API's descriptors (cudnn::cached); the graph API's are checked below.
+  kernels::set_cudnn_legacy_conv(true);
   // x's batch does not fit cuDNN's int: the wrapper throws after creating x's descriptor.
   kernels::Conv2dGeometry g{int64_t(1) << 40, 3, 9, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1, 9, 11};
   const int before = emu::cudnn_live_descriptors();
@@ -41,6 +44,23 @@ TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
   EXPECT_EQ(emu::cudnn_live_descriptors(), before + 8);
   EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), 0);
   EXPECT_EQ(emu::cudnn_live_descriptors(), before + 8);
+  kernels::set_cudnn_legacy_conv(false);
+  // The graph API (the default): the refused geometry keeps nothing of its own (the legacy API,
+  // its fallback, refuses it too); a good one keeps its x, w, y, convolution, operation, graph and
+  // plan, once.
+  g.n = 3;
+  g.ho = 4;
+  const int graph_before = emu::cudnn_live_descriptors();
+  EXPECT_THROW(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}),
+               rg::Error);
+  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4) << "the legacy API's four";
+  // (Another batch: the choice's key has no ho, which a caller derives from the rest.)
+  g.n = 5;
+  g.ho = 9;
+  EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), 0);
+  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4 + 7);
+  EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), 0);
+  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4 + 7);
 }
 
 TEST(CudnnWrappers, BatchNormLimits) {

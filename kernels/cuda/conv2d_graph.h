@@ -1,0 +1,36 @@
+// Conv2d<Cuda>'s convolutions through cuDNN's graph (backend) API (kernels/cuda/conv2d_graph.cu),
+// for kernels/cuda/conv2d.cu, which falls back to cuDNN's legacy API where this offers no engine.
+// Internal to the .cu files: it includes <cudnn.h> (the emulated one under the emulator).
+#pragma once
+
+#include <cudnn.h>
+
+#include <cstdint>
+
+#include "kernels/conv2d.h"
+
+namespace rg::kernels::cuda {
+
+// The cuDNN passes, each with its own engine (or algorithm) and workspace.
+enum class CudnnPass { forward, backward_data, backward_weight };
+
+const char* pass_name(CudnnPass pass);
+
+namespace conv_graph {
+
+// The workspace the graph API's plan for `pass` needs, its operands assumed 16-byte aligned (as
+// the caching allocator's blocks are), or -1 when the graph API has no usable engine for it: the
+// caller then takes the legacy API. Chooses (and with benchmark, times) the engine on first use.
+int64_t workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type,
+                        bool allow_tf32, void* stream);
+
+// Runs `pass` through the graph API: (a, b) -> out is (x, w) -> y forward, (w, gy) -> gx
+// backward data, (x, gy) -> gw backward weight. Returns false, running nothing, when the graph API
+// has no usable engine for it (the caller runs the legacy API). A workspace smaller than the
+// plan's is an error.
+bool run(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type, bool allow_tf32,
+         const void* a, const void* b, void* out, void* workspace, int64_t workspace_bytes,
+         void* stream);
+
+}  // namespace conv_graph
+}  // namespace rg::kernels::cuda
