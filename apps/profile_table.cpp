@@ -106,7 +106,7 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
   const double t1 = size_t(p.end_step) < starts.size() ? starts[size_t(p.end_step)]
                                                        : std::numeric_limits<double>::infinity();
   p.host_us = (std::isinf(t1) ? trace_end(trace, rank, t0) : t1) - t0;
-  std::map<std::pair<std::string, std::string>, ProfileRow> ops, host, stalls;
+  std::map<std::pair<std::string, std::string>, ProfileRow> ops, host, stalls, descriptors;
   for (const TraceEvent& e : trace.events) {
     if (e.pid != rank) continue;
     // A GPU span belongs to the step that queued its work: with the host running ahead of the
@@ -114,12 +114,14 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
     const auto queued = e.args.find("queued_us");
     const double at = queued != e.args.end() && trace.on_stream(e) ? e.ts - queued->second : e.ts;
     if (at < t0 || at >= t1) continue;
-    if (e.ph == 'i' && e.cat == "host stall") {
-      ProfileRow& row = stalls[{e.name, e.cat}];
+    if (e.ph == 'i' && (e.cat == "host stall" || e.cat == "cudnn descriptor")) {
+      const bool stall = e.cat == "host stall";
+      ProfileRow& row = (stall ? stalls : descriptors)[{e.name, e.cat}];
       row.name = e.name;
       row.category = e.cat;
       ++row.calls;
-      ++p.stall_calls;
+      const bool pack = e.name.find("variant pack") != std::string::npos;
+      ++(stall ? p.stall_calls : pack ? p.variant_pack_calls : p.descriptor_calls);
       continue;
     }
     if (e.ph != 'X') continue;
@@ -138,8 +140,11 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
   p.ops = sorted_rows(ops);
   p.host = sorted_rows(host);
   p.stalls = sorted_rows(stalls);
-  std::stable_sort(p.stalls.begin(), p.stalls.end(),
-                   [](const ProfileRow& a, const ProfileRow& b) { return a.calls > b.calls; });
+  p.descriptors = sorted_rows(descriptors);
+  for (std::vector<ProfileRow>* rows : {&p.stalls, &p.descriptors}) {
+    std::stable_sort(rows->begin(), rows->end(),
+                     [](const ProfileRow& a, const ProfileRow& b) { return a.calls > b.calls; });
+  }
   return p;
 }
 
@@ -149,6 +154,7 @@ std::string profile_table(const Profile& p) {
   for (const auto& r : p.ops) w = std::max(w, r.name.size());
   for (const auto& r : p.host) w = std::max(w, r.name.size());
   for (const auto& r : p.stalls) w = std::max(w, r.name.size());
+  for (const auto& r : p.descriptors) w = std::max(w, r.name.size());
   std::string out = fmt::format(
       "{}: rank {}, steps {}:{} of {} traced\n"
       "GPU time per step {:.3f} ms (the stream spans' sum), host time per step {:.3f} ms (one "
@@ -175,6 +181,13 @@ std::string profile_table(const Profile& p) {
       "a real GPU has none)\n",
       double(p.stall_calls) / steps);
   for (const auto& r : p.stalls)
+    out += fmt::format("{:<{}}  {:<16} {:>8} {:>10.1f}\n", r.name, w, r.category, r.calls,
+                       double(r.calls) / steps);
+  out += fmt::format(
+      "\ncuDNN descriptors created per step: {:.1f}, and variant packs {:.1f} (counted by the "
+      "emulated cuDNN only)\n",
+      double(p.descriptor_calls) / steps, double(p.variant_pack_calls) / steps);
+  for (const auto& r : p.descriptors)
     out += fmt::format("{:<{}}  {:<16} {:>8} {:>10.1f}\n", r.name, w, r.category, r.calls,
                        double(r.calls) / steps);
   return out;

@@ -41,6 +41,13 @@ struct Profile {
   // reads) by call; recorded by the emulated runtime only (engine/cuda/backend.h).
   std::vector<ProfileRow> stalls;
   int64_t stall_calls = 0;
+  // cuDNN descriptors created ("cudnn descriptor" instants), by creating function and type;
+  // reported by the emulated cuDNN only. descriptor_calls leaves out the graph API's variant packs
+  // (variant_pack_calls): the per-call bundles of a plan's pointers, reused only for pointer sets
+  // seen before (kernels/cuda/conv2d_graph.cu).
+  std::vector<ProfileRow> descriptors;
+  int64_t descriptor_calls = 0;
+  int64_t variant_pack_calls = 0;
   double gpu_us = 0;   // all GPU spans of the steps together
   double host_us = 0;  // the steps' wall time (forward to next forward)
   int steps() const { return end_step - first_step; }

@@ -31,6 +31,8 @@ struct ConvAlgoKey {
   bool benchmark = false;
   // The graph API's plans: the byte alignment its tensors declare (0 for the legacy API).
   int64_t alignment = 0;
+  // The most workspace the choice may take; 0: kMaxConvWorkspaceBytes.
+  int64_t workspace_limit = 0;
   auto operator<=>(const ConvAlgoKey&) const = default;
 };
 
@@ -38,7 +40,7 @@ inline ConvAlgoKey conv_algo_key(int device, int pass, const Conv2dGeometry& g, 
                                  int layout, bool allow_tf32, bool deterministic, bool benchmark) {
   return ConvAlgoKey{device, pass, g.n,   g.c,    g.h,        g.w,           g.o,
                      g.kh,   g.kw, g.sh,  g.sw,   g.ph,       g.pw,          g.dh,
-                     g.dw,   1,    dtype, layout, allow_tf32, deterministic, benchmark, 0};
+                     g.dw,   1,    dtype, layout, allow_tf32, deterministic, benchmark, 0, 0};
 }
 
 // A thread-safe map from key to choice. get_or_choose runs `choose` outside the lock (timing the

@@ -96,6 +96,9 @@ class Backend {
   // is allowed; a real library may choose an algorithm that does not).
   virtual bool emulated() const { return false; }
   virtual void set_host_blocking_observer(void (* /*observer*/)(const char* call)) {}
+  // The observer hears each host-side library object (a cuDNN descriptor) created, by the
+  // creating function's name; only the emulator reports them (its cuDNN's descriptors).
+  virtual void set_library_object_observer(void (* /*observer*/)(const char* function)) {}
 };
 
 // The process's real backend: cudart in CUDA builds; in builds without CUDA one that reports 0

@@ -229,6 +229,9 @@ class CudartBackend final : public Backend {
   void set_host_blocking_observer(void (*observer)(const char* call)) override {
     ::rg::emu::set_host_blocking_observer(observer);
   }
+  void set_library_object_observer(void (*observer)(const char* function)) override {
+    ::rg::emu::set_library_object_observer(observer);
+  }
   void annotate_host_block_freed(
       void* ptr, size_t bytes,
       const std::vector<std::pair<int, StreamHandle>>& also_used_on) override {

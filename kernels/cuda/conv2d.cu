@@ -89,11 +89,12 @@ struct Choice {
 // was tried and measured on an H200 (ResNet-18 b256 bf16: 16.8k img/s against about 21k this way,
 // f32 unchanged, and --cudnn-benchmark still slower than the heuristics), so it was taken out.
 template <class Perf>
-Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, bool benchmark) {
+Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, bool benchmark,
+            int64_t limit) {
   const Perf* fallback = nullptr;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > size_t(kMaxConvWorkspaceBytes)) continue;
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > size_t(limit)) continue;
     if (p.determinism == CUDNN_DETERMINISTIC || (benchmark && !deterministic)) {
       return {int(p.algo), p.memory};
     }
@@ -102,9 +103,9 @@ Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, boo
   RG_CHECK(!deterministic || fallback == nullptr, pass_name(pass),
            " on CUDA has no deterministic implementation for this shape: cuDNN offers only "
            "non-deterministic algorithms (float atomics) within a ",
-           kMaxConvWorkspaceBytes >> 20, " MiB workspace; run without --deterministic");
+           limit >> 20, " MiB workspace; run without --deterministic");
   RG_CHECK(fallback != nullptr, "cuda::conv2d: cuDNN offers no ", pass_name(pass),
-           " algorithm for this shape within a ", kMaxConvWorkspaceBytes >> 20, " MiB workspace");
+           " algorithm for this shape within a ", limit, "-byte workspace");
   return {int(fallback->algo), fallback->memory};
 }
 
@@ -113,7 +114,7 @@ Choice pick(const Perf* perf, int count, CudnnPass pass, bool deterministic, boo
 // fastest first), as torch.backends.cudnn.benchmark does. Called with h's mutex held.
 template <class T>
 Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool deterministic,
-             bool benchmark) {
+             bool benchmark, int64_t limit = kMaxConvWorkspaceBytes) {
   constexpr int kMax = 16;
   int count = 0;
   if (pass == CudnnPass::forward) {
@@ -125,7 +126,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax,
                                                            &count, perf));
     }
-    return pick(perf, count, pass, deterministic, benchmark);
+    return pick(perf, count, pass, deterministic, benchmark, limit);
   }
   if (pass == CudnnPass::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
@@ -136,7 +137,7 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
       RG_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d,
                                                                 kMax, &count, perf));
     }
-    return pick(perf, count, pass, deterministic, benchmark);
+    return pick(perf, count, pass, deterministic, benchmark, limit);
   }
   cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
   if (benchmark) {
@@ -146,14 +147,14 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
     RG_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d,
                                                                 kMax, &count, perf));
   }
-  return pick(perf, count, pass, deterministic, benchmark);
+  return pick(perf, count, pass, deterministic, benchmark, limit);
 }
 
 // The cached algorithm of (current device, geometry, dtype, pass, math, policy), chosen on first
 // use (kernels/conv_algo_cache.h). Called with h's mutex held.
 template <class T>
 Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g, CudnnPass pass,
-              bool allow_tf32) {
+              bool allow_tf32, int64_t workspace = kMaxConvWorkspaceBytes) {
   static ConvAlgoCache<Choice> cache;
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
@@ -161,7 +162,12 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   const ConvAlgoKey key =
       conv_algo_key(device, int(pass), g, int(data_type<T>()), int(CUDNN_TENSOR_NCHW), allow_tf32,
                     deterministic, benchmark);
-  return cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
+  const Choice c =
+      cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
+  if (int64_t(c.workspace) <= workspace) return c;
+  // Less workspace than the choice needs: the caller sized it for the graph API's plan, and this
+  // pass fell back to the legacy API (conv2d_graph.h). The heuristics' best within it, uncached.
+  return query<T>(h, d, pass, deterministic, false, workspace);
 }
 
 // The descriptors of (every geometry field, math), kept per thread (cudnn::cached; the dtype is
@@ -209,7 +215,7 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, CudnnPass::forward, allow_tf32);
+  const Choice c = choose<T>(h, d, g, CudnnPass::forward, allow_tf32, workspace_bytes);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionForward(h, &one, d.x.d, x, d.w.d, w, d.conv.d,
@@ -234,7 +240,7 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, CudnnPass::backward_data, allow_tf32);
+  const Choice c = choose<T>(h, d, g, CudnnPass::backward_data, allow_tf32, workspace_bytes);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionBackwardData(h, &one, d.w.d, w, d.y.d, gy, d.conv.d,
@@ -261,7 +267,7 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, CudnnPass::backward_weight, allow_tf32);
+  const Choice c = choose<T>(h, d, g, CudnnPass::backward_weight, allow_tf32, workspace_bytes);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionBackwardFilter(h, &one, d.x.d, x, d.y.d, gy, d.conv.d,

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,9 +49,10 @@ constexpr size_t kBenchmarkCandidates = 8;
 // Variant packs kept per plan (one per pointer set run); beyond it the plan's are dropped.
 constexpr size_t kMaxVariantPacks = 64;
 
-// cuDNN 9 deprecates the handle attributes of the operation graph and the execution plan (the
-// handle passed to cudnnBackendExecute is enough from 9.? on); older cuDNN 9 releases require
-// them, so they are set, by value, to keep the deprecation warnings out of a -Werror build.
+// cuDNN 9 deprecates the handle attributes of the operation graph and the execution plan (from
+// 9.8.0 the graph needs none, and the plan only to be deserialized); older cuDNN 9 releases
+// require them. So they are set where accepted (a release that refuses them is not an error), by
+// value, to keep the deprecation warnings out of a -Werror build.
 constexpr auto kGraphHandle = static_cast<cudnnBackendAttributeName_t>(800);
 constexpr auto kPlanHandle = static_cast<cudnnBackendAttributeName_t>(400);
 
@@ -94,6 +96,7 @@ struct Config {
   cudnnDataType_t type;
   bool allow_tf32;
   int64_t alignment;
+  int64_t limit;  // the most workspace a plan may take
 };
 
 Desc tensor(int64_t uid, cudnnDataType_t type, std::array<int64_t, 4> dims, int64_t alignment) {
@@ -181,7 +184,7 @@ OpGraph op_graph(cudnnHandle_t h, const Config& c) {
   }
   o.op.finalize();
   o.graph.set_desc(CUDNN_ATTR_OPERATIONGRAPH_OPS, o.op);
-  o.graph.set(kGraphHandle, CUDNN_TYPE_HANDLE, &h);
+  (void)cudnnBackendSetAttribute(o.graph.get(), kGraphHandle, CUDNN_TYPE_HANDLE, 1, &h);
   o.graph.finalize();
   return o;
 }
@@ -225,7 +228,8 @@ Engine engine_of(const Desc& config, const Config& c, bool deterministic) {
   Engine e;
   RG_CUDA_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
                                          CUDNN_TYPE_INT64, 1, &count, &e.index));
-  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes;
+  notes.fill(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
   RG_CUDA_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
                                          CUDNN_TYPE_NUMERICAL_NOTE, int64_t(notes.size()), &count,
                                          notes.data()));
@@ -250,7 +254,7 @@ struct Plan {
 // `limit` bytes of workspace).
 std::unique_ptr<Plan> make_plan(cudnnHandle_t h, const Desc& config, int64_t limit) {
   auto p = std::make_unique<Plan>(Plan{Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR), 0});
-  p->plan.set(kPlanHandle, CUDNN_TYPE_HANDLE, &h);
+  (void)cudnnBackendSetAttribute(p->plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &h);
   p->plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
   if (cudnnBackendFinalize(p->plan.get()) != CUDNN_STATUS_SUCCESS) return nullptr;
   int64_t count = 0;
@@ -310,7 +314,13 @@ class Scratch {
  public:
   Scratch(size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return;
-    RG_CUDA_CHECK(cudaMalloc(&p_, bytes));
+    if (cudaMalloc(&p_, bytes) != cudaSuccess) {
+      // Out of memory (the caching allocator holds the device's memory): no timing. The error
+      // is cleared so that it is not blamed on the next launch.
+      (void)cudaGetLastError();
+      p_ = nullptr;
+      throw std::bad_alloc();
+    }
     // Zeros, so that no engine times NaN or denormal inputs.
     RG_CUDA_CHECK(cudaMemsetAsync(p_, 0, bytes, stream));
   }
@@ -374,24 +384,35 @@ Choice benchmark(cudnnHandle_t h, cudaStream_t stream, const OpGraph& o, const C
   const size_t elem = element_bytes(c.type);
   int64_t most = 0;
   for (const auto& cand : candidates) most = std::max(most, cand.first.workspace);
-  const Scratch x(size_t(g.n * g.c * g.h * g.w) * elem, stream),
-      w(size_t(g.o * g.c * g.kh * g.kw) * elem, stream),
-      y(size_t(g.n * g.o * g.ho * g.wo) * elem, stream), workspace(size_t(most), stream);
-  const std::array<void*, 3> ptrs{x.get(), w.get(), y.get()};
+  std::unique_ptr<Scratch> x, w, y, workspace;
+  try {
+    x = std::make_unique<Scratch>(size_t(g.n * g.c * g.h * g.w) * elem, stream);
+    w = std::make_unique<Scratch>(size_t(g.o * g.c * g.kh * g.kw) * elem, stream);
+    y = std::make_unique<Scratch>(size_t(g.n * g.o * g.ho * g.wo) * elem, stream);
+    workspace = std::make_unique<Scratch>(size_t(most), stream);
+  } catch (const std::bad_alloc&) {
+    return {};  // no memory to time in: the heuristics choose
+  }
+  const std::array<void*, 3> ptrs{x->get(), w->get(), y->get()};
   // The operands in the pass's order (by_uid's inverse).
   const Operands ops = c.pass == CudnnPass::forward         ? Operands{ptrs[0], ptrs[1], ptrs[2]}
                        : c.pass == CudnnPass::backward_data ? Operands{ptrs[1], ptrs[2], ptrs[0]}
                                                             : Operands{ptrs[0], ptrs[2], ptrs[1]};
-  size_t fastest = 0;
+  Choice fastest;
   float fastest_ms = -1;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const float ms = time_plan(h, stream, *candidates[i].second, c, ops, workspace.get());
+  for (const auto& [choice, plan] : candidates) {
+    float ms = -1;
+    try {
+      ms = time_plan(h, stream, *plan, c, ops, workspace->get());
+    } catch (const std::exception&) {
+      continue;  // an engine that fails to run is not a candidate
+    }
     if (fastest_ms < 0 || ms < fastest_ms) {
-      fastest = i;
+      fastest = choice;
       fastest_ms = ms;
     }
   }
-  return candidates[fastest].first;
+  return fastest;
 }
 
 // The first usable engine of the heuristics, mode A, then B, then the fallback list.
@@ -427,12 +448,13 @@ ConvAlgoKey key_of(const Config& c, bool deterministic, bool benchmark) {
   ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type), int(CUDNN_TENSOR_NCHW),
                                   c.allow_tf32, deterministic, benchmark);
   key.alignment = c.alignment;
+  key.workspace_limit = c.limit == kMaxConvWorkspaceBytes ? 0 : c.limit;
   return key;
 }
 
 // The choice of `key`, made once per process (the first caller's handle and stream time it).
-Choice choose(cudnnHandle_t h, cudaStream_t stream, const Config& c, const ConvAlgoKey& key,
-              int64_t limit) {
+Choice choose(cudnnHandle_t h, cudaStream_t stream, const Config& c, const ConvAlgoKey& key) {
+  const int64_t limit = c.limit;
   static ConvAlgoCache<Choice> cache;
   return cache.get_or_choose(key, [&] {
     Choice choice;
@@ -453,19 +475,28 @@ Choice choose(cudnnHandle_t h, cudaStream_t stream, const Config& c, const ConvA
 // pointer sets it has run.
 struct Prepared {
   OpGraph graph;
+  Desc config;  // kept while the plan lives, as cudnn-frontend keeps it
   std::unique_ptr<Plan> plan;
   std::map<std::array<const void*, 4>, Desc> packs;
 };
 
 // The prepared plan of `c` on handle h (null: the legacy API serves it), built on the thread's
 // first use of (h, c) from the process-wide choice.
-Prepared* prepared(cudnnHandle_t h, cudaStream_t stream, const Config& c, int64_t limit) {
+Prepared* prepared(cudnnHandle_t h, cudaStream_t stream, const Config& c) {
   const bool deterministic = deterministic_algorithms(), bench = cudnn_benchmark();
   const ConvAlgoKey key = key_of(c, deterministic, bench);
   thread_local std::map<std::pair<cudnnHandle_t, ConvAlgoKey>, std::unique_ptr<Prepared>> cache;
   const auto it = cache.find({h, key});
   if (it != cache.end()) return it->second.get();
-  const Choice choice = choose(h, stream, c, key, limit);
+  // Choosing and building a plan (heuristics, plan finalization, benchmark's allocations and
+  // synchronizations) cannot happen inside a CUDA graph capture.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RG_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  RG_CHECK(capture == cudaStreamCaptureStatusNone, "cuda::conv2d: the ", pass_name(c.pass),
+           " of a configuration first seen inside a CUDA graph capture (", c.g.n, "x", c.g.c, "x",
+           c.g.h, "x", c.g.w, ", ", c.g.o, " filters of ", c.g.kh, "x", c.g.kw,
+           "); run it once before capturing, as train::GraphStep's warm-up steps do");
+  const Choice choice = choose(h, stream, c, key);
   std::unique_ptr<Prepared> p;
   if (choice.available) {
     try {
@@ -474,9 +505,10 @@ Prepared* prepared(cudnnHandle_t h, cudaStream_t stream, const Config& c, int64_
       // The heuristics answer the same way every time: the chosen engine is at its position.
       const size_t at = size_t(choice.position);
       if (at < configs.size() && engine_of(configs[at], c, deterministic).index == choice.engine) {
-        std::unique_ptr<Plan> plan = make_plan(h, configs[at], limit);
+        std::unique_ptr<Plan> plan = make_plan(h, configs[at], c.limit);
         if (plan != nullptr) {
-          p = std::make_unique<Prepared>(Prepared{std::move(o), std::move(plan), {}});
+          p = std::make_unique<Prepared>(
+              Prepared{std::move(o), std::move(configs[at]), std::move(plan), {}});
         }
       }
       if (p == nullptr) warn_fallback(c, "the chosen engine's plan could not be rebuilt");
@@ -505,9 +537,8 @@ int64_t workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t
                         bool allow_tf32, void* stream) {
   if (!graph_api()) return -1;
   const cudnn::LockedHandle handle(stream);
-  const Config c{g, pass, type, allow_tf32, kAssumedAlignment};
-  const Prepared* p =
-      prepared(handle.get(), static_cast<cudaStream_t>(stream), c, kMaxConvWorkspaceBytes);
+  const Config c{g, pass, type, allow_tf32, kAssumedAlignment, kMaxConvWorkspaceBytes};
+  const Prepared* p = prepared(handle.get(), static_cast<cudaStream_t>(stream), c);
   return p == nullptr ? -1 : p->plan->workspace;
 }
 
@@ -516,17 +547,20 @@ bool run(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type, bool all
          void* stream) {
   if (!graph_api()) return false;
   const cudnn::LockedHandle handle(stream);
-  const Config c{g, pass, type, allow_tf32, alignment_of({a, b, out})};
-  // Operands less aligned than assumed get a plan of their own, within the workspace given.
-  const int64_t limit = c.alignment == kAssumedAlignment
+  const int64_t alignment = alignment_of({a, b, out});
+  // Operands less aligned than assumed get a plan of their own, within the workspace given (the
+  // limit is part of the configuration's key).
+  const int64_t limit = alignment == kAssumedAlignment
                             ? kMaxConvWorkspaceBytes
                             : std::min(kMaxConvWorkspaceBytes, workspace_bytes);
-  Prepared* p = prepared(handle.get(), static_cast<cudaStream_t>(stream), c, limit);
-  if (p == nullptr) return false;
-  RG_CHECK(workspace_bytes >= p->plan->workspace && (workspace != nullptr || p->plan->workspace == 0),
-           "cuda::conv2d: the ", pass_name(pass), "'s cuDNN plan needs a workspace of ",
-           p->plan->workspace, " bytes, got ", workspace_bytes,
-           " (size it with Conv2d<Cuda>::workspace_bytes)");
+  const Config c{g, pass, type, allow_tf32, alignment, limit};
+  Prepared* p = prepared(handle.get(), static_cast<cudaStream_t>(stream), c);
+  // A plan this workspace cannot hold (another thread's or handle's choice, the switch turned
+  // between the query and the run): the legacy API runs it, within the workspace given.
+  if (p == nullptr || p->plan->workspace > workspace_bytes ||
+      (workspace == nullptr && p->plan->workspace > 0)) {
+    return false;
+  }
   const std::array<const void*, 4> ptrs{a, b, out, workspace};
   auto it = p->packs.find(ptrs);
   if (it == p->packs.end()) {

@@ -26,8 +26,10 @@ int64_t workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t
 
 // Runs `pass` through the graph API: (a, b) -> out is (x, w) -> y forward, (w, gy) -> gx
 // backward data, (x, gy) -> gw backward weight. Returns false, running nothing, when the graph API
-// has no usable engine for it (the caller runs the legacy API). A workspace smaller than the
-// plan's is an error.
+// has no usable engine for it or its plan needs more workspace than given (the caller then runs
+// the legacy API within the workspace given). Operands less than 16-byte aligned get a plan of
+// their own within the workspace given. A configuration first seen inside a CUDA graph capture is
+// an error (choosing and building a plan cannot be captured).
 bool run(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type, bool allow_tf32,
          const void* a, const void* b, void* out, void* workspace, int64_t workspace_bytes,
          void* stream);

@@ -101,10 +101,11 @@ std::vector<C> widen(const void* p, int64_t n) {
 }
 
 template <class D>
-cudnnStatus_t create_descriptor(D** desc) {
+cudnnStatus_t create_descriptor(D** desc, const char* function) {
   if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
   *desc = new D;
   ++live_descriptors;
+  rg::emu::library_object_created(function);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -148,7 +149,7 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) {
   count_call("cudnnCreateTensorDescriptor");
-  return create_descriptor(desc);
+  return create_descriptor(desc, "cudnnCreateTensorDescriptor");
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
   return destroy_descriptor(desc);
@@ -162,7 +163,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) {
   count_call("cudnnCreateFilterDescriptor");
-  return create_descriptor(desc);
+  return create_descriptor(desc, "cudnnCreateFilterDescriptor");
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
   return destroy_descriptor(desc);
@@ -176,7 +177,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) {
   count_call("cudnnCreateConvolutionDescriptor");
-  return create_descriptor(desc);
+  return create_descriptor(desc, "cudnnCreateConvolutionDescriptor");
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
   return destroy_descriptor(desc);
@@ -774,7 +775,7 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
 }
 
 cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* desc) {
-  return create_descriptor(desc);
+  return create_descriptor(desc, "cudnnCreatePoolingDescriptor");
 }
 cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t desc) {
   return destroy_descriptor(desc);

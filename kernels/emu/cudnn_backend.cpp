@@ -213,6 +213,30 @@ Pass pass_of(cudnnBackendDescriptorType_t type) {
                                                                                 : Pass::weight;
 }
 
+// The name the tracer shows for a creation: the function and the descriptor type.
+const char* creation_name(cudnnBackendDescriptorType_t type) {
+  switch (type) {
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (tensor)";
+    case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (convolution)";
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (operation graph)";
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (heuristics)";
+    case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (engine)";
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (engine config)";
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (execution plan)";
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR:
+      return "cudnnBackendCreateDescriptor (variant pack)";
+    default:
+      return "cudnnBackendCreateDescriptor (operation)";
+  }
+}
+
 Descriptor* make(cudnnBackendDescriptorType_t type) {
   switch (type) {
     case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
@@ -767,6 +791,7 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
   }
   ++detail::live_descriptors;
   ++created[size_t(type)];
+  rg::emu::library_object_created(creation_name(type));
   *desc = static_cast<void*>(d);
   return CUDNN_STATUS_SUCCESS;
 }

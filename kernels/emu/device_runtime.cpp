@@ -685,6 +685,19 @@ void set_host_blocking_observer(HostBlockingObserver observer) {
   host_blocking_observer.store(observer, std::memory_order_release);
 }
 
+namespace {
+std::atomic<LibraryObjectObserver> library_object_observer{nullptr};
+}  // namespace
+
+void set_library_object_observer(LibraryObjectObserver observer) {
+  library_object_observer.store(observer, std::memory_order_release);
+}
+void library_object_created(const char* function) {
+  if (LibraryObjectObserver o = library_object_observer.load(std::memory_order_acquire)) {
+    o(function);
+  }
+}
+
 void check_status(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
   std::string detail;

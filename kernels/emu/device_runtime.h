@@ -101,5 +101,12 @@ bool refuse_during_capture(bool allowed_in_relaxed);
 // for every host-blocking call of every thread; nullptr: none. The engine's tracer installs one.
 using HostBlockingObserver = void (*)(const char* call);
 void set_host_blocking_observer(HostBlockingObserver observer);
+// Objects the emulated libraries create on the host per call site (cuDNN descriptors, of either
+// API): each creation is shown to the observer with the creating function's name, on the creating
+// thread; nullptr: none. The engine's tracer installs one, so that ringgrad-bench profile can
+// count them per step (a steady training step creates none).
+using LibraryObjectObserver = void (*)(const char* function);
+void set_library_object_observer(LibraryObjectObserver observer);
+void library_object_created(const char* function);
 
 }  // namespace rg::emu

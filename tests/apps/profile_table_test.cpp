@@ -61,6 +61,16 @@ std::string hand_trace(bool with_gpu = true) {
       stall("cudaStreamSynchronize", o + 800);
       stall("cudaStreamSynchronize", o + 850);
     }
+    // cuDNN descriptors (the emulated cuDNN's instants): step 0 creates three.
+    if (k == 0) {
+      for (const char* f :
+           {"cudnnBackendCreateDescriptor (tensor)", "cudnnBackendCreateDescriptor (tensor)",
+            "cudnnCreateTensorDescriptor", "cudnnBackendCreateDescriptor (variant pack)"}) {
+        ev.push_back(std::string(R"({"name":")") + f +
+                     R"(","cat":"cudnn descriptor","ph":"i","s":"t","ts":)" +
+                     std::to_string(o + 15) + R"(,"pid":0,"tid":0})");
+      }
+    }
   }
   std::string out = R"({"traceEvents":[)";
   for (size_t i = 0; i < ev.size(); ++i) out += (i ? "," : "") + ev[i];
@@ -108,6 +118,17 @@ TEST(ProfileTable, GroupsStreamSpansByOpWithExactTotalsMeansAndShares) {
   EXPECT_EQ(p.stalls[0].calls, 2);
   EXPECT_EQ(compute_profile(parse_trace(hand_trace(), "t.json"), 0, "2:3").stall_calls, 0);
   EXPECT_NE(profile_table(p).find("host-blocking calls per step: 1.0"), std::string::npos)
+      << profile_table(p);
+  // cuDNN descriptors counted the same way (3 and a variant pack in step 0 only), not as stalls.
+  EXPECT_EQ(p.descriptor_calls, 3);
+  EXPECT_EQ(p.variant_pack_calls, 1);
+  ASSERT_EQ(p.descriptors.size(), 3u);
+  EXPECT_EQ(p.descriptors[0].name, "cudnnBackendCreateDescriptor (tensor)");
+  EXPECT_EQ(p.descriptors[0].calls, 2);
+  EXPECT_EQ(compute_profile(parse_trace(hand_trace(), "t.json"), 0, "1:3").descriptor_calls, 0);
+  EXPECT_NE(profile_table(p).find("cuDNN descriptors created per step: 1.0, and variant packs "
+                                   "0.3"),
+            std::string::npos)
       << profile_table(p);
 
   const std::string csv = profile_csv(p);
@@ -310,11 +331,19 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   const Profile steady = compute_profile(t, 0, "1:" + std::to_string(kSteps - 1));
   EXPECT_EQ(steady.stall_calls, 0) << "host stalls in the steady steps";
   EXPECT_GT(compute_profile(t, 0, "").stall_calls, 0) << "the epoch's end reads the losses back";
+  // No cuDNN descriptor made in the steady steps (the graph API's plans, the legacy API's batch
+  // norm and pooling descriptors are kept); the first step makes them. The graph API's variant
+  // packs are kept per pointer set: fewer than one per convolution call (60 per step) once
+  // the step's buffers repeat (2 per step after 3 steps, when the batch buffers still rotate).
+  EXPECT_EQ(steady.descriptor_calls, 0) << "cuDNN descriptors created in the steady steps";
+  EXPECT_GT(compute_profile(t, 0, "0:1").descriptor_calls, 0) << "the first step makes them";
+  EXPECT_LE(steady.variant_pack_calls, 60);
 
   const auto bench = rg::testing::run_processes(
       {{{RG_BENCH_BINARY, "profile", trace, "--csv", csv}, {}}}, dir_, 60)[0];
   ASSERT_EQ(bench.exit_code, 0) << bench.out;
   EXPECT_NE(bench.out.find("GPU op"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("cuDNN descriptors created per step"), std::string::npos) << bench.out;
   std::istringstream rows(file_contents(csv));
   std::string line;
   std::getline(rows, line);

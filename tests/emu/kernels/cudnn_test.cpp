@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "emu/kernels/kernel_test_util.h"
 #include "kernels/algorithm_policy.h"
@@ -46,8 +48,8 @@ TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
   EXPECT_EQ(emu::cudnn_live_descriptors(), before + 8);
   kernels::set_cudnn_legacy_conv(false);
   // The graph API (the default): the refused geometry keeps nothing of its own (the legacy API,
-  // its fallback, refuses it too); a good one keeps its x, w, y, convolution, operation, graph and
-  // plan, once.
+  // its fallback, refuses it too); a good one keeps its x, w, y, convolution, operation, graph,
+  // engine configuration and plan, once.
   g.n = 3;
   g.ho = 4;
   const int graph_before = emu::cudnn_live_descriptors();
@@ -58,9 +60,9 @@ TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
   g.n = 5;
   g.ho = 9;
   EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), 0);
-  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4 + 7);
+  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4 + 8);
   EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), 0);
-  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4 + 7);
+  EXPECT_EQ(emu::cudnn_live_descriptors(), graph_before + 4 + 8);
 }
 
 TEST(CudnnWrappers, BatchNormLimits) {
@@ -129,6 +131,62 @@ TEST(Conv2dKernels, BothBackendsTakeTheBiasAndGiveItsGradient) {
   ConvCuda::backward<double>(g, nullptr, nullptr, gy.data(), nullptr, nullptr, only_gb.data(),
                              false, {}, {});
   expect_close(only_gb, want_gb, 1e-12, 1e-12, "conv2d gb alone");
+}
+
+// cuDNN's graph API (the default) with a workspace smaller than its plan needs: the pass falls
+// back to the legacy API within the workspace given (the query sized it for the graph API's plan;
+// another thread's or handle's choice may need more), and computes the same.
+TEST(Conv2dGraphApi, APlanNeedingMoreWorkspaceThanGivenFallsBackToTheLegacyApi) {
+  // Engine 1 (first in this offer) needs 1024 bytes; the legacy algorithms none.
+  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::nondeterministic_first);
+  const kernels::Conv2dGeometry g{2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 7, 6};
+  const auto x = random_values<float>(g.n * g.c * g.h * g.w, 5);
+  const auto w = random_values<float>(g.o * g.c * g.kh * g.kw, 6);
+  std::vector<float> y(size_t(g.n * g.o * g.ho * g.wo)), y_legacy(y.size());
+  const int64_t bytes = ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, {});
+  EXPECT_EQ(bytes, 1024);
+  std::vector<unsigned char> ws(static_cast<size_t>(bytes));
+  const int64_t engine1 = emu::cudnn_engine_executions(1);
+  const int64_t legacy = emu::cudnn_calls("cudnnConvolutionForward");
+  ConvCuda::forward<float>(g, x.data(), w.data(), nullptr, y.data(), false,
+                           kernels::Workspace{ws.data(), int64_t(ws.size())}, {});
+  EXPECT_EQ(emu::cudnn_engine_executions(1) - engine1, 1);
+  ConvCuda::forward<float>(g, x.data(), w.data(), nullptr, y_legacy.data(), false, {}, {});
+  EXPECT_EQ(emu::cudnn_engine_executions(1) - engine1, 1) << "no workspace: not the plan";
+  EXPECT_EQ(emu::cudnn_calls("cudnnConvolutionForward") - legacy, 1);
+  EXPECT_EQ(y, y_legacy);  // the same CPU convolution in f32 on both emulated paths
+  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::standard);
+}
+
+// Choosing an engine and building its plan cannot be captured: a configuration first seen inside
+// a CUDA graph capture is an error that says so, and the capture stays usable.
+TEST(Conv2dGraphApi, AConfigurationFirstSeenInACaptureIsAClearError) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const kernels::Ctx ctx{stream, 0};
+  // The stream's cuDNN handle is made outside the capture (cudnnCreate cannot be captured).
+  kernels::Conv2dGeometry g{1, 2, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 5, 5};
+  // f32 without TF32: the emulated engine 2 (FMA), 256 bytes of workspace.
+  EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx), 256);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  g.n = 3;  // a configuration not seen before
+  try {
+    ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx);
+    ADD_FAILURE() << "no error";
+  } catch (const rg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d forward of a configuration first seen inside a "
+                                         "CUDA graph capture (3x2x5x5, 3 filters of 3x3)"),
+              std::string::npos)
+        << e.what();
+  }
+  g.n = 1;  // the one seen before serves inside the capture
+  EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx), 256);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (graph != nullptr) {
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace
