@@ -22,6 +22,8 @@ struct GraphStep::Captured {
   }
 
   std::unique_ptr<cuda::Graph> graph;
+  uint64_t state_version = 0;           // the optimizer's at the capture
+  std::vector<const void*> param_data;  // the parameters' storage at the capture
   Tensor inputs, targets, loss;  // static: copied into before each replay; the graph's loss
   std::vector<Tensor> grads;     // the graph's gradients, one per parameter (undefined: none)
   std::vector<DeferredChecks::Captured> checks;
@@ -56,7 +58,10 @@ auto on_lane(const cuda::Stream& lane, Device device, const Tensor& inputs, cons
 
 GraphStep::GraphStep(optim::Optimizer& optimizer, Device device, int warmup_steps,
                      int64_t full_batch)
-    : optimizer_(optimizer), device_(device), warmup_(warmup_steps), full_batch_(full_batch) {
+    : optimizer_(optimizer),
+      device_(device),
+      full_batch_(full_batch),
+      eager_needed_(warmup_steps) {
   RG_CHECK(device.is_cuda(), "--cuda-graphs: CUDA graphs need a CUDA device, got ", device.str());
   // At least one eager step on the lane: cuBLAS and cuDNN create their handles for a stream at its
   // first use (device memory, which a capture cannot allocate), the optimizer its state.
@@ -85,14 +90,30 @@ void GraphStep::capture(const Body& body, const Tensor& inputs, const Tensor& ta
   }
   if (checks) c->checks = checks->take_captured();
   RG_CHECK(c->loss.defined(), "--cuda-graphs: the captured step returned no loss");
-  for (const Tensor& p : optimizer_.params()) c->grads.push_back(p.grad());
+  for (const Tensor& p : optimizer_.params()) {
+    c->grads.push_back(p.grad());
+    c->param_data.push_back(p.raw_data());
+  }
+  c->state_version = optimizer_.state_version();
   c_ = std::move(c);
   ++captures_;
 }
 
+bool GraphStep::current() const {
+  if (optimizer_.state_version() != c_->state_version) return false;
+  const std::vector<Tensor>& params = optimizer_.params();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].raw_data() != c_->param_data[i]) return false;
+  return true;
+}
+
 Tensor GraphStep::run(const Body& body, const Tensor& inputs, const Tensor& targets) {
+  if (c_ && !current()) {
+    c_.reset();  // the graph's pool goes back once the streams it ran on are done with it
+    eager_needed_ = eager_ + 1;
+  }
   const bool full = full_batch_ <= 0 || (inputs.dim() > 0 && inputs.size(0) == full_batch_);
-  const bool eager = c_ ? !c_->matches(inputs, targets) : (eager_ < warmup_ || !full);
+  const bool eager = c_ ? !c_->matches(inputs, targets) : (eager_ < eager_needed_ || !full);
   const cuda::Stream caller = cuda::current_stream(device_.index);
   const Tensor loss = on_lane(lane_->stream, device_, inputs, targets, [&] {
     if (eager) {

@@ -19,6 +19,9 @@
 //   - A batch of another shape (an epoch's short last batch) runs eagerly; the next replay puts
 //     the graph's gradients back on the parameters. With full_batch set, only batches of that many
 //     samples are captured (a short first batch after the warm-up is not).
+//   - The graph updates the buffers it captured: after the optimizer's load_state (new state
+//     tensors) or a parameter given new storage, the capture is dropped, one step runs eagerly
+//     (the optimizer may have no state left) and the next is captured again.
 // What cannot be captured is refused with an rg::Error naming it (a host-blocking call).
 #pragma once
 
@@ -60,11 +63,13 @@ class GraphStep {
   struct Captured;  // the graph, its static buffers and outputs (graph_step.cpp)
   struct Lane;      // the stream every step runs on
   void capture(const Body& body, const Tensor& inputs, const Tensor& targets);
+  // Whether the capture still updates the optimizer's state and the parameters' storage.
+  bool current() const;
 
   optim::Optimizer& optimizer_;
   Device device_;
-  int warmup_;
   int64_t full_batch_;
+  int64_t eager_needed_;  // eager steps before the next capture (warm-up, and after a stale one)
   std::unique_ptr<Lane> lane_;
   std::unique_ptr<Captured> c_;
   int64_t captures_ = 0, replays_ = 0, eager_ = 0;

@@ -115,6 +115,7 @@ void Optimizer::load_state(const NamedTensors& state) {
     return entries;
   };
   const auto restore = [&](const std::vector<Entry>& entries) {
+    ++state_version_;
     clear_state();
     for (const Entry& e : entries) {
       RG_CHECK(restore_state(e.index, e.key, e.value), this->name(), ".load_state: unknown state '",

@@ -57,6 +57,10 @@ class Optimizer {
   // Restores what state() returned for parameters of the same shapes, replacing all current
   // state. Unknown keys, bad indices, shape mismatches and incomplete entries are clear errors.
   void load_state(const NamedTensors& state);
+  // Counts load_state calls (even failed ones, which restore the previous state in new tensors):
+  // a CUDA graph captured before one updates the old state's buffers (train::GraphStep captures
+  // again when it changes).
+  uint64_t state_version() const { return state_version_; }
 
  protected:
   virtual void clear_state() = 0;
@@ -72,6 +76,7 @@ class Optimizer {
 
   std::vector<Tensor> params_;
   double lr_;
+  uint64_t state_version_ = 0;
 
  private:
   std::vector<double> weight_decay_;  // per parameter

@@ -214,6 +214,42 @@ TEST_F(CudaGraphTraining, AdamReplaysFollowTheLearningRateWithoutCapturingAgain)
 
 // With full_batch set, a short batch right after the warm-up is not captured: the next full one is
 // (without it, the short shape would be captured and every later full batch would run eagerly).
+// The optimizer's load_state after the capture (new state tensors, as a resumed checkpoint makes):
+// the graph would go on updating the old ones, so GraphStep drops it, runs one step eagerly and
+// captures again. Both runs load the momentum they had after step 1 before step 4: the same losses
+// bit for bit, with two captures.
+TEST_F(CudaGraphTraining, ALoadedOptimizerStateIsCapturedAgain) {
+  const Shape sample{1, 28, 28};
+  std::vector<data::Batch> data = batches(sample, 4);  // 4 full batches, twice
+  for (const data::Batch& b : batches(sample, 4)) data.push_back(b);
+  Training eager = make_training("toynet", sample), graphed = make_training("toynet", sample);
+  train::GraphStep graph(*graphed.opt, kCuda, /*warmup_steps=*/1);
+  DeferredChecks checks;
+  NamedTensors saved[2];
+  for (size_t s = 0; s < data.size(); ++s) {
+    for (Training* r : {&eager, &graphed}) {
+      NamedTensors& mine = saved[r == &eager ? 0 : 1];
+      if (s == 4) r->opt->load_state(mine);
+      r->opt->zero_grad();
+      const train::GraphStep::Body body = step_of(*r->model, *r->opt);
+      Tensor loss;
+      if (r == &graphed) loss = graph.run(body, data[s].inputs, data[s].targets);
+      if (!loss.defined()) loss = body(data[s].inputs, data[s].targets);
+      r->losses.push_back(loss.item());
+      if (s == 1) {
+        for (const auto& [name, t] : r->opt->state()) mine.emplace_back(name, t.clone());
+      }
+    }
+  }
+  checks.flush();
+  EXPECT_EQ(graph.captures(), 2);
+  EXPECT_EQ(graph.eager_steps(), 2) << "the warm-up and the step after load_state";
+  EXPECT_EQ(eager.losses, graphed.losses);
+  const auto pe = eager.model->named_parameters(), pg = graphed.model->named_parameters();
+  for (size_t i = 0; i < pe.size(); ++i)
+    expect_bitwise_equal(pe[i].second, pg[i].second, pe[i].first);
+}
+
 TEST_F(CudaGraphTraining, AShortBatchAfterTheWarmUpIsNotCaptured) {
   const Shape sample{1, 28, 28};
   std::vector<data::Batch> data = batches(sample, 5);  // the fifth has 2 samples
