@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -431,15 +432,19 @@ Choice heuristic(cudnnHandle_t h, const OpGraph& o, const Config& c, bool determ
   return {};
 }
 
-// Tells the user once per process that some configuration fell back to the legacy API, and why.
+// Tells the user that a configuration fell back to the legacy API, and why: once per distinct
+// (pass, reason) in the process, so that every kind of refusal shows without repeating.
 void warn_fallback(const Config& c, const char* why) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "ringgrad: cuDNN's graph API could not serve a %s (%s); it runs through cuDNN's "
-                 "legacy API (this message is shown once)\n",
-                 pass_name(c.pass), why);
-  });
+  static std::mutex mu;
+  static std::set<std::pair<int, std::string>> told;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!told.emplace(int(c.pass), why).second) return;
+  }
+  std::fprintf(stderr,
+               "ringgrad: cuDNN's graph API could not serve a %s (%s); it runs through cuDNN's "
+               "legacy API (shown once per pass and reason)\n",
+               pass_name(c.pass), why);
 }
 
 ConvAlgoKey key_of(const Config& c, bool deterministic, bool benchmark) {
