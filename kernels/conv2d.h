@@ -1,4 +1,4 @@
-// 2-D convolution (groups = 1) on NCHW arrays, one contract for both backends (kernels/backend.h):
+// 2-D convolution (groups = 1) on NCHW arrays (or channels last, Conv2dGeometry), one contract for both backends (kernels/backend.h):
 // forward with the bias, and the backward's input, weight and bias gradients.
 // kernels/cpu/conv2d.cpp defines Conv2d<Cpu> (f32, f64: im2col or shifted rows + OpenBLAS GEMM,
 // col2im), and kernels/cuda/conv2d.cu Conv2d<Cuda> (f32, f64, f16, bf16: cuDNN's convolution, whose
@@ -22,11 +22,16 @@
 namespace rg::kernels {
 
 // Input [n, c, h, w], weight [o, c, kh, kw], output [n, o, ho, wo]; the caller computes ho/wo.
+// With channels_last every array (x, w, y and their gradients) lies in memory channels last,
+// as PyTorch's torch.channels_last: x [n, h, w, c], w [o, kh, kw, c], y [n, ho, wo, o] (the
+// dimensions keep their NCHW meaning). The CPU converts at its boundary; CUDA runs cuDNN on
+// NHWC tensors.
 struct Conv2dGeometry {
   int64_t n, c, h, w;
   int64_t o, kh, kw;
   int64_t sh, sw, ph, pw, dh, dw;
   int64_t ho, wo;
+  bool channels_last = false;
 };
 
 // The largest workspace a CUDA convolution algorithm may use.

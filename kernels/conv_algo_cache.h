@@ -14,9 +14,9 @@
 
 namespace rg::kernels {
 
-// Everything an algorithm choice depends on. groups and layout are constant today (Conv2d is
-// groups = 1 on packed NCHW); they are in the key so that adding either cannot reuse a choice
-// made for another value. deterministic and benchmark are the policy (kernels/algorithm_policy.h)
+// Everything an algorithm choice depends on. groups is constant today (Conv2d is groups = 1);
+// it is in the key so that adding it cannot reuse a choice made for another value. layout is the
+// cuDNN tensor format (NCHW, or NHWC for channels last). deterministic and benchmark are the policy (kernels/algorithm_policy.h)
 // in force when the choice was made: turning either on or off chooses again.
 struct ConvAlgoKey {
   int device = 0;

@@ -628,6 +628,35 @@ void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* g
   if (gw) conv2d_weight_grad(g, x, gy, gw);
 }
 
+// [n, hw, c] (channels last) -> [n, c, hw]; nothing for a null array.
+template <class T>
+std::vector<T> to_channels_first(const T* p, int64_t n, int64_t c, int64_t hw) {
+  std::vector<T> out;
+  if (p == nullptr) return out;
+  out.resize(size_t(n * c * hw));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < hw; ++s)
+      for (int64_t ch = 0; ch < c; ++ch)
+        out[size_t((i * c + ch) * hw + s)] = p[(i * hw + s) * c + ch];
+  return out;
+}
+
+// [n, c, hw] -> [n, hw, c] into dst (when not null).
+template <class T>
+void to_channels_last(const std::vector<T>& src, T* dst, int64_t n, int64_t c, int64_t hw) {
+  if (dst == nullptr) return;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < hw; ++s)
+      for (int64_t ch = 0; ch < c; ++ch)
+        dst[(i * hw + s) * c + ch] = src[size_t((i * c + ch) * hw + s)];
+}
+
+// A scratch array for `want` (null when not wanted), its size that of n * c * hw values.
+template <class T>
+std::vector<T> scratch_for(const T* want, int64_t n, int64_t c, int64_t hw) {
+  return want == nullptr ? std::vector<T>() : std::vector<T>(size_t(n * c * hw));
+}
+
 }  // namespace
 }  // namespace rg::kernels::cpu
 
@@ -642,7 +671,17 @@ int64_t Conv2d<Cpu>::workspace_bytes(const Conv2dGeometry&, ConvPass, bool, Ctx)
 template <>
 template <class T>
 void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
-                          bool, Workspace, Ctx) {
+                          bool allow_tf32, Workspace workspace, Ctx ctx) {
+  if (g.channels_last) {  // converted at the boundary: the convolutions below are NCHW
+    Conv2dGeometry f = g;
+    f.channels_last = false;
+    const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, g.h * g.w),
+                         ws = cpu::to_channels_first(w, g.o, g.c, g.kh * g.kw);
+    std::vector<T> ys(size_t(g.n * g.o * g.ho * g.wo));
+    forward<T>(f, xs.data(), ws.data(), bias, ys.data(), allow_tf32, workspace, ctx);
+    cpu::to_channels_last(ys, y, g.n, g.o, g.ho * g.wo);
+    return;
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (cpu::use_own_winograd(g)) {
       cpu::winograd_conv2d_forward(g, x, w, bias, y);
@@ -657,6 +696,21 @@ template <>
 template <class T>
 void Conv2d<Cpu>::backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx,
                            T* gw, T* gb, bool, Workspace, Ctx) {
+  if (g.channels_last) {
+    Conv2dGeometry f = g;
+    f.channels_last = false;
+    const int64_t hw = g.h * g.w, k = g.kh * g.kw, hwo = g.ho * g.wo;
+    const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, hw),
+                         ws = cpu::to_channels_first(w, g.o, g.c, k),
+                         gys = cpu::to_channels_first(gy, g.n, g.o, hwo);
+    std::vector<T> gxs = cpu::scratch_for(gx, g.n, g.c, hw);
+    std::vector<T> gws = cpu::scratch_for(gw, g.o, g.c, k);
+    cpu::conv2d_backward(f, x ? xs.data() : nullptr, w ? ws.data() : nullptr, gys.data(),
+                         gx ? gxs.data() : nullptr, gw ? gws.data() : nullptr, gb);
+    cpu::to_channels_last(gxs, gx, g.n, g.c, hw);
+    cpu::to_channels_last(gws, gw, g.o, g.c, k);
+    return;
+  }
   cpu::conv2d_backward(g, x, w, gy, gx, gw, gb);
 }
 

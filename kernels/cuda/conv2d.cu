@@ -32,10 +32,14 @@ using cudnn::TensorDesc;
 
 constexpr const char* kOp = "cuda::conv2d";
 
+cudnnTensorFormat_t format_of(const Conv2dGeometry& g) {
+  return g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
 struct FilterDesc : cudnn::Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
                                       cudnnDestroyFilterDescriptor> {
   FilterDesc(cudnnDataType_t type, const Conv2dGeometry& g) {
-    RG_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, as_int(kOp, "o", g.o),
+    RG_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, type, format_of(g), as_int(kOp, "o", g.o),
                                              as_int(kOp, "c", g.c), as_int(kOp, "kh", g.kh),
                                              as_int(kOp, "kw", g.kw)));
   }
@@ -59,8 +63,8 @@ struct Descriptors {
   FilterDesc w;
   ConvDesc conv;
   Descriptors(const Conv2dGeometry& g, bool allow_tf32)
-      : x(kOp, data_type<T>(), g.n, g.c, g.h, g.w),
-        y(kOp, data_type<T>(), g.n, g.o, g.ho, g.wo),
+      : x(kOp, data_type<T>(), g.n, g.c, g.h, g.w, format_of(g)),
+        y(kOp, data_type<T>(), g.n, g.o, g.ho, g.wo, format_of(g)),
         w(data_type<T>(), g),
         conv(g, std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT,
              std::is_same_v<T, float>    ? (allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)
@@ -160,7 +164,7 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   RG_CUDA_CHECK(cudaGetDevice(&device));
   const bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
   const ConvAlgoKey key =
-      conv_algo_key(device, int(pass), g, int(data_type<T>()), int(CUDNN_TENSOR_NCHW), allow_tf32,
+      conv_algo_key(device, int(pass), g, int(data_type<T>()), int(format_of(g)), allow_tf32,
                     deterministic, benchmark);
   const Choice c =
       cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
@@ -176,7 +180,7 @@ template <class T>
 const Descriptors<T>& descriptors(const Conv2dGeometry& g, bool allow_tf32) {
   return cudnn::cached<Descriptors<T>>(
       std::tuple{g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.ho,
-                 g.wo, allow_tf32},
+                 g.wo, g.channels_last, allow_tf32},
       g, allow_tf32);
 }
 
@@ -275,22 +279,26 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
                                                size_t(workspace_bytes), &zero, d.w.d, gw));
 }
 
-// y[i, oc, :] += bias[oc], in the compute type.
+// y[i, oc, :] += bias[oc], in the compute type; channels last: y[i, :, oc].
 template <class D>
-__global__ void add_bias_kernel(D* y, const D* bias, int64_t o, int64_t hw, int64_t total) {
+__global__ void add_bias_kernel(D* y, const D* bias, int64_t o, int64_t hw, int64_t total,
+                                bool channels_last) {
   for (int64_t idx = detail::grid_start(); idx < total; idx += detail::grid_stride()) {
-    y[idx] = detail::store<D>(detail::load(y[idx]) + detail::load(bias[idx / hw % o]));
+    const int64_t oc = channels_last ? idx % o : idx / hw % o;
+    y[idx] = detail::store<D>(detail::load(y[idx]) + detail::load(bias[oc]));
   }
 }
 
 // gb[oc] = sum over the batch and pixels of gy[:, oc, :], one block per channel, in f64.
 template <class D>
-__global__ void bias_grad_kernel(const D* gy, D* gb, int64_t n, int64_t o, int64_t hw) {
+__global__ void bias_grad_kernel(const D* gy, D* gb, int64_t n, int64_t o, int64_t hw,
+                                 bool channels_last) {
   __shared__ double scratch[32];
   for (int64_t oc = blockIdx.x; oc < o; oc += gridDim.x) {
     double acc = 0;
     for (int64_t j = threadIdx.x; j < n * hw; j += blockDim.x) {
-      acc += static_cast<double>(detail::load(gy[(j / hw * o + oc) * hw + j % hw]));
+      const int64_t at = channels_last ? j * o + oc : (j / hw * o + oc) * hw + j % hw;
+      acc += static_cast<double>(detail::load(gy[at]));
     }
     acc = detail::block_sum(acc, scratch);
     if (threadIdx.x == 0) gb[oc] = detail::store<D>(acc);
@@ -332,7 +340,7 @@ void Conv2d<Cuda>::forward(const Conv2dGeometry& g, const T* x, const T* w, cons
   if (bias == nullptr || total == 0) return;
   RG_LAUNCH(cuda::add_bias_kernel<D>, cuda::detail::blocks_for(total), cuda::detail::kThreads, 0,
             cuda::detail::as_stream(ctx.stream), cuda::detail::dev(y), cuda::detail::dev(bias),
-            g.o, hw, total);
+            g.o, hw, total, g.channels_last);
 }
 
 template <>
@@ -344,7 +352,7 @@ void Conv2d<Cuda>::backward(const Conv2dGeometry& g, const T* x, const T* w, con
     RG_LAUNCH(cuda::bias_grad_kernel<D>,
               static_cast<unsigned int>(std::min<int64_t>(g.o, cuda::kMaxGrid)),
               cuda::kBiasThreads, 0, cuda::detail::as_stream(ctx.stream), cuda::detail::dev(gy),
-              cuda::detail::dev(gb), g.n, g.o, g.ho * g.wo);
+              cuda::detail::dev(gb), g.n, g.o, g.ho * g.wo, g.channels_last);
   }
   if (gx != nullptr) {
     cuda::conv2d_backward_data(g, w, gy, gx, allow_tf32, workspace.data, workspace.bytes,

@@ -100,10 +100,14 @@ struct Config {
   int64_t limit;  // the most workspace a plan may take
 };
 
-Desc tensor(int64_t uid, cudnnDataType_t type, std::array<int64_t, 4> dims, int64_t alignment) {
+Desc tensor(int64_t uid, cudnnDataType_t type, std::array<int64_t, 4> dims, int64_t alignment,
+            bool channels_last) {
   Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  // Packed NCHW.
-  const std::array<int64_t, 4> strides{dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  // Packed NCHW, or NHWC (channels last); the dimensions are in NCHW order either way.
+  const std::array<int64_t, 4> strides =
+      channels_last
+          ? std::array<int64_t, 4>{dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]}
+          : std::array<int64_t, 4>{dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
   t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type);
   t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), 4);
   t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4);
@@ -121,9 +125,9 @@ struct OpGraph {
 OpGraph op_graph(cudnnHandle_t h, const Config& c) {
   const Conv2dGeometry& g = c.g;
   const bool f64 = c.type == CUDNN_DATA_DOUBLE;
-  OpGraph o{tensor(kUidX, c.type, {g.n, g.c, g.h, g.w}, c.alignment),
-            tensor(kUidW, c.type, {g.o, g.c, g.kh, g.kw}, c.alignment),
-            tensor(kUidY, c.type, {g.n, g.o, g.ho, g.wo}, c.alignment),
+  OpGraph o{tensor(kUidX, c.type, {g.n, g.c, g.h, g.w}, c.alignment, g.channels_last),
+            tensor(kUidW, c.type, {g.o, g.c, g.kh, g.kw}, c.alignment, g.channels_last),
+            tensor(kUidY, c.type, {g.n, g.o, g.ho, g.wo}, c.alignment, g.channels_last),
             Desc(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
             Desc(c.pass == CudnnPass::forward
                      ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
@@ -450,8 +454,9 @@ void warn_fallback(const Config& c, const char* why) {
 ConvAlgoKey key_of(const Config& c, bool deterministic, bool benchmark) {
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
-  ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type), int(CUDNN_TENSOR_NCHW),
-                                  c.allow_tf32, deterministic, benchmark);
+  const int layout = int(c.g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW);
+  ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type), layout, c.allow_tf32,
+                                  deterministic, benchmark);
   key.alignment = c.alignment;
   key.workspace_limit = c.limit == kMaxConvWorkspaceBytes ? 0 : c.limit;
   return key;

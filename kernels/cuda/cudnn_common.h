@@ -64,11 +64,12 @@ const D& cached(const Key& key, const Args&... args) {
   return *it->second;
 }
 
-// A packed NCHW tensor; op names the caller in size errors.
+// A packed NCHW tensor (or NHWC: channels last); op names the caller in size errors.
 struct TensorDesc : Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor,
                                cudnnDestroyTensorDescriptor> {
-  TensorDesc(const char* op, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
-    RG_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, as_int(op, "n", n),
+  TensorDesc(const char* op, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w,
+             cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW) {
+    RG_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, format, type, as_int(op, "n", n),
                                              as_int(op, "channels", c), as_int(op, "height", h),
                                              as_int(op, "width", w)));
   }

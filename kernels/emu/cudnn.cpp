@@ -35,11 +35,13 @@ struct cudnnTensorStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   int n = 0, c = 0, h = 0, w = 0;
+  bool nhwc = false;  // CUDNN_TENSOR_NHWC: only the convolution takes it
 };
 struct cudnnFilterStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   int k = 0, c = 0, h = 0, w = 0;
+  bool nhwc = false;  // KRSC
 };
 struct cudnnConvolutionStruct {
   bool set = false;
@@ -156,9 +158,9 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w) {
-  if (format != CUDNN_TENSOR_NCHW) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_NOT_SUPPORTED;
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
-  *desc = {true, type, n, c, h, w};
+  *desc = {true, type, n, c, h, w, format == CUDNN_TENSOR_NHWC};
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) {
@@ -170,9 +172,9 @@ cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int k, int c, int h, int w) {
-  if (format != CUDNN_TENSOR_NCHW) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_NOT_SUPPORTED;
   if (k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
-  *desc = {true, type, k, c, h, w};
+  *desc = {true, type, k, c, h, w, format == CUDNN_TENSOR_NHWC};
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) {
@@ -237,7 +239,9 @@ std::vector<C> relayout(const std::vector<C>& v, const Dims& d, bool to_nchw) {
 // to f32 and the result rounded once; with tf32 both operands are rounded to TF32 first.
 template <class T, class C>
 void run(const ConvCall& p) {
-  const Conv2dGeometry& g = p.g;
+  // The CPU convolution runs on the operands moved to NCHW here (p.layout), so on NCHW arrays.
+  Conv2dGeometry g = p.g;
+  g.channels_last = false;
   const Dims x{g.n, g.c, g.h, g.w}, w{g.o, g.c, g.kh, g.kw}, y{g.n, g.o, g.ho, g.wo};
   // (a, b) = (x, w) forward, (w, gy) data, (x, gy) weight.
   const Dims& da = p.pass == Pass::data ? w : x;
@@ -346,8 +350,9 @@ bool geometry(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
   if (x == nullptr || w == nullptr || conv == nullptr || y == nullptr) return false;
   if (!x->set || !w->set || !conv->set || !y->set) return false;
   if (x->type != w->type || x->type != y->type) return false;
+  if (x->nhwc != w->nhwc || x->nhwc != y->nhwc) return false;  // one layout for all three
   g = Conv2dGeometry{x->n,     x->c,     x->h,     x->w,     w->k,     w->h, w->w, conv->sh,
-                     conv->sw, conv->ph, conv->pw, conv->dh, conv->dw, 0,    0};
+                     conv->sw, conv->ph, conv->pw, conv->dh, conv->dw, 0,    0,    x->nhwc};
   if (!rg::emu::cudnn_detail::complete_geometry(g)) return false;
   return w->c == x->c && y->n == x->n && y->c == w->k && y->h == g.ho && y->w == g.wo;
 }
@@ -410,7 +415,10 @@ cudnnStatus_t dispatch(cudnnHandle_t handle, cudnnDataType_t type, cudnnMathType
   const bool tf32 =
       type == CUDNN_DATA_FLOAT && math != CUDNN_FMA_MATH && !rg::emu::tf32_overridden_off();
   return rg::emu::cudnn_detail::dispatch(
-      handle, ConvCall{name, type, tf32, pass, g, rg::emu::cudnn_detail::Layout::nchw, a, b, out});
+      handle, ConvCall{name, type, tf32, pass, g,
+                       g.channels_last ? rg::emu::cudnn_detail::Layout::nhwc
+                                       : rg::emu::cudnn_detail::Layout::nchw,
+                       a, b, out});
 }
 
 }  // namespace
@@ -546,7 +554,7 @@ bool same_shape(const cudnnTensorStruct* a, const cudnnTensorStruct* b) {
   return a->type == b->type && a->n == b->n && a->c == b->c && a->h == b->h && a->w == b->w;
 }
 
-bool usable(const cudnnTensorStruct* d) { return d != nullptr && d->set; }
+bool usable(const cudnnTensorStruct* d) { return d != nullptr && d->set && !d->nhwc; }
 
 // The accesses of one call, leaving out the optional pointers that are null.
 std::vector<rg::emu::MemAccess> accesses(std::initializer_list<rg::emu::MemAccess> all) {

@@ -30,7 +30,8 @@ typedef enum {
   CUDNN_DATA_BFLOAT16 = 9,
 } cudnnDataType_t;
 
-typedef enum { CUDNN_TENSOR_NCHW = 0 } cudnnTensorFormat_t;
+// NHWC: the legacy convolution's tensors and filters (batch norm and pooling refuse it).
+typedef enum { CUDNN_TENSOR_NCHW = 0, CUDNN_TENSOR_NHWC = 1 } cudnnTensorFormat_t;
 typedef enum { CUDNN_NOT_PROPAGATE_NAN = 0, CUDNN_PROPAGATE_NAN = 1 } cudnnNanPropagation_t;
 typedef enum {
   CUDNN_DEFAULT_MATH = 0,

@@ -133,6 +133,67 @@ TEST(Conv2dKernels, BothBackendsTakeTheBiasAndGiveItsGradient) {
   expect_close(only_gb, want_gb, 1e-12, 1e-12, "conv2d gb alone");
 }
 
+// [n, c, hw] <-> [n, hw, c].
+std::vector<double> channels_last(const std::vector<double>& v, int64_t n, int64_t c, int64_t hw,
+                                  bool to_last) {
+  std::vector<double> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t s = 0; s < hw; ++s) {
+        const size_t first = size_t((i * c + ch) * hw + s), last = size_t((i * hw + s) * c + ch);
+        (to_last ? out[last] : out[first]) = to_last ? v[first] : v[last];
+      }
+  return out;
+}
+
+// channels_last (kernels/conv2d.h): x, w, y and their gradients in NHWC order (the filter KRSC).
+// Each backend gives the NCHW results transposed: the CPU converting at its boundary, CUDA through
+// both cuDNN APIs on NHWC descriptors; the bias and its gradient included.
+TEST(Conv2dKernels, ChannelsLastGivesTheNchwResultsTransposed) {
+  using ConvCpu = kernels::Conv2d<kernels::Cpu>;
+  kernels::Conv2dGeometry g{2, 3, 5, 4, 4, 3, 3, 2, 1, 1, 1, 1, 1, 3, 4};
+  const int64_t hw = g.h * g.w, k = g.kh * g.kw, hwo = g.ho * g.wo;
+  const auto x = random_values<double>(g.n * g.c * hw, 11);
+  const auto w = random_values<double>(g.o * g.c * k, 12);
+  const auto b = random_values<double>(g.o, 13);
+  const auto gy = random_values<double>(g.n * g.o * hwo, 14);
+  // The NCHW reference, on the CPU.
+  std::vector<double> y(gy.size()), gx(x.size()), gw(w.size()), gb(b.size());
+  ConvCpu::forward<double>(g, x.data(), w.data(), b.data(), y.data(), false, {}, {});
+  ConvCpu::backward<double>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data(),
+                            false, {}, {});
+  g.channels_last = true;
+  const auto xl = channels_last(x, g.n, g.c, hw, true), wl = channels_last(w, g.o, g.c, k, true),
+             gyl = channels_last(gy, g.n, g.o, hwo, true);
+  for (const char* backend : {"cpu", "cuda graph API", "cuda legacy API"}) {
+    SCOPED_TRACE(backend);
+    const bool cpu = std::string(backend) == "cpu";
+    kernels::set_cudnn_legacy_conv(std::string(backend) == "cuda legacy API");
+    std::vector<double> yl(y.size()), gxl(x.size()), gwl(w.size()), glb(b.size());
+    if (cpu) {
+      ConvCpu::forward<double>(g, xl.data(), wl.data(), b.data(), yl.data(), false, {}, {});
+      ConvCpu::backward<double>(g, xl.data(), wl.data(), gyl.data(), gxl.data(), gwl.data(),
+                                glb.data(), false, {}, {});
+    } else {
+      const int64_t bytes = std::max(
+          {ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::forward, false, {}),
+           ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::backward, false, {}),
+           int64_t(1)});
+      std::vector<unsigned char> ws(static_cast<size_t>(bytes));
+      const kernels::Workspace workspace{ws.data(), bytes};
+      ConvCuda::forward<double>(g, xl.data(), wl.data(), b.data(), yl.data(), false, workspace,
+                                {});
+      ConvCuda::backward<double>(g, xl.data(), wl.data(), gyl.data(), gxl.data(), gwl.data(),
+                                 glb.data(), false, workspace, {});
+    }
+    expect_close(channels_last(yl, g.n, g.o, hwo, false), y, 1e-12, 1e-12, "y");
+    expect_close(channels_last(gxl, g.n, g.c, hw, false), gx, 1e-12, 1e-12, "gx");
+    expect_close(channels_last(gwl, g.o, g.c, k, false), gw, 1e-12, 1e-12, "gw");
+    expect_close(glb, gb, 1e-12, 1e-12, "gb");
+  }
+  kernels::set_cudnn_legacy_conv(false);
+}
+
 // cuDNN's graph API (the default) with a workspace smaller than its plan needs: the pass falls
 // back to the legacy API within the workspace given (the query sized it for the graph API's plan;
 // another thread's or handle's choice may need more), and computes the same.
