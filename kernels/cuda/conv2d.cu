@@ -32,14 +32,10 @@ using cudnn::TensorDesc;
 
 constexpr const char* kOp = "cuda::conv2d";
 
-cudnnTensorFormat_t format_of(const Conv2dGeometry& g) {
-  return g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-}
-
 struct FilterDesc : cudnn::Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
                                       cudnnDestroyFilterDescriptor> {
   FilterDesc(cudnnDataType_t type, const Conv2dGeometry& g) {
-    RG_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, type, format_of(g), as_int(kOp, "o", g.o),
+    RG_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, type, tensor_format(g), as_int(kOp, "o", g.o),
                                              as_int(kOp, "c", g.c), as_int(kOp, "kh", g.kh),
                                              as_int(kOp, "kw", g.kw)));
   }
@@ -63,8 +59,8 @@ struct Descriptors {
   FilterDesc w;
   ConvDesc conv;
   Descriptors(const Conv2dGeometry& g, bool allow_tf32)
-      : x(kOp, data_type<T>(), g.n, g.c, g.h, g.w, format_of(g)),
-        y(kOp, data_type<T>(), g.n, g.o, g.ho, g.wo, format_of(g)),
+      : x(kOp, data_type<T>(), g.n, g.c, g.h, g.w, tensor_format(g)),
+        y(kOp, data_type<T>(), g.n, g.o, g.ho, g.wo, tensor_format(g)),
         w(data_type<T>(), g),
         conv(g, std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT,
              std::is_same_v<T, float>    ? (allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)
@@ -164,7 +160,7 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   RG_CUDA_CHECK(cudaGetDevice(&device));
   const bool deterministic = deterministic_algorithms(), benchmark = cudnn_benchmark();
   const ConvAlgoKey key =
-      conv_algo_key(device, int(pass), g, int(data_type<T>()), int(format_of(g)), allow_tf32,
+      conv_algo_key(device, int(pass), g, int(data_type<T>()), int(tensor_format(g)), allow_tf32,
                     deterministic, benchmark);
   const Choice c =
       cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });

@@ -454,9 +454,8 @@ void warn_fallback(const Config& c, const char* why) {
 ConvAlgoKey key_of(const Config& c, bool deterministic, bool benchmark) {
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
-  const int layout = int(c.g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW);
-  ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type), layout, c.allow_tf32,
-                                  deterministic, benchmark);
+  ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type),
+                                  int(tensor_format(c.g)), c.allow_tf32, deterministic, benchmark);
   key.alignment = c.alignment;
   key.workspace_limit = c.limit == kMaxConvWorkspaceBytes ? 0 : c.limit;
   return key;

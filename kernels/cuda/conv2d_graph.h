@@ -16,6 +16,11 @@ enum class CudnnPass { forward, backward_data, backward_weight };
 
 const char* pass_name(CudnnPass pass);
 
+// The cuDNN tensor format of a convolution's arrays: NHWC for channels last, else NCHW.
+inline cudnnTensorFormat_t tensor_format(const Conv2dGeometry& g) {
+  return g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
 namespace conv_graph {
 
 // The workspace the graph API's plan for `pass` needs, its operands assumed 16-byte aligned (as
