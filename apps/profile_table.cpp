@@ -106,7 +106,8 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
   const double t1 = size_t(p.end_step) < starts.size() ? starts[size_t(p.end_step)]
                                                        : std::numeric_limits<double>::infinity();
   p.host_us = (std::isinf(t1) ? trace_end(trace, rank, t0) : t1) - t0;
-  std::map<std::pair<std::string, std::string>, ProfileRow> ops, host, stalls, descriptors;
+  std::map<std::pair<std::string, std::string>, ProfileRow> ops, host, stalls, descriptors,
+      conversions;
   for (const TraceEvent& e : trace.events) {
     if (e.pid != rank) continue;
     // A GPU span belongs to the step that queued its work: with the host running ahead of the
@@ -114,6 +115,14 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
     const auto queued = e.args.find("queued_us");
     const double at = queued != e.args.end() && trace.on_stream(e) ? e.ts - queued->second : e.ts;
     if (at < t0 || at >= t1) continue;
+    if (e.ph == 'i' && e.cat == "layout conversion") {
+      ProfileRow& row = conversions[{e.name, e.cat}];
+      row.name = e.name;
+      row.category = e.cat;
+      ++row.calls;
+      ++p.conversion_calls;
+      continue;
+    }
     if (e.ph == 'i' && (e.cat == "host stall" || e.cat == "cudnn descriptor")) {
       const bool stall = e.cat == "host stall";
       ProfileRow& row = (stall ? stalls : descriptors)[{e.name, e.cat}];
@@ -141,7 +150,8 @@ Profile compute_profile(const Trace& trace, int rank, const std::string& steps) 
   p.host = sorted_rows(host);
   p.stalls = sorted_rows(stalls);
   p.descriptors = sorted_rows(descriptors);
-  for (std::vector<ProfileRow>* rows : {&p.stalls, &p.descriptors}) {
+  p.conversions = sorted_rows(conversions);
+  for (std::vector<ProfileRow>* rows : {&p.stalls, &p.descriptors, &p.conversions}) {
     std::stable_sort(rows->begin(), rows->end(),
                      [](const ProfileRow& a, const ProfileRow& b) { return a.calls > b.calls; });
   }
@@ -155,6 +165,7 @@ std::string profile_table(const Profile& p) {
   for (const auto& r : p.host) w = std::max(w, r.name.size());
   for (const auto& r : p.stalls) w = std::max(w, r.name.size());
   for (const auto& r : p.descriptors) w = std::max(w, r.name.size());
+  for (const auto& r : p.conversions) w = std::max(w, r.name.size());
   std::string out = fmt::format(
       "{}: rank {}, steps {}:{} of {} traced\n"
       "GPU time per step {:.3f} ms (the stream spans' sum), host time per step {:.3f} ms (one "
@@ -188,6 +199,11 @@ std::string profile_table(const Profile& p) {
       "emulated cuDNN only)\n",
       double(p.descriptor_calls) / steps, double(p.variant_pack_calls) / steps);
   for (const auto& r : p.descriptors)
+    out += fmt::format("{:<{}}  {:<16} {:>8} {:>10.1f}\n", r.name, w, r.category, r.calls,
+                       double(r.calls) / steps);
+  out += fmt::format("\nlayout conversions on the GPU per step: {:.1f}\n",
+                     double(p.conversion_calls) / steps);
+  for (const auto& r : p.conversions)
     out += fmt::format("{:<{}}  {:<16} {:>8} {:>10.1f}\n", r.name, w, r.category, r.calls,
                        double(r.calls) / steps);
   return out;

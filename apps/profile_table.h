@@ -48,6 +48,10 @@ struct Profile {
   std::vector<ProfileRow> descriptors;
   int64_t descriptor_calls = 0;
   int64_t variant_pack_calls = 0;
+  // Layout conversions between memory formats on the GPU ("layout conversion" instants, recorded
+  // by Tensor::contiguous on a CUDA device, any runtime): 0 per step in a channels_last model.
+  std::vector<ProfileRow> conversions;
+  int64_t conversion_calls = 0;
   double gpu_us = 0;   // all GPU spans of the steps together
   double host_us = 0;  // the steps' wall time (forward to next forward)
   int steps() const { return end_step - first_step; }

@@ -98,6 +98,9 @@ int parse_train_args(int argc, const char* const* argv, TrainConfig& c, int& thr
                "CUDA: after 2 warm-up steps, capture forward, backward and the optimizer step as "
                "one CUDA graph and replay it for each full batch (one device; not with f16 or "
                "accumulation)");
+  app.add_flag("--channels-last", c.channels_last,
+               "the model's 4-d weights and the batches channels last (NHWC, as PyTorch's "
+               "torch.channels_last): cuDNN's NHWC convolutions, no layout conversion per step");
   // Data parallelism (under ringgrad-run or any launcher that sets the torchrun variables).
   app.add_option("--init-method", c.init_method,
                  "where the ranks meet: env:// (MASTER_ADDR/MASTER_PORT; rank 0 hosts the store "

@@ -23,17 +23,17 @@
 #include "engine/cuda/device_guard.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
-#include "engine/dtype.h"
-#include "engine/ops/factory.h"
 #include "engine/device_checks.h"
+#include "engine/dtype.h"
 #include "engine/ops/cudnn.h"
+#include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "engine/storage.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/runtime_env.h"
 #include "kernels/error.h"
-#include "layers/batch_norm.h"
 #include "layers/amp/grad_scaler.h"
+#include "layers/batch_norm.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
 #include "layers/optim/param_groups.h"
@@ -76,7 +76,10 @@ std::vector<Batch> make_batches(const TrainBenchOptions& o, const Shape& shape, 
     std::vector<int64_t> idx(static_cast<size_t>(o.batch_size));
     for (int64_t i = 0; i < o.batch_size; ++i) idx[size_t(i)] = b * o.batch_size + i;
     data::Batch batch = data.get_batch(idx, 0);
-    batches.push_back({batch.inputs.to(device), batch.targets.to(device)});
+    // Laid out once here (as a channels_last loader's workers would), not in the timed steps.
+    const MemoryFormat format =
+        o.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+    batches.push_back({batch.inputs.to(device).contiguous(format), batch.targets.to(device)});
   }
   return batches;
 }
@@ -114,6 +117,7 @@ void report_results(const TrainBenchOptions& o, const std::vector<double>& rates
                       {"cudnn_conv_api", o.cudnn_conv_api},
                       {"cudnn", o.cudnn},
                       {"fuse_bn_relu", o.fuse_bn_relu},
+                      {"channels_last", o.channels_last},
                       {"cuda_graphs", o.cuda_graphs},
                       {"window_steps", o.window_steps},
                       {"rates", rates},
@@ -178,27 +182,34 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
   train->add_flag("--ddp", t.ddp,
                   "DistributedDataParallel over Gloo (CPU); run under ringgrad-run (reports the "
                   "job's total img/s)");
-  train->add_option("--deferred-checks", t.deferred_checks,
-                    "CUDA: read the ops' device-side input checks once per window (true) or at "
-                    "each op, stalling the host (false)")
+  train
+      ->add_option("--deferred-checks", t.deferred_checks,
+                   "CUDA: read the ops' device-side input checks once per window (true) or at "
+                   "each op, stalling the host (false)")
       ->default_val(true);
   train->add_flag("--cudnn-benchmark", t.cudnn_benchmark,
                   "CUDA: time cuDNN's convolution algorithms once per shape and take the fastest "
                   "(torch.backends.cudnn.benchmark)");
-  train->add_option("--cudnn-conv-api", t.cudnn_conv_api,
-                    "CUDA: the cuDNN API of the convolutions: graph (its engines, as PyTorch; the "
-                    "legacy API where it has none) or legacy (for comparison)")
+  train
+      ->add_option("--cudnn-conv-api", t.cudnn_conv_api,
+                   "CUDA: the cuDNN API of the convolutions: graph (its engines, as PyTorch; the "
+                   "legacy API where it has none) or legacy (for comparison)")
       ->check(CLI::IsMember({"graph", "legacy"}));
-  train->add_option("--cudnn", t.cudnn,
-                    "CUDA: batch norm and average pooling through cuDNN (true) or our kernels "
-                    "(false; convolutions always use cuDNN)")
+  train
+      ->add_option("--cudnn", t.cudnn,
+                   "CUDA: batch norm and average pooling through cuDNN (true) or our kernels "
+                   "(false; convolutions always use cuDNN)")
       ->default_val(true);
-  train->add_option("--fuse-bn-relu", t.fuse_bn_relu,
-                    "ResNet: each BatchNorm2d followed by ReLU as one fused op (true) or two")
+  train
+      ->add_option("--fuse-bn-relu", t.fuse_bn_relu,
+                   "ResNet: each BatchNorm2d followed by ReLU as one fused op (true) or two")
       ->default_val(true);
   train->add_flag("--cuda-graphs", t.cuda_graphs,
                   "CUDA: capture forward, backward and the optimizer step as one CUDA graph after "
                   "2 warm-up steps and replay it (not with f16)");
+  train->add_flag("--channels-last", t.channels_last,
+                  "the model's 4-d weights and the batches channels last (NHWC, as PyTorch's "
+                  "torch.channels_last)");
   train->add_option("--json", t.json_path,
                     "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
   return train;
@@ -238,6 +249,7 @@ int run_train_bench(const TrainBenchOptions& o) {
   auto model = nn::make_model(
       {.name = o.model, .sample_shape = shape, .num_classes = gpt ? o.vocab_size : 10});
   model->to(device);
+  if (o.channels_last) model->to(MemoryFormat::channels_last);
   model->train();
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
@@ -265,10 +277,12 @@ int run_train_bench(const TrainBenchOptions& o) {
   };
   std::optional<train::GraphStep> graph;
   if (o.cuda_graphs) {
-    RG_CHECK(o.amp != "f16", "--cuda-graphs with --amp f16: the GradScaler reads back whether the "
-                             "gradients overflowed at every step; use --amp bf16 or off");
-    RG_CHECK(o.deferred_checks, "--cuda-graphs needs --deferred-checks true (a check read back "
-                                "at once cannot be captured)");
+    RG_CHECK(o.amp != "f16",
+             "--cuda-graphs with --amp f16: the GradScaler reads back whether the "
+             "gradients overflowed at every step; use --amp bf16 or off");
+    RG_CHECK(o.deferred_checks,
+             "--cuda-graphs needs --deferred-checks true (a check read back "
+             "at once cannot be captured)");
     graph.emplace(*opt, device);
   }
   auto step = [&](int i) {
@@ -292,10 +306,10 @@ int run_train_bench(const TrainBenchOptions& o) {
   if (print) {
     if (device.is_cuda()) {
       fmt::print(
-          "ringgrad-bench train: model={} amp={} batch={}{}{} device={} ({}) params={} | {}\n",
+          "ringgrad-bench train: model={} amp={} batch={}{}{}{} device={} ({}) params={} | {}\n",
           o.model, o.amp, o.batch_size, gpt ? fmt::format(" block={}", o.block_size) : "",
-          o.cuda_graphs ? " cuda-graphs" : "", device.str(), device_name(device),
-          model->parameter_count(), library_versions());
+          o.cuda_graphs ? " cuda-graphs" : "", o.channels_last ? " channels-last" : "",
+          device.str(), device_name(device), model->parameter_count(), library_versions());
     } else {
       fmt::print("ringgrad-bench train: model={} amp={} batch={} threads={} params={} blas={}{}\n",
                  o.model, o.amp, o.batch_size, kernels::cpu::num_threads(),

@@ -29,11 +29,12 @@ struct TrainBenchOptions {
   // CUDA: the ops' device-side input checks (cross_entropy's targets) are read back once per
   // window (engine/device_checks.h) instead of once per op call, which stalls the host.
   bool deferred_checks = true;
-  bool cudnn_benchmark = false;  // rg::set_cudnn_benchmark (torch.backends.cudnn.benchmark)
+  bool cudnn_benchmark = false;          // rg::set_cudnn_benchmark (torch.backends.cudnn.benchmark)
   std::string cudnn_conv_api = "graph";  // rg::set_cudnn_conv_api: graph | legacy
-  bool cudnn = true;             // rg::set_cudnn_enabled: off, batch norm runs our kernels
-  bool fuse_bn_relu = true;      // nn::set_batch_norm_relu_fusion
-  bool cuda_graphs = false;      // train::GraphStep: each step after the warm-up one replay
+  bool cudnn = true;                     // rg::set_cudnn_enabled: off, batch norm runs our kernels
+  bool fuse_bn_relu = true;              // nn::set_batch_norm_relu_fusion
+  bool cuda_graphs = false;              // train::GraphStep: each step after the warm-up one replay
+  bool channels_last = false;            // Module::to(MemoryFormat::channels_last) and NHWC batches
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& o);

@@ -154,7 +154,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
         bucket_of[p] = buckets.size();
         pos_in_bucket[p] = b.params.size();
         b.params.push_back(p);
-        b.views.push_back(b.flat.flat_narrow(offset, t.numel()).view(t.shape()));
+        // In the parameter's memory format: a gradient moves in and out by plain copies, and a
+        // gradient that is the bucket's memory lies as its parameter does (the optimizer reads
+        // them together, element by element).
+        Tensor view = b.flat.flat_narrow(offset, t.numel()).view(t.shape());
+        if (t.memory_format() != MemoryFormat::contiguous) {
+          view = view.reinterpret_memory_format(t.memory_format());
+        }
+        b.views.push_back(view);
         offset += t.numel();
         b.bytes += param_bytes(p);
         // With gradient_as_bucket_view an existing gradient moves into the bucket, so .grad is

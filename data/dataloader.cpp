@@ -80,6 +80,9 @@ Batch DataLoader::make_batch(int64_t b) const {
   const std::span<const int64_t> indices(order_.data() + begin, size_t(end - begin));
   Batch batch = dataset_->get_batch(indices, epoch_);
   batch.indices.assign(indices.begin(), indices.end());
+  if (batch.inputs.dim() == 4 && batch.inputs.memory_format() != options_.memory_format) {
+    batch.inputs = batch.inputs.detach().contiguous(options_.memory_format);
+  }
   if (options_.pin_memory) {
     batch.inputs = batch.inputs.detach().pin_memory();
     batch.targets = batch.targets.detach().pin_memory();

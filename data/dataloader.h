@@ -27,6 +27,10 @@ struct DataLoaderOptions {
   // CUDA device), copied there by the worker that built them, so that their copy to the GPU can
   // be asynchronous (Tensor::to(device, non_blocking)), as PyTorch's DataLoader(pin_memory=True).
   bool pin_memory = false;
+  // channels_last: 4-d inputs laid out channels last by the worker that built the batch (a CPU
+  // conversion before pinning), so that a channels_last model on the GPU takes them as they come,
+  // with no layout conversion in the training step (Module::to(MemoryFormat)).
+  MemoryFormat memory_format = MemoryFormat::contiguous;
 };
 
 class DataLoader {

@@ -141,7 +141,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     RG_CHECK(names.insert(name).second, "save_safetensors(", path, "): the name '", name,
              "' appears twice");
     RG_CHECK(t.defined(), "save_safetensors(", path, "): tensor '", name, "' is undefined");
-    host.push_back(t.device().is_cpu() ? t : t.detach().to(Device::cpu()));
+    // safetensors is row-major: a channels_last tensor is written in its shape's order.
+    host.push_back((t.device().is_cpu() ? t.detach() : t.detach().to(Device::cpu())).contiguous());
     const Tensor& h = host.back();
     header[name] = {{"dtype", format_dtype(h.dtype())},
                     {"shape", h.shape()},

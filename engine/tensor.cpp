@@ -9,6 +9,7 @@
 
 #include "engine/autograd/engine.h"
 #include "engine/autograd/function.h"
+#include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/stream.h"
@@ -16,6 +17,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
+#include "engine/ops/shape.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/error.h"
@@ -41,10 +43,25 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+const char* memory_format_name(MemoryFormat f) {
+  return f == MemoryFormat::channels_last ? "channels_last" : "contiguous";
+}
+
+namespace {
+
+void check_format_rank(const char* op, const Shape& shape, MemoryFormat format) {
+  RG_CHECK(format != MemoryFormat::channels_last || shape.size() == 4, op,
+           ": channels_last needs a 4-d [N, C, H, W] shape, got ", shape_str(shape));
+}
+
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
+  check_format_rank("empty", shape, format);
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
+  impl->memory_format = format;
   impl->numel = shape_numel(shape);
   impl->storage = std::make_shared<Storage>(size_t(impl->numel) * element_size(dtype), device);
   return Tensor(std::move(impl));
@@ -88,6 +105,11 @@ Device Tensor::device() const {
   return impl_->storage->device();
 }
 
+MemoryFormat Tensor::memory_format() const {
+  RG_REQUIRE_DEFINED("memory_format()");
+  return impl_->memory_format;
+}
+
 void* Tensor::raw_data() const {
   RG_REQUIRE_DEFINED("data()");
   return static_cast<char*>(impl_->storage->data()) +
@@ -114,12 +136,14 @@ void Tensor::check_dtype(DType expected) const {
 
 namespace {
 
-// A new impl that aliases `base`'s storage.
-Tensor alias(const Tensor& base, Shape shape, int64_t offset) {
+// A new impl that aliases `base`'s storage, in `format`.
+Tensor alias(const Tensor& base, Shape shape, int64_t offset,
+             MemoryFormat format = MemoryFormat::contiguous) {
   auto impl = std::make_shared<TensorImpl>();
   impl->numel = shape_numel(shape);
   impl->shape = std::move(shape);
   impl->dtype = base.dtype();
+  impl->memory_format = format;
   impl->storage = base.storage();
   impl->offset = offset;
   return Tensor(std::move(impl));
@@ -149,7 +173,11 @@ Tensor Tensor::view(const Shape& requested) const {
   RG_CHECK(shape_numel(shape) == numel(), "view", shape_str(requested),
            " is invalid for a tensor of shape ", shape_str(this->shape()), " (", numel(),
            " elements)");
-  Tensor out = alias(*this, shape, impl_->offset);
+  const MemoryFormat format = memory_format();
+  RG_CHECK(format == MemoryFormat::contiguous || shape == this->shape(), "view",
+           shape_str(requested), ": a channels_last tensor of shape ", shape_str(this->shape()),
+           " can only be viewed as its own shape (call .contiguous() first)");
+  Tensor out = alias(*this, shape, impl_->offset, format);
   const Shape in_shape = this->shape();
   return autograd::record(out, "ViewBackward", {*this}, [in_shape](const Tensor& g) {
     return std::vector<Tensor>{g.view(in_shape)};
@@ -166,12 +194,14 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   Shape shape = impl_->shape;
   shape[0] = length;
   const int64_t row = n == 0 ? 0 : impl_->numel / n;
-  Tensor out = alias(*this, shape, impl_->offset + start * row);
+  // Dim 0 is outermost in both formats: the rows stay one block in this tensor's format.
+  Tensor out = alias(*this, shape, impl_->offset + start * row, memory_format());
   const Shape in_shape = this->shape();
   const DType dt = dtype();
   const Device dev = device();
+  const MemoryFormat format = memory_format();
   return autograd::record(out, "NarrowBackward", {*this}, [=](const Tensor& g) {
-    Tensor full = zeros(in_shape, dt, dev);
+    Tensor full = Tensor::empty(in_shape, dt, dev, format).zero_();
     full.narrow(0, start, length).copy_(g);
     return std::vector<Tensor>{full};
   });
@@ -188,7 +218,21 @@ Tensor Tensor::flat_narrow(int64_t start, int64_t length) const {
 
 Tensor Tensor::detach() const {
   RG_REQUIRE_DEFINED("detach()");
-  return alias(*this, shape(), impl_->offset);
+  return alias(*this, shape(), impl_->offset, memory_format());
+}
+
+Tensor Tensor::reinterpret_memory_format(MemoryFormat format) const {
+  RG_REQUIRE_DEFINED("reinterpret_memory_format()");
+  check_format_rank("reinterpret_memory_format", shape(), format);
+  RG_CHECK(!autograd::needs_grad({*this}),
+           "reinterpret_memory_format is not differentiable; use it under NoGradGuard or on "
+           "detached tensors");
+  return alias(*this, shape(), impl_->offset, format);
+}
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  RG_REQUIRE_DEFINED("contiguous()");
+  return rg::contiguous(*this, format);
 }
 
 namespace {
@@ -238,6 +282,10 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   RG_CHECK(src.shape() == shape(), "copy_: source shape ", shape_str(src.shape()),
            " does not match destination shape ", shape_str(shape()));
   if (src.impl() == impl() || numel() == 0) return *this;
+  if (src.memory_format() != memory_format()) {  // into this layout first, on src's device
+    const NoGradGuard no_grad;
+    return copy_(src.detach().contiguous(memory_format()), non_blocking);
+  }
   if (!device().is_cpu() || !src.device().is_cpu()) {
     copy_across_devices(*this, src, non_blocking);
     bump_version();
@@ -281,7 +329,7 @@ Tensor& Tensor::fill_(double value) {
 Tensor Tensor::to(DType target) const {
   RG_REQUIRE_DEFINED("to()");
   if (target == dtype()) return *this;
-  Tensor out = Tensor::empty(shape(), target, device());
+  Tensor out = Tensor::empty(shape(), target, device(), memory_format());
   out.copy_(*this);
   const DType src = dtype();
   if (is_floating(src) && is_floating(target)) {
@@ -295,7 +343,7 @@ Tensor Tensor::to(Device target, bool non_blocking) const {
   RG_REQUIRE_DEFINED("to()");
   const Device src = device();
   if (target == src) return *this;
-  Tensor out = Tensor::empty(shape(), dtype(), target);
+  Tensor out = Tensor::empty(shape(), dtype(), target, memory_format());
   out.copy_(*this, non_blocking);
   if (is_floating(dtype())) {
     return autograd::record(out, "ToDeviceBackward", {*this},
@@ -315,6 +363,7 @@ Tensor Tensor::pin_memory() const {
            device().str());
   if (is_pinned()) return *this;
   Tensor out = Tensor::empty_pinned(shape(), dtype());
+  out.impl()->memory_format = memory_format();
   out.copy_(*this);
   return autograd::record(out, "PinMemoryBackward", {*this},
                           [](const Tensor& g) { return std::vector<Tensor>{g}; });
@@ -322,7 +371,7 @@ Tensor Tensor::pin_memory() const {
 
 Tensor Tensor::clone() const {
   RG_REQUIRE_DEFINED("clone()");
-  Tensor out = Tensor::empty(shape(), dtype(), device());
+  Tensor out = Tensor::empty(shape(), dtype(), device(), memory_format());
   out.copy_(*this);
   return autograd::record(out, "CloneBackward", {*this},
                           [](const Tensor& g) { return std::vector<Tensor>{g}; });
@@ -341,6 +390,10 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   RG_REQUIRE_DEFINED("to_vector()");
   if (!device().is_cpu()) return detach().to(Device::cpu()).to_vector<T>();
+  if (memory_format() != MemoryFormat::contiguous) {  // in the shape's (logical) order
+    const NoGradGuard no_grad;
+    return detach().contiguous().to_vector<T>();
+  }
   std::vector<T> out(static_cast<size_t>(numel()));
   dispatch_all(dtype(), [&]<class S>() {
     const S* p = data<S>();
@@ -393,6 +446,8 @@ std::string Tensor::str() const {
   print(print, 0, 0, numel());
   os << ", shape=" << shape_str(s) << ", dtype=" << dtype_name(dtype());
   if (!device().is_cpu()) os << ", device=" << device().str();
+  if (memory_format() != MemoryFormat::contiguous)
+    os << ", memory_format=" << memory_format_name(memory_format());
   if (requires_grad())
     os << (is_leaf() ? ", requires_grad=true" : ", grad_fn=" + grad_fn()->name());
   os << ')';

@@ -1,5 +1,6 @@
-// Tensor: a cheap handle (shared_ptr<TensorImpl>) to a contiguous row-major block of a Storage,
-// plus the autograd state of that tensor (requires_grad, grad, grad_fn, hooks).
+// Tensor: a cheap handle (shared_ptr<TensorImpl>) to a dense block of a Storage in one of two
+// memory formats (row-major, or channels last for 4-d tensors), plus the autograd state of that
+// tensor (requires_grad, grad, grad_fn, hooks).
 #pragma once
 
 #include <cstdint>
@@ -44,9 +45,22 @@ struct AutogradMeta {
   bool retains_grad = false;  // a non-leaf whose retain_grad() was called
 };
 
+// How a tensor's elements lie in memory. Shapes are always logical ([N, C, H, W] for images):
+//   contiguous     row-major in the shape's order (every tensor unless asked otherwise);
+//   channels_last  a 4-d [N, C, H, W] tensor stored as [N, H, W, C], PyTorch's
+//                  torch.channels_last, which cuDNN's NHWC convolutions run fastest on.
+// Ops that read memory by position take contiguous tensors only unless they say otherwise: a
+// channels_last tensor reaching one is an error naming the op (check_inputs, engine/ops/check.h),
+// never a wrong result. Elementwise ops keep their input's format; conv2d, batch norm (and its
+// fused forms) and pooling work in both (docs/architecture.md lists them). Tensor::contiguous
+// converts, counted by layout_conversions() (engine/ops/shape.h).
+enum class MemoryFormat : uint8_t { contiguous, channels_last };
+const char* memory_format_name(MemoryFormat f);  // "contiguous", "channels_last"
+
 struct TensorImpl {
   Shape shape;
   DType dtype = DType::f32;
+  MemoryFormat memory_format = MemoryFormat::contiguous;
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
   int64_t numel = 0;
@@ -58,9 +72,10 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // A new uninitialized contiguous tensor. CUDA memory comes from the device's caching
-  // allocator, for the current stream (engine/cuda/stream.h).
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A new uninitialized tensor (channels_last needs a 4-d shape). CUDA memory comes from the
+  // device's caching allocator, for the current stream (engine/cuda/stream.h).
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
+                      MemoryFormat format = MemoryFormat::contiguous);
   // A new uninitialized CPU tensor in pinned (page-locked) memory; needs a CUDA device.
   static Tensor empty_pinned(const Shape& shape, DType dtype = DType::f32);
 
@@ -75,6 +90,7 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const;
   Device device() const;
+  MemoryFormat memory_format() const;
   size_t nbytes() const { return size_t(numel()) * element_size(dtype()); }
 
   // Typed pointer to the first element; checks that T matches dtype().
@@ -89,15 +105,24 @@ class Tensor {
   // Marks an in-place modification (saved-tensor checks in autograd rely on it).
   void bump_version() const;
 
-  // Views share storage with *this. view/reshape/narrow are differentiable.
+  // Views share storage with *this. view/reshape/narrow are differentiable. A channels_last
+  // tensor views only as its own shape (call contiguous() first); narrow keeps the format.
   Tensor view(const Shape& shape) const;  // one dim may be -1
   Tensor reshape(const Shape& shape) const { return view(shape); }
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;  // dim 0 only
   Tensor flat_narrow(int64_t start, int64_t length) const;          // 1-D view of a flat range
 
   Tensor to(DType dtype) const;  // a copy unless the dtype is already `dtype`
-  Tensor clone() const;          // a new contiguous copy (differentiable)
+  Tensor clone() const;          // a new copy in the same memory format (differentiable)
   Tensor detach() const;         // same storage, no autograd history
+
+  // *this if already in `format`, else a copy in it: one layout-conversion kernel, counted by
+  // layout_conversions() (engine/ops/shape.h); differentiable (the gradient goes back to this
+  // tensor's format). channels_last needs a 4-d tensor.
+  Tensor contiguous(MemoryFormat format = MemoryFormat::contiguous) const;
+  // The same memory read in `format` (no copy, not differentiable): for buffers that hold a
+  // tensor's elements in that tensor's layout, as DDP's bucket views of channels_last gradients.
+  Tensor reinterpret_memory_format(MemoryFormat format) const;
 
   // A copy on `device` unless already there (differentiable). Copies are queued on the current
   // stream of the CUDA device; non_blocking=false returns when a copy to or from the CPU is done,
@@ -107,9 +132,9 @@ class Tensor {
   bool is_pinned() const;     // CPU memory from the pinned allocator
   Tensor pin_memory() const;  // a copy in pinned memory unless already pinned (CPU tensors only)
 
-  // Copies src (same shape, any dtype, any device) into *this, converting; not recorded by
-  // autograd. Across devices as `to(device, non_blocking)`; dtype conversions between two CUDA
-  // tensors are not implemented yet.
+  // Copies src (same shape, any dtype, any device, any memory format) into *this, converting;
+  // not recorded by autograd. Across devices as `to(device, non_blocking)`; dtype conversions
+  // between two CUDA tensors are not implemented yet.
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }

@@ -1,6 +1,6 @@
 // The pooling kernels, one contract for both backends (kernels/backend.h): 2-D max and average
-// pooling on NCHW arrays (floor mode), forward and backward, and global average pooling
-// (adaptive_avg_pool2d to 1x1). kernels/cpu/pool.cpp defines Pool<Cpu> (f32, f64),
+// pooling on NCHW or channels-last arrays (floor mode), forward and backward, and global average
+// pooling (adaptive_avg_pool2d to 1x1). kernels/cpu/pool.cpp defines Pool<Cpu> (f32, f64),
 // kernels/cuda/pool.cu Pool<Cuda> (f32, f64, f16, bf16); every pointer is on the backend's
 // device. cuDNN's average pooling, a CUDA-only alternative, is kernels/cuda/pool_cudnn.h.
 //
@@ -14,6 +14,11 @@
 //   - Global average pooling sums each plane in f64 and rounds the mean once, so the order in
 //     which a backend adds (sequential on the CPU, a block tree on CUDA) does not show.
 //   - Results do not depend on the thread count or timing.
+//   - Channels last (PyTorch's torch.channels_last) is the logical [n, c, h, w] array laid out as
+//     [n, h, w, c]. Only the addresses change: each value is computed as in NCHW (same window
+//     order, accumulation type and backward order), so the results are the NCHW results
+//     transposed, bit for bit. argmax keeps its meaning (an index inside the input plane) and is
+//     laid out like y.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +29,14 @@
 namespace rg::kernels {
 
 // planes = n * c independent planes of h x w; the caller computes ho and wo (floor mode):
-// ho = (h + 2 * ph - kh) / sh + 1, likewise wo.
+// ho = (h + 2 * ph - kh) / sh + 1, likewise wo. With channels_last, x is [n, h, w, c] and y
+// [n, ho, wo, c] in memory, n = planes / c; c is read only then.
 struct Pool2dGeometry {
   int64_t planes, h, w;
   int64_t kh, kw, sh, sw, ph, pw;
   int64_t ho, wo;
+  int64_t c = 0;
+  bool channels_last = false;
 };
 
 template <class B>
@@ -60,6 +68,17 @@ struct Pool {
   template <class T>
   static void adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t planes, int64_t hw,
                                                Ctx ctx);
+
+  // The same on channels-last input: x is [n, hw, c], y [n, c] (the memory of NCHW [n, c, 1, 1]);
+  // each mean sums i = 0..hw-1 in order in f64 and rounds once (one CUDA thread per mean, reading
+  // consecutive channels across a warp).
+  template <class T>
+  static void adaptive_avg_pool2d_1x1_channels_last(const T* x, T* y, int64_t n, int64_t c,
+                                                    int64_t hw, Ctx ctx);
+  // gx[n, i, ch] = gy[n, ch] / hw
+  template <class T>
+  static void adaptive_avg_pool2d_1x1_channels_last_backward(const T* gy, T* gx, int64_t n,
+                                                             int64_t c, int64_t hw, Ctx ctx);
 };
 
 namespace detail {
@@ -72,6 +91,9 @@ inline bool check_pool2d_geometry(const char* op, const Pool2dGeometry& g) {
            ") and stride (", g.sh, ", ", g.sw, ") must be positive");
   RG_CHECK(g.ph >= 0 && g.pw >= 0 && 2 * g.ph <= g.kh && 2 * g.pw <= g.kw, op, ": padding (", g.ph,
            ", ", g.pw, ") must be between 0 and half the kernel");
+  RG_CHECK(!g.channels_last || (g.c > 0 && g.planes % g.c == 0), op,
+           ": channels last needs c > 0 dividing planes (n * c), got c = ", g.c,
+           " and planes = ", g.planes);
   if (g.planes == 0) return false;
   RG_CHECK(g.h > 0 && g.w > 0 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": input ",
            g.h, "x", g.w, " with padding (", g.ph, ", ", g.pw, ") is smaller than the kernel (",
@@ -86,6 +108,13 @@ inline bool check_pool2d_geometry(const char* op, const Pool2dGeometry& g) {
 inline bool check_global_pool_sizes(const char* op, int64_t planes, int64_t hw) {
   RG_CHECK(planes >= 0 && hw > 0, op, ": needs planes >= 0 and hw > 0, got ", planes, " and ", hw);
   return planes > 0;
+}
+
+// The same for channels-last global average pooling of n images of c channels.
+inline bool check_global_pool_sizes(const char* op, int64_t n, int64_t c, int64_t hw) {
+  RG_CHECK(n >= 0 && c >= 0 && hw > 0, op, ": needs n >= 0, c >= 0 and hw > 0, got ", n, ", ", c,
+           " and ", hw);
+  return n > 0 && c > 0;
 }
 
 }  // namespace detail

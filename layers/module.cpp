@@ -18,10 +18,13 @@ void assign_in_place(const Tensor& t, const Tensor& value) {
   impl->storage = value.storage();
   impl->offset = value.storage_offset();
   impl->dtype = value.dtype();
+  impl->memory_format = value.memory_format();
   if (impl->autograd && impl->autograd->grad) {
     Tensor g(impl->autograd->grad);
-    if (g.dtype() != value.dtype() || g.device() != value.device()) {
-      impl->autograd->grad = g.to(value.dtype()).to(value.device()).impl_ptr();
+    if (g.dtype() != value.dtype() || g.device() != value.device() ||
+        g.memory_format() != value.memory_format()) {
+      impl->autograd->grad =
+          g.to(value.dtype()).to(value.device()).contiguous(value.memory_format()).impl_ptr();
     }
   }
 }
@@ -151,6 +154,15 @@ void Module::to(DType dtype) {
   for (auto& [n, t] : state_dict()) {
     if (!is_floating(t.dtype()) || t.dtype() == dtype) continue;
     assign_in_place(t, t.detach().to(dtype));
+  }
+}
+
+void Module::to(MemoryFormat format) {
+  NoGradGuard no_grad;
+  for (auto& [n, t] : state_dict()) {
+    if (t.dim() == 4 && t.memory_format() != format) {
+      assign_in_place(t, t.detach().contiguous(format));
+    }
   }
 }
 

@@ -104,6 +104,10 @@ class Module {
   // optimizers built before keep working). Integer buffers keep their dtype.
   void to(Device device);
   void to(DType dtype);
+  // Every 4-d parameter and buffer (convolution weights) into `format`, in place, as PyTorch's
+  // module.to(memory_format=...): a channels_last model takes channels_last batches without a
+  // layout conversion per step. Gradients follow their parameter's format.
+  void to(MemoryFormat format);
   void zero_grad(bool set_to_none = true);
 
   // Parameters then buffers of each module, in registration order, like PyTorch's state_dict.

@@ -339,8 +339,9 @@ stage_mnist() {
 
 # ---- throughput: ours and PyTorch's, alternating ----
 # id|model|batch|amp|label; PyTorch also runs the bf16 ResNet-18 rows with channels_last, and we
-# also run every row with --cuda-graphs (side ours_graphs) and the ResNet-18 rows with cuDNN's
-# legacy convolution API (side ours_legacy, --cudnn-conv-api legacy; the default is the graph API).
+# also run every row with --cuda-graphs (side ours_graphs), the ResNet-18 rows with cuDNN's
+# legacy convolution API (side ours_legacy, --cudnn-conv-api legacy; the default is the graph API)
+# and the bf16 ResNet-18 rows with --channels-last (side ours_cl, against PyTorch's torch_cl).
 WORKLOADS_FULL="toynet_b64|toynet|64|off|ToyNet b64 f32
 resnet18_b64|resnet18|64|off|ResNet-18 b64 f32
 resnet18_b64_bf16|resnet18|64|bf16|ResNet-18 b64 bf16
@@ -378,12 +379,13 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
   local ran=0 short=0
   for pass in $(seq 1 "$reps"); do
     while IFS='|' read -r id model batch amp label; do
-      for side in ours ours_graphs ours_legacy torch torch_cl; do
+      for side in ours ours_graphs ours_legacy ours_cl torch torch_cl; do
         [[ "$side" = ours* ]] || [ "$TORCH" = yes ] || continue
         [ "$side" != torch_cl ] || [ "$amp" = bf16 ] || continue
         # (CUDA graphs and cuDNN need a GPU: not in --cpu-smoke)
         [ "$side" != ours_graphs ] || [ "$DEVICE" != cpu ] || continue
         [ "$side" != ours_legacy ] || { [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ]; } || continue
+        [ "$side" != ours_cl ] || { [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ] && [ "$amp" = bf16 ]; } || continue
         secs=$((end - $(date +%s)))
         [ "$secs" -gt 60 ] && secs=60
         if [ "$secs" -lt 12 ]; then short=1; continue; fi
@@ -391,10 +393,11 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
         rm -f "$f.json"
         rc=0
         case "$side" in
-          ours | ours_graphs | ours_legacy)
+          ours | ours_graphs | ours_legacy | ours_cl)
             local graphs=()
             [ "$side" != ours_graphs ] || graphs=(--cuda-graphs)
             [ "$side" != ours_legacy ] || graphs=(--cudnn-conv-api legacy)
+            [ "$side" != ours_cl ] || graphs=(--channels-last)
             ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" train --device "$DEVICE" --model "$model" \
               --batch-size "$batch" --amp "$amp" "${graphs[@]}" "${steps[@]}" --json "$f.json" \
               >"$f.log" 2>&1 || rc=$? ;;
@@ -445,7 +448,7 @@ throughput_table() {
   while IFS='|' read -r id model batch amp label; do
     unit="img/s"
     [[ "$model" != gpt-* ]] || unit="tok/s"
-    for mine in ours ours_graphs ours_legacy torch_cl; do
+    for mine in ours ours_graphs ours_legacy ours_cl torch_cl; do
       # ours and ours_graphs against PyTorch eager; ours against channels_last too (bf16 rows).
       side=torch mine_label="$label" variant="eager"
       if [ "$mine" = ours_graphs ]; then
@@ -454,6 +457,9 @@ throughput_table() {
       elif [ "$mine" = ours_legacy ]; then
         [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ] || continue
         mine_label="$label, --cudnn-conv-api legacy"
+      elif [ "$mine" = ours_cl ]; then
+        [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ] && [ "$amp" = bf16 ] || continue
+        mine_label="$label, --channels-last" side=torch_cl variant="eager, channels_last"
       elif [ "$mine" = torch_cl ]; then
         [ "$amp" = bf16 ] || continue
         mine=ours side=torch_cl variant="eager, channels_last"

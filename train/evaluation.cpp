@@ -57,7 +57,9 @@ EvalResult Evaluator::sharded(nn::Module& model, dist::ProcessGroup* pg) const {
   else
     sampler = std::make_shared<data::SequentialSampler>(n_eval);
   data::DataLoader loader(data_, sampler,
-                          {.batch_size = options_.batch_size, .workers = options_.workers});
+                          {.batch_size = options_.batch_size,
+                           .workers = options_.workers,
+                           .memory_format = options_.memory_format});
   loader.start_epoch(0);
   double loss_sum = 0;
   int64_t correct1 = 0, correct5 = 0, n = 0;

@@ -24,6 +24,7 @@ struct EvaluatorOptions {
   int workers = 0;
   int64_t max_samples = 0;  // 0: all
   bool on_rank0 = false;
+  MemoryFormat memory_format = MemoryFormat::contiguous;  // DataLoaderOptions::memory_format
 };
 
 class Evaluator {

@@ -56,11 +56,11 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> data, dist::ProcessGroup* pg
   }
   loader_ = std::make_unique<data::DataLoader>(
       data_, sampler,
-      data::DataLoaderOptions{
-          .batch_size = options.batch_size,
-          .drop_last = false,
-          .workers = options.workers,
-          .pin_memory = options.pin_memory});
+      data::DataLoaderOptions{.batch_size = options.batch_size,
+                              .drop_last = false,
+                              .workers = options.workers,
+                              .pin_memory = options.pin_memory,
+                              .memory_format = options.memory_format});
   steps_per_epoch_ = options.steps_per_epoch > 0
                          ? std::min(options.steps_per_epoch, loader_->num_batches())
                          : loader_->num_batches();

@@ -28,6 +28,7 @@ struct FeederOptions {
   uint64_t seed = 1;
   int64_t steps_per_epoch = 0;  // 0: whole epochs
   bool pin_memory = false;      // data::DataLoaderOptions::pin_memory (on for CUDA training)
+  MemoryFormat memory_format = MemoryFormat::contiguous;  // DataLoaderOptions::memory_format
 };
 
 class Feeder {

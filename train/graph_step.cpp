@@ -24,8 +24,8 @@ struct GraphStep::Captured {
   std::unique_ptr<cuda::Graph> graph;
   uint64_t state_version = 0;           // the optimizer's at the capture
   std::vector<const void*> param_data;  // the parameters' storage at the capture
-  Tensor inputs, targets, loss;  // static: copied into before each replay; the graph's loss
-  std::vector<Tensor> grads;     // the graph's gradients, one per parameter (undefined: none)
+  Tensor inputs, targets, loss;         // static: copied into before each replay; the graph's loss
+  std::vector<Tensor> grads;  // the graph's gradients, one per parameter (undefined: none)
   std::vector<DeferredChecks::Captured> checks;
 };
 
@@ -58,10 +58,7 @@ auto on_lane(const cuda::Stream& lane, Device device, const Tensor& inputs, cons
 
 GraphStep::GraphStep(optim::Optimizer& optimizer, Device device, int warmup_steps,
                      int64_t full_batch)
-    : optimizer_(optimizer),
-      device_(device),
-      full_batch_(full_batch),
-      eager_needed_(warmup_steps) {
+    : optimizer_(optimizer), device_(device), full_batch_(full_batch), eager_needed_(warmup_steps) {
   RG_CHECK(device.is_cuda(), "--cuda-graphs: CUDA graphs need a CUDA device, got ", device.str());
   // At least one eager step on the lane: cuBLAS and cuDNN create their handles for a stream at its
   // first use (device memory, which a capture cannot allocate), the optimizer its state.
@@ -75,12 +72,12 @@ GraphStep::~GraphStep() = default;
 void GraphStep::capture(const Body& body, const Tensor& inputs, const Tensor& targets) {
   optimizer_.zero_grad(/*set_to_none=*/true);
   auto c = std::make_unique<Captured>();
-  c->inputs = Tensor::empty(inputs.shape(), inputs.dtype(), device_);
-  c->targets = Tensor::empty(targets.shape(), targets.dtype(), device_);
+  c->inputs = Tensor::empty(inputs.shape(), inputs.dtype(), device_, inputs.memory_format());
+  c->targets = Tensor::empty(targets.shape(), targets.dtype(), device_, targets.memory_format());
   DeferredChecks* checks = DeferredChecks::current();
   try {
-    c->graph = std::make_unique<cuda::Graph>(device_,
-                                             [&] { c->loss = body(c->inputs, c->targets); });
+    c->graph =
+        std::make_unique<cuda::Graph>(device_, [&] { c->loss = body(c->inputs, c->targets); });
   } catch (const Error& e) {
     c->loss = Tensor();
     if (checks) (void)checks->take_captured();

@@ -74,7 +74,10 @@ struct Options {
   // Each step's forward, backward and optimizer step as one replayed CUDA graph after a warm-up
   // (train/graph_step.h): one device, no accumulation, no f16 GradScaler.
   bool cuda_graphs = false;
-  ScheduleFn schedule;      // default: the optimizer's learning rate throughout
+  // The model's 4-d parameters and the batches channels last (Module::to(MemoryFormat)):
+  // convolutions, batch norm and pooling run in NHWC with no layout conversion per step.
+  bool channels_last = false;
+  ScheduleFn schedule;  // default: the optimizer's learning rate throughout
   // Evaluation (Evaluator): on eval_data every eval_every epochs (0: after the last only).
   std::shared_ptr<const data::Dataset> eval_data;
   int64_t eval_batch_size = 1000;

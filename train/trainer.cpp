@@ -57,7 +57,9 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
                .workers = options_.workers,
                .seed = options_.seed,
                .steps_per_epoch = options_.steps_per_epoch,
-               .pin_memory = distributed_.device().is_cuda()}),
+               .pin_memory = distributed_.device().is_cuda(),
+               .memory_format = options_.channels_last ? MemoryFormat::channels_last
+                                                       : MemoryFormat::contiguous}),
       step_(model_->parameters(), *optimizer_,
             {.grad_accum_steps = options_.grad_accum_steps,
              .clip_grad_norm = options_.clip_grad_norm,
@@ -71,13 +73,17 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
   // Only rank 0 reports; the others write into a stream without a buffer (a no-op).
   if (options_.out && distributed_.rank() == 0) out_ = options_.out;
   model_->to(distributed_.device());
+  if (options_.channels_last) model_->to(MemoryFormat::channels_last);
   model_->train();
   if (options_.eval_data)
-    evaluator_.emplace(options_.eval_data, distributed_.pg(), distributed_.device(),
-                       EvaluatorOptions{.batch_size = options_.eval_batch_size,
-                                        .workers = options_.workers,
-                                        .max_samples = options_.eval_samples,
-                                        .on_rank0 = options_.eval_on_rank0});
+    evaluator_.emplace(
+        options_.eval_data, distributed_.pg(), distributed_.device(),
+        EvaluatorOptions{.batch_size = options_.eval_batch_size,
+                         .workers = options_.workers,
+                         .max_samples = options_.eval_samples,
+                         .on_rank0 = options_.eval_on_rank0,
+                         .memory_format = options_.channels_last ? MemoryFormat::channels_last
+                                                                 : MemoryFormat::contiguous});
   state_.model = model_.get();
   state_.optimizer = optimizer_.get();
   state_.pg = distributed_.pg();
@@ -263,8 +269,8 @@ void Trainer::make_graph_step() {
   RG_CHECK(options_.amp != "f16",
            "--cuda-graphs with --amp f16: the GradScaler reads back whether the gradients "
            "overflowed at every step; use --amp bf16 or off");
-  graph_step_ = std::make_unique<GraphStep>(*optimizer_, distributed_.device(), 2,
-                                            options_.batch_size);
+  graph_step_ =
+      std::make_unique<GraphStep>(*optimizer_, distributed_.device(), 2, options_.batch_size);
 }
 
 void Trainer::begin_epoch(int epoch) {
@@ -371,8 +377,7 @@ bool Trainer::train_step() {
         },
         batch_to_device(batch->inputs, device), batch_to_device(batch->targets, device));
   } else {
-    loss = step_.forward_backward(forward, *batch, distributed_.scatters_host_batch(), ddp,
-                                  s.sync);
+    loss = step_.forward_backward(forward, *batch, distributed_.scatters_host_batch(), ddp, s.sync);
   }
   if (s.sync) {
     // With cuda_graphs the optimizer step has been queued already (the gradients are this step's).

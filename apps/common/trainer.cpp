@@ -160,6 +160,7 @@ train::Options trainer_options(const TrainConfig& c, std::ostream& out) {
           .loss = [c](const Tensor& output,
                       const Tensor& targets) { return training_loss(c, output, targets); },
           .cuda_graphs = c.cuda_graphs,
+          .channels_last = c.channels_last,
           .schedule = schedule(c),
           .eval_data = {},
           .eval_batch_size = c.test_batch_size,

@@ -62,6 +62,8 @@ struct TrainConfig {
   std::string amp = "off";
   // --cuda-graphs: each step after a warm-up replays one captured CUDA graph (train/graph_step.h).
   bool cuda_graphs = false;
+  // --channels-last: model and batches channels last (train::Options::channels_last).
+  bool channels_last = false;
 
   // Data parallelism: used when the launch environment (ringgrad-run, torchrun variables, Slurm,
   // Open MPI) describes more than one rank. Batch sizes are per rank, as in PyTorch DDP.

@@ -138,10 +138,14 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       Node* next = edges[i].node.get();
       if (next == nullptr) continue;
       if (!input_grads.empty() && input_grads[i].defined()) {
-        const Tensor& g = input_grads[i];
+        Tensor& g = input_grads[i];
         RG_CHECK(g.shape() == node->input_shapes()[i], node->name(),
                  " returned a gradient of shape ", shape_str(g.shape()), " for input ", i,
                  ", which has shape ", shape_str(node->input_shapes()[i]));
+        // In the input's memory format (Node::input_formats); a counted layout conversion.
+        if (g.memory_format() != node->input_formats()[i]) {
+          g = g.contiguous(node->input_formats()[i]);
+        }
         Tensor& buf = buffers[next];
         if (!buf.defined()) {
           buf = g;

@@ -21,6 +21,7 @@ Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {
 void Node::add_input(const Tensor& input) {
   next_edges_.push_back(Edge{input.defined() ? gradient_edge(input) : nullptr});
   input_shapes_.push_back(input.defined() ? input.shape() : Shape{});
+  input_formats_.push_back(input.defined() ? input.memory_format() : MemoryFormat::contiguous);
 }
 
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {

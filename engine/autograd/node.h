@@ -38,6 +38,10 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   // Shapes (and dtypes) the gradients of the inputs must have.
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
+  // The inputs' memory formats: the engine hands each input's producer its gradient in the
+  // format of that input (converting where a node returned another), so a backward function
+  // always receives its output's gradient in its output's format.
+  const std::vector<MemoryFormat>& input_formats() const { return input_formats_; }
 
   void add_input(const Tensor& input);  // appends the edge to input's history
   // The module whose forward created this node (recorded only while tracing), e.g.
@@ -59,6 +63,7 @@ class Node : public std::enable_shared_from_this<Node> {
  private:
   std::vector<Edge> next_edges_;
   std::vector<Shape> input_shapes_;
+  std::vector<MemoryFormat> input_formats_;
   std::string scope_;
   HookList<TensorHook> tensor_pre_hooks_;
   std::function<void(const Tensor&)> retain_grad_hook_;

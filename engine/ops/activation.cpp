@@ -9,6 +9,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
+#include "engine/ops/factory.h"
 #include "kernels/activation.h"
 
 namespace rg {
@@ -21,8 +22,8 @@ namespace {
 // kernels::Activation<B>; `in_place` writes the result over x (the kernel is elementwise).
 template <class F>
 Tensor activation_forward(const char* name, const Tensor& x, F&& kernel, bool in_place = false) {
-  check_inputs(name, {x});
-  Tensor out = in_place ? x.detach() : Tensor::empty(x.shape(), x.dtype(), x.device());
+  check_inputs(name, {x}, Formats::alike);
+  Tensor out = in_place ? x.detach() : empty_like(x);
   dispatch_on(x.device(), x.dtype(), name, [&]<class T, class B>() {
     kernel.template operator()<T, kernels::Activation<B>>(x.data<T>(), out.data<T>(), x.numel(),
                                                           kernel_ctx(x));
@@ -36,8 +37,7 @@ Tensor activation_forward(const char* name, const Tensor& x, F&& kernel, bool in
 template <class F>
 std::vector<Tensor> activation_backward(const char* name, const Tensor& grad, const Tensor& saved,
                                         F&& kernel, bool in_place = false) {
-  Tensor grad_in =
-      in_place ? grad.detach() : Tensor::empty(saved.shape(), saved.dtype(), saved.device());
+  Tensor grad_in = in_place ? grad.detach() : empty_like(saved);
   dispatch_on(saved.device(), saved.dtype(), name, [&]<class T, class B>() {
     kernel.template operator()<T, kernels::Activation<B>>(
         grad.data<T>(), saved.data<T>(), grad_in.data<T>(), saved.numel(), kernel_ctx(saved));

@@ -7,13 +7,14 @@
 #include <cmath>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd/function.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
-#include "engine/ops/binary.h"
 #include "engine/ops/autocast_policy.h"
+#include "engine/ops/binary.h"
 #include "engine/ops/check.h"
 #include "engine/ops/cudnn.h"
 #include "engine/ops/factory.h"
@@ -38,20 +39,21 @@ void check_channel_tensor(const char* op, const Tensor& t, const char* name, con
     RG_CHECK(t.device() == x.device(), op, ": device mismatch, input 0 is on ", x.device().str(),
              " but ", name, " is on ", t.device().str());
   } else {
-    check_inputs(op, {x, t});
+    check_inputs(op, {x, t}, Formats::any);
   }
   RG_CHECK(t.dim() == 1 && t.size(0) == c, op, ": ", name, " has shape ", shape_str(t.shape()),
            " but input ", shape_str(x.shape()), " has ", c, " channels");
 }
 
-// The backward's outputs dx, dweight, dbias (those two in the parameters' dtype): uninitialized
-// where wanted, undefined otherwise.
-std::array<Tensor, 3> gradient_outputs(const Tensor& grad, const Shape& x_shape, int64_t c, bool gx,
+// The backward's outputs dx (like x), dweight, dbias (those two in the parameters' dtype):
+// uninitialized where wanted, undefined otherwise.
+std::array<Tensor, 3> gradient_outputs(const Tensor& grad, const Tensor& x, int64_t c, bool gx,
                                        bool gw, bool gb, DType param_dtype) {
   const auto make = [&](bool wanted, const Shape& s, DType dtype) {
     return wanted ? Tensor::empty(s, dtype, grad.device()) : Tensor();
   };
-  return {make(gx, x_shape, grad.dtype()), make(gw, {c}, param_dtype), make(gb, {c}, param_dtype)};
+  return {gx ? Tensor::empty(x.shape(), grad.dtype(), grad.device(), x.memory_format()) : Tensor(),
+          make(gw, {c}, param_dtype), make(gb, {c}, param_dtype)};
 }
 
 // Whether x is f16/bf16 on CUDA with f32 parameters and statistics (autocast's BatchNorm2d; at
@@ -154,23 +156,23 @@ kernels::Workspace as_workspace(const Tensor& ws) { return {ws.raw_data(), ws.nu
 // branch's batch norm output). With a residual (has_residual) the op's fourth input is the
 // residual, whose gradient comes last.
 autograd::BackwardFn kernels_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                      const Tensor& out, bool has_residual, bool mixed,
-                                      Tensor mean, Tensor invstd, bool training, bool relu,
-                                      bool gx, bool gw, bool gb, bool gr, int64_t n, int64_t c,
-                                      int64_t hw) {
+                                      const Tensor& out, bool has_residual, bool mixed, Tensor mean,
+                                      Tensor invstd, bool training, bool relu, bool gx, bool gw,
+                                      bool gb, bool gr, int64_t n, int64_t c, int64_t hw) {
   return [sx = SavedTensor(x), sw = SavedTensor(weight),
           sb = SavedTensor(relu && !out.defined() ? bias : Tensor()), so = SavedTensor(out),
           has_residual, mixed, mean, invstd, training, relu, gx, gw, gb, gr, n, c,
           hw](const Tensor& grad) -> std::vector<Tensor> {
     const Tensor xv = sx.get(), wv = sw.get(), bv = sb.get(), yv = so.get();
     auto [dx, dw, db] =
-        gradient_outputs(grad, xv.shape(), c, gx, gw, gb, mixed ? DType::f32 : grad.dtype());
+        gradient_outputs(grad, xv, c, gx, gw, gb, mixed ? DType::f32 : grad.dtype());
     // The CPU kernel materializes relu's backward (the residual's gradient) before the plain
     // backward: it gets a buffer from the tensor allocator even when no residual gradient is
     // wanted, rather than a fresh allocation of its own per call.
     const bool cpu_relu = relu && grad.device().is_cpu();
     const Tensor dr =
-        gr || cpu_relu ? Tensor::empty(xv.shape(), grad.dtype(), grad.device()) : Tensor();
+        gr || cpu_relu ? Tensor::empty(xv.shape(), grad.dtype(), grad.device(), xv.memory_format())
+                       : Tensor();
     dispatch_batch_norm(grad, mixed, "batch_norm backward", [&]<class T, class P, class B>() {
       const Tensor ws = batch_norm_workspace<B>(n, c, hw, grad.device());
       const auto ptr = []<class U = T>(const Tensor& t) {
@@ -196,7 +198,7 @@ Tensor batch_norm_kernels(const char* op, const Tensor& x, const Tensor& running
                           double momentum, double eps, int64_t n, int64_t c, int64_t hw) {
   const cuda::OpSpan span(op, "op", x.device());
   Tensor mean, invstd;
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = empty_like(x);
   if (training) {
     mean = Tensor::empty({c}, DType::f64, x.device());
     invstd = Tensor::empty({c}, DType::f64, x.device());
@@ -253,7 +255,7 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
   const bool gb = autograd::needs_grad({bias});
   Tensor mean = Tensor::empty({c}, DType::f32, x.device());
   Tensor invstd = Tensor::empty({c}, DType::f32, x.device());
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = empty_like(x);
   dispatch_on(x.device(), x.dtype(), "batch_norm", [&]<class T, class B>() {
     if constexpr (kOnCuda<B> && kCudnnType<T>) {
       forward_cudnn<T>(x, running_mean, running_var, weight, bias, training, momentum, eps, n, c,
@@ -262,20 +264,20 @@ Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tenso
   });
   if (!gx && !gw && !gb) return out;
   if (!training || !gx) {
-    auto [mean64, invstd64] = training ? std::array<Tensor, 2>{mean.to(DType::f64),
-                                                               invstd.to(DType::f64)}
-                                       : running_statistics(running_mean, running_var, eps);
-    return autograd::record(out, "BatchNormBackward", {x, weight, bias},
-                            kernels_backward(x, weight, bias, Tensor(), false, false, mean64,
-                                             invstd64, training, false, gx, gw, gb, false, n, c,
-                                             hw));
+    auto [mean64, invstd64] =
+        training ? std::array<Tensor, 2>{mean.to(DType::f64), invstd.to(DType::f64)}
+                 : running_statistics(running_mean, running_var, eps);
+    return autograd::record(
+        out, "BatchNormBackward", {x, weight, bias},
+        kernels_backward(x, weight, bias, Tensor(), false, false, mean64, invstd64, training, false,
+                         gx, gw, gb, false, n, c, hw));
   }
   return autograd::record(
       out, "BatchNormBackward", {x, weight, bias},
       [sx = SavedTensor(x), sw = SavedTensor(weight), mean, invstd, eps, gw, gb, n, c,
        hw](const Tensor& grad) -> std::vector<Tensor> {
         const Tensor xv = sx.get(), wv = sw.get();
-        auto [dx, dw, db] = gradient_outputs(grad, xv.shape(), c, true, gw, gb, grad.dtype());
+        auto [dx, dw, db] = gradient_outputs(grad, xv, c, true, gw, gb, grad.dtype());
         dispatch_cuda_float(grad.dtype(), "batch_norm backward", [&]<class T>() {
           if constexpr (kCudnnType<T>) {
             NoGradGuard no_grad;
@@ -302,10 +304,13 @@ std::array<int64_t, 3> check_batch_norm_args(const char* op, const Tensor& x,
                                              const Tensor& running_mean, const Tensor& running_var,
                                              const Tensor& weight, const Tensor& bias, double eps,
                                              bool mixed) {
-  check_inputs(op, {x});
+  check_inputs(op, {x}, Formats::any);
   RG_CHECK(x.dim() == 2 || x.dim() == 4, op,
            ": expected a 2-d [N, C] or 4-d [N, C, H, W] input, got shape ", shape_str(x.shape()));
-  const int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
+  int64_t n = x.size(0), c = x.size(1), hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
+  // Channels last is [N * H * W, C] in memory: the kernels' [n, c, hw] with hw = 1, the same
+  // per-channel statistics over the same values.
+  if (x.memory_format() == MemoryFormat::channels_last) n *= std::exchange(hw, 1);
   check_channel_tensor(op, running_mean, "running_mean", x, c, mixed);
   check_channel_tensor(op, running_var, "running_var", x, c, mixed);
   check_channel_tensor(op, weight, "weight", x, c, mixed);
@@ -338,8 +343,7 @@ std::optional<Tensor> batch_norm_through_f32(const Tensor& x, const Tensor& runn
   // PyTorch), and f16/bf16 on the CPU: computed in f32, the result in x's dtype. Statistics that
   // are themselves half are updated in place through f32 copies.
   const auto is_f32 = [](const Tensor& t) { return t.defined() && t.dtype() == DType::f32; };
-  const bool mixed =
-      is_half(x.dtype()) && (is_f32(running_mean) || is_f32(weight) || is_f32(bias));
+  const bool mixed = is_half(x.dtype()) && (is_f32(running_mean) || is_f32(weight) || is_f32(bias));
   if (!mixed && !cpu_half_inputs({x, running_mean, running_var, weight, bias})) return std::nullopt;
   const Tensor rm = half_to_f32(running_mean), rv = half_to_f32(running_var);
   Tensor out = f32_op(half_to_f32(x), rm, rv, half_to_f32(weight), half_to_f32(bias)).to(x.dtype());
@@ -377,11 +381,15 @@ Tensor batch_norm_op(const char* op, const Tensor& x, const Tensor& residual,
                      const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                      const Tensor& bias, bool training, bool relu, double momentum, double eps) {
   if (residual.defined()) {
-    check_inputs(op, {x, residual});
+    check_inputs(op, {x, residual}, Formats::any);
     RG_CHECK(residual.shape() == x.shape(), op, ": the residual's shape ",
              shape_str(residual.shape()), " differs from the input's ", shape_str(x.shape()));
+    if (residual.memory_format() != x.memory_format()) {  // added elementwise: in x's layout
+      return batch_norm_op(op, x, residual.contiguous(x.memory_format()), running_mean, running_var,
+                           weight, bias, training, relu, momentum, eps);
+    }
   } else {
-    check_inputs(op, {x});
+    check_inputs(op, {x}, Formats::any);
   }
   const bool mixed = cuda_mixed(x, {running_mean, running_var, weight, bias});
   if (!mixed) {
@@ -412,8 +420,8 @@ Tensor batch_norm_op(const char* op, const Tensor& x, const Tensor& residual,
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
-  return batch_norm_op("batch_norm", x, Tensor(), running_mean, running_var, weight, bias,
-                       training, false, momentum, eps);
+  return batch_norm_op("batch_norm", x, Tensor(), running_mean, running_var, weight, bias, training,
+                       false, momentum, eps);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,

@@ -7,9 +7,11 @@
 #include <utility>
 
 #include "engine/autograd/function.h"
+#include "engine/autograd/grad_mode.h"
 #include "engine/dispatch.h"
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
+#include "engine/ops/factory.h"
 #include "engine/ops/reduce.h"
 #include "engine/ops/unary.h"
 #include "kernels/binary.h"
@@ -89,11 +91,19 @@ bool channel_block(const Shape& b, const Shape& out, int64_t& outer, int64_t& ch
 // the result.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, bool a_reusable = false) {
   const char* name = op_name(op);
-  check_inputs(name, {a, b});
+  if (a.shape() == b.shape() && a.memory_format() != b.memory_format()) {
+    const NoGradGuard no_grad;  // the op records {a, b}: b's gradient goes back in b's format
+    return binary_forward(op, a, b.detach().contiguous(a.memory_format()), a_reusable);
+  }
+  // Elementwise on equal shapes in either format (the result takes a's); broadcasting reads by
+  // position.
+  check_inputs(name, {a, b}, a.shape() == b.shape() ? Formats::alike : Formats::contiguous);
   const Shape shape =
       a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
   const bool in_place = a_reusable && shape == a.shape();
-  Tensor out = in_place ? a.detach() : Tensor::empty(shape, a.dtype(), a.device());
+  Tensor out = in_place             ? a.detach()
+               : shape == a.shape() ? empty_like(a)
+                                    : Tensor::empty(shape, a.dtype(), a.device());
   int64_t outer = 0, channels = 0, inner = 0;
   dispatch_on(a.device(), a.dtype(), name, [&]<class T, class B>() {
     using K = kernels::Binary<B>;
@@ -119,8 +129,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, bool a_reus
 
 Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
   const char* name = op_name(op);
-  check_inputs(name, {a});
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  check_inputs(name, {a}, Formats::alike);
+  Tensor out = empty_like(a);
   dispatch_on(a.device(), a.dtype(), name, [&]<class T, class B>() {
     kernels::Binary<B>::binary_scalar(op, a.data<T>(), s, out.data<T>(), a.numel(), scalar_first,
                                       kernel_ctx(a));
@@ -137,7 +147,7 @@ namespace {
 template <class Op>
 Tensor binary_policy(const char* name, const Tensor& a, const Tensor& b, Op op) {
   if (auto c = autocast_inputs(AutocastPolicy::promote, {a, b})) return op((*c)[0], (*c)[1]);
-  check_inputs(name, {a, b});
+  check_inputs(name, {a, b}, Formats::any);  // binary_forward checks the formats
   if (cpu_half_inputs({a, b})) return op(half_to_f32(a), half_to_f32(b)).to(a.dtype());
   return Tensor();
 }
@@ -250,7 +260,12 @@ Tensor rdiv(const Tensor& a, double s) {
 }
 
 Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
-  check_inputs("add_", {a, b});
+  if (b.defined() && a.defined() && b.shape() == a.shape() &&
+      b.memory_format() != a.memory_format()) {
+    const NoGradGuard no_grad;
+    return add_(a, b.detach().contiguous(a.memory_format()), alpha);
+  }
+  check_inputs("add_", {a, b}, Formats::alike);
   RG_CHECK(a.shape() == b.shape(), "add_: shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()), " differ");
   RG_CHECK(!autograd::needs_grad({a}),
@@ -269,7 +284,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor& mul_(Tensor& a, double s) {
-  check_inputs("mul_", {a});
+  check_inputs("mul_", {a}, Formats::alike);
   RG_CHECK(!autograd::needs_grad({a}),
            "mul_: in-place update of a tensor that requires grad; wrap it in NoGradGuard");
   if (cpu_half_inputs({a})) {  // CPU f16/bf16: in f32, rounded back into a

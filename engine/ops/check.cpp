@@ -7,11 +7,20 @@
 
 namespace rg {
 
-void check_inputs(const char* op, std::initializer_list<Tensor> tensors) {
+void check_inputs(const char* op, std::initializer_list<Tensor> tensors, Formats formats) {
   const Tensor* first = nullptr;
   int i = 0;
   for (const Tensor& t : tensors) {
     RG_CHECK(t.defined(), op, ": input ", i, " is an undefined tensor");
+    RG_CHECK(formats != Formats::contiguous || t.memory_format() == MemoryFormat::contiguous, op,
+             ": input ", i, " is ", memory_format_name(t.memory_format()),
+             ", which this op does not take (it reads memory in the shape's order); call "
+             ".contiguous() first");
+    RG_CHECK(formats != Formats::alike || first == nullptr ||
+                 t.memory_format() == first->memory_format(),
+             op, ": memory format mismatch, input 0 is ",
+             memory_format_name(first->memory_format()), " but input ", i, " is ",
+             memory_format_name(t.memory_format()));
     if (first == nullptr) {
       first = &t;
     } else {

@@ -9,8 +9,18 @@
 
 namespace rg {
 
-// All tensors defined, on one device, with one dtype.
-void check_inputs(const char* op, std::initializer_list<Tensor> tensors);
+// The memory formats (MemoryFormat, engine/tensor.h) an op takes.
+enum class Formats {
+  contiguous,  // contiguous tensors only: the default, for ops that read memory by position
+  alike,       // either format, every input in the same one (elementwise ops; the output too)
+  any,         // each input in either format: the op handles each input's layout itself
+};
+
+// All tensors defined, on one device, with one dtype, and in memory formats the op takes: a
+// channels_last tensor reaching an op that does not take it is an error naming the op (the
+// safety net that keeps a layout from being read as another).
+void check_inputs(const char* op, std::initializer_list<Tensor> tensors,
+                  Formats formats = Formats::contiguous);
 // For ops without a CUDA implementation yet: a clear "not implemented on CUDA yet" error naming
 // the op when any tensor is on a CUDA device.
 void check_cpu_only(const char* op, std::initializer_list<Tensor> tensors);

@@ -25,10 +25,11 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tens
                                std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
                                std::array<int64_t, 2> dilation) {
   const char* op = "conv2d";
+  // Either format for x and weight (conv2d brings them to one); the bias is 1-d.
   if (bias.defined()) {
-    check_inputs(op, {x, weight, bias});
+    check_inputs(op, {x, weight, bias}, Formats::any);
   } else {
-    check_inputs(op, {x, weight});
+    check_inputs(op, {x, weight}, Formats::any);
   }
   check_dim(op, x, 4, "input: N, C, H, W");
   check_dim(op, weight, 4, "weight: O, C, kh, kw");
@@ -82,13 +83,20 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::array<int64_t, 2> dilation) {
   if (auto c = autocast_inputs(AutocastPolicy::lower, {x, weight, bias}))
     return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation);
-  const Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
+  Conv2dGeometry g = conv2d_geometry(x, weight, bias, stride, padding, dilation);
+  // Channels last when x or the weight is (PyTorch's suggested format): both in it, as cuDNN's
+  // NHWC convolutions take them, and the output too. A mixed pair costs a layout conversion.
+  constexpr MemoryFormat kLast = MemoryFormat::channels_last;
+  g.channels_last = x.memory_format() == kLast || weight.memory_format() == kLast;
+  if (g.channels_last && (x.memory_format() != kLast || weight.memory_format() != kLast))
+    return conv2d(x.contiguous(kLast), weight.contiguous(kLast), bias, stride, padding, dilation);
   if (cpu_half_inputs({x, weight, bias})) {  // f32 accumulation over the half-rounded inputs
     const NoAutocastGuard f32_route;         // (it would cast the f32 copies back)
     return conv2d(half_to_f32(x), half_to_f32(weight), half_to_f32(bias), stride, padding, dilation)
         .to(x.dtype());
   }
-  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
+  const MemoryFormat format = x.memory_format();
+  Tensor out = Tensor::empty({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device(), format);
   dispatch_on(x.device(), x.dtype(), "conv2d", [&]<class T, class B>() {
     const Tensor ws = conv_workspace<T, B>(g, kernels::ConvPass::forward, x);
     kernels::Conv2d<B>::forward(g, x.data<T>(), weight.data<T>(),
@@ -101,11 +109,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   return autograd::record(
       out, "Conv2dBackward", {x, weight, bias},
       [g, gx, gw, gb, sx = SavedTensor(gw ? x : Tensor()), sw = SavedTensor(gx ? weight : Tensor()),
-       wshape = weight.shape()](const Tensor& grad) -> std::vector<Tensor> {
+       wshape = weight.shape(), format](const Tensor& grad) -> std::vector<Tensor> {
         const Tensor xv = sx.get(), wv = sw.get();
-        Tensor dx =
-            gx ? Tensor::empty({g.n, g.c, g.h, g.w}, grad.dtype(), grad.device()) : Tensor();
-        Tensor dw = gw ? Tensor::empty(wshape, grad.dtype(), grad.device()) : Tensor();
+        // grad is in the output's format (the engine's contract, Node::input_formats).
+        Tensor dx = gx ? Tensor::empty({g.n, g.c, g.h, g.w}, grad.dtype(), grad.device(), format)
+                       : Tensor();
+        Tensor dw = gw ? Tensor::empty(wshape, grad.dtype(), grad.device(), format) : Tensor();
         Tensor db = gb ? Tensor::empty({g.o}, grad.dtype(), grad.device()) : Tensor();
         dispatch_on(grad.device(), grad.dtype(), "conv2d backward", [&]<class T, class B>() {
           const Tensor ws = gx || gw ? conv_workspace<T, B>(g, kernels::ConvPass::backward, grad)

@@ -26,9 +26,11 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   t.fill_(value);
   return t;
 }
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) {
+  return Tensor::empty(t.shape(), t.dtype(), t.device(), t.memory_format());
+}
+Tensor zeros_like(const Tensor& t) { return empty_like(t).zero_(); }
+Tensor ones_like(const Tensor& t) { return empty_like(t).fill_(1.0); }
 
 Tensor arange(double start, double end, double step, DType dtype) {
   RG_CHECK(step != 0, "arange: step must be non-zero");

@@ -13,6 +13,7 @@ Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Devic
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
             Device device = Device::cpu());
+// Like t: shape, dtype, device and memory format (PyTorch's preserve_format).
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

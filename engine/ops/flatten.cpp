@@ -1,4 +1,6 @@
-// flatten as Tensor::view: storage is shared and view() already records the backward.
+// flatten as Tensor::view: storage is shared and view() already records the backward. A
+// channels_last tensor is made contiguous first (a layout conversion, as torch.flatten's reshape
+// copies it).
 #include "engine/ops/flatten.h"
 
 #include <algorithm>
@@ -24,6 +26,9 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   for (int64_t d = start; d <= end; ++d) merged *= x.size(d);
   shape.push_back(merged);
   shape.insert(shape.end(), x.shape().begin() + end + 1, x.shape().end());
+  if (shape != x.shape() && x.memory_format() != MemoryFormat::contiguous) {
+    return x.contiguous().view(shape);
+  }
   return x.view(shape);
 }
 

@@ -41,7 +41,7 @@ Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type) {
 }
 
 Tensor& scale_by_clip_coef_(Tensor& x, const Tensor& total_norm, double max_norm) {
-  check_inputs("scale_by_clip_coef_", {x, total_norm});
+  check_inputs("scale_by_clip_coef_", {x, total_norm}, Formats::any);  // elementwise on x
   RG_CHECK(total_norm.numel() == 1, "scale_by_clip_coef_: total_norm must have one element, got ",
            shape_str(total_norm.shape()));
   RG_CHECK(max_norm >= 0.0, "scale_by_clip_coef_: max_norm must be >= 0, got ", max_norm);
@@ -57,7 +57,7 @@ Tensor& scale_by_clip_coef_(Tensor& x, const Tensor& total_norm, double max_norm
 }
 
 Tensor& clamp_(Tensor& x, double min, double max) {
-  check_inputs("clamp_", {x});
+  check_inputs("clamp_", {x}, Formats::alike);
   RG_CHECK(!std::isnan(min) && !std::isnan(max) && min <= max,
            "clamp_: needs min <= max (neither NaN), got min ", min, " and max ", max);
   RG_CHECK(!autograd::needs_grad({x}),

@@ -77,11 +77,13 @@ Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return sum((*c)[0], dims_in, keepdim);
-  check_inputs("sum", {x});
+  check_inputs("sum", {x}, Formats::any);
   if (cpu_half_inputs({x})) return sum(half_to_f32(x), dims_in, keepdim).to(x.dtype());
   const std::vector<int64_t> dims = normalize_dims("sum", x, dims_in);
+  const bool all = dims.size() == size_t(x.dim()) && x.dim() > 0;
+  if (!all) check_inputs("sum", {x});  // over some dimensions: by position, contiguous only
   Tensor out;
-  if (dims.size() == size_t(x.dim()) && x.dim() > 0) {
+  if (all) {
     out = Tensor::empty(keepdim ? keep_dims(x.shape(), dims) : Shape{}, x.dtype(), x.device());
     dispatch_on(x.device(), x.dtype(), "sum", [&]<class T, class B>() {
       using K = kernels::Reduce<B>;
@@ -104,7 +106,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
-  check_inputs("mean", {x});
+  check_inputs("mean", {x}, Formats::any);  // sum checks the format against the dimensions
   if (cpu_half_inputs({x})) return mean(half_to_f32(x), dims_in, keepdim).to(x.dtype());
   const NoAutocastGuard follows_its_input;  // its sum stays in x's dtype, as PyTorch's mean
   const std::vector<int64_t> dims = normalize_dims("mean", x, dims_in);

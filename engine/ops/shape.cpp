@@ -4,6 +4,8 @@
 #include "engine/ops/shape.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <utility>
 
 #include "engine/autograd/function.h"
@@ -11,6 +13,7 @@
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 #include "kernels/shape.h"
 
@@ -65,6 +68,36 @@ Tensor permute_kernel(const Tensor& x, const std::vector<int64_t>& perm) {
   }
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
   strided_copy("permute", x, 0, out, 0, l);
+  return out;
+}
+
+std::atomic<int64_t> g_layout_conversions{0};
+
+// The element strides of a 4-d tensor of `shape` laid out in `format`, by logical dimension.
+std::array<int64_t, 4> format_strides(const Shape& s, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last) return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+  return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+}
+
+// x's elements in `format` (x is 4-d and in the other one), without recording.
+Tensor convert_layout(const Tensor& x, MemoryFormat format) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device(), format);
+  const auto from = format_strides(x.shape(), x.memory_format());
+  const auto to = format_strides(x.shape(), format);
+  StridedCopy l;
+  l.ndim = 4;
+  for (int k = 0; k < 4; ++k) {
+    l.sizes[k] = x.size(k);
+    l.src_strides[k] = from[size_t(k)];
+    l.dst_strides[k] = to[size_t(k)];
+  }
+  g_layout_conversions.fetch_add(1, std::memory_order_relaxed);
+  if (x.device().is_cuda() && trace::enabled()) {  // a kernel on the GPU (the profile's count)
+    trace::instant(detail::cat("layout conversion to ", memory_format_name(format), " ",
+                               dtype_name(x.dtype()), shape_str(x.shape())),
+                   "layout conversion", trace::Clock::now());
+  }
+  strided_copy("layout_conversion", x, 0, out, 0, l);
   return out;
 }
 
@@ -152,5 +185,20 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
     chunks.push_back(narrow_copy(x, d, start, std::min(split_size, size - start)));
   return chunks;
 }
+
+Tensor contiguous(const Tensor& x, MemoryFormat format) {
+  RG_CHECK(x.defined(), "contiguous: the tensor is undefined");
+  if (x.memory_format() == format) return x;
+  RG_CHECK(x.dim() == 4, "contiguous(", memory_format_name(format),
+           "): needs a 4-d [N, C, H, W] tensor, got shape ", shape_str(x.shape()));
+  if (cpu_half_inputs({x})) return contiguous(half_to_f32(x), format).to(x.dtype());
+  const MemoryFormat from = x.memory_format();
+  return autograd::record(
+      convert_layout(x, format), "ContiguousBackward", {x}, [from](const Tensor& g) {
+        return std::vector<Tensor>{g.memory_format() == from ? g : convert_layout(g, from)};
+      });
+}
+
+int64_t layout_conversions() { return g_layout_conversions.load(std::memory_order_relaxed); }
 
 }  // namespace rg

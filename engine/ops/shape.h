@@ -1,7 +1,7 @@
-// Shape ops that return new contiguous tensors (tensors are contiguous-only): permute, transpose,
-// narrow_copy and split, as torch.permute, torch.transpose, torch.narrow(...).contiguous() and
-// torch.split with an int split_size. All are differentiable; f32, f64, f16 and bf16 on both
-// devices, and i64 (not differentiable) too.
+// Shape ops that return new contiguous tensors: permute, transpose, narrow_copy and split, as
+// torch.permute, torch.transpose, torch.narrow(...).contiguous() and torch.split with an int
+// split_size; and the layout conversion between memory formats (Tensor::contiguous). All are
+// differentiable; f32, f64, f16 and bf16 on both devices, and i64 (not differentiable) too.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +28,13 @@ Tensor narrow_copy(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 // x cut along dim into chunks of split_size (the last one may be smaller), each a narrow_copy; a
 // dim of size 0 gives one empty chunk. split_size must be positive.
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+
+// x in `format` (Tensor::contiguous): x itself when already in it, else a copy by one strided
+// copy ("layout_conversion" on the op's stream), counted below and, on a CUDA device while
+// tracing, marked by a "layout conversion" instant (ringgrad-bench profile counts them per step).
+// The gradient is converted back to x's format.
+Tensor contiguous(const Tensor& x, MemoryFormat format);
+// Layout conversions run by this process so far (forward and backward, every device).
+int64_t layout_conversions();
 
 }  // namespace rg

@@ -6,6 +6,7 @@
 #include "engine/ops/autocast_policy.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
+#include "engine/ops/factory.h"
 #include "kernels/unary.h"
 
 namespace rg {
@@ -15,8 +16,8 @@ using kernels::UnaryOp;
 
 namespace {
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x) {
-  check_inputs(name, {x});
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  check_inputs(name, {x}, Formats::alike);
+  Tensor out = empty_like(x);
   dispatch_on(x.device(), x.dtype(), name, [&]<class T, class B>() {
     kernels::Unary<B>::unary(op, x.data<T>(), out.data<T>(), x.numel(), kernel_ctx(x));
   });
@@ -60,8 +61,8 @@ Tensor sqrt(const Tensor& x) {
 Tensor pow(const Tensor& x, double exponent) {
   if (auto c = autocast_inputs(AutocastPolicy::f32, {x})) return pow((*c)[0], exponent);
   if (cpu_half_inputs({x})) return pow(half_to_f32(x), exponent).to(x.dtype());
-  check_inputs("pow", {x});
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  check_inputs("pow", {x}, Formats::alike);
+  Tensor out = empty_like(x);
   dispatch_on(x.device(), x.dtype(), "pow", [&]<class T, class B>() {
     kernels::Unary<B>::pow_scalar(x.data<T>(), exponent, out.data<T>(), x.numel(), kernel_ctx(x));
   });

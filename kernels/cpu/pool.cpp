@@ -1,5 +1,7 @@
 // The pooling kernels on the CPU (kernels/pool.h): loops parallel over planes, each window's
 // bounds clipped once per output pixel, so padding never needs a padded copy of the input.
+// Channels last runs parallel over blocks of an image's channels, the innermost loop over the
+// channels of a block (contiguous in memory), with each channel's values visited as in NCHW.
 #include "kernels/pool.h"
 
 #include <algorithm>
@@ -94,12 +96,135 @@ void max_pool_2x2_plane(const T* in, int64_t w, int64_t ho, int64_t wo, T* out, 
   }
 }
 
+// Channels per channels-last task: contiguous at every pixel, and the size of the accumulators
+// kept on the stack.
+constexpr int64_t kChannelBlock = 64;
+
+// Runs fn(image, c0, c1) for channels [c0, c1) of every image in parallel, with at most
+// ctx.threads threads; pixels: the work per channel.
+template <class F>
+void for_each_channel_block(int64_t n, int64_t c, int64_t pixels, Ctx ctx, F&& fn) {
+  const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
+  cpu::parallel_for(
+      0, n * blocks, plane_grain(pixels * std::min(c, kChannelBlock)),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t t = lo; t < hi; ++t) {
+          const int64_t c0 = t % blocks * kChannelBlock;
+          fn(t / blocks, c0, std::min(c0 + kChannelBlock, c));
+        }
+      },
+      ctx.threads);
+}
+
+// window_argmax for channels [c0, c1) at once: x is [n, h, w, c], y and argmax [n, ho, wo, c].
+// Stops updating a channel once its maximum is NaN, as window_argmax returns at the first NaN.
+template <class T>
+void max_pool2d_channels_last(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, Ctx ctx) {
+  const int64_t c = g.c;
+  for_each_channel_block(g.planes / c, c, g.h * g.w, ctx, [&](int64_t b, int64_t c0, int64_t c1) {
+    const T* in = x + b * g.h * g.w * c + c0;
+    const int64_t width = c1 - c0;
+    T best[kChannelBlock];
+    int64_t best_i[kChannelBlock];
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const Window win = window(g, oh, ow);
+        std::fill_n(best, width, -std::numeric_limits<T>::infinity());
+        std::fill_n(best_i, width, win.h0 * g.w + win.w0);
+        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+          for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+            const int64_t j = ih * g.w + iw;
+            const T* v = in + j * c;
+            for (int64_t k = 0; k < width; ++k) {
+              const bool take = best[k] == best[k] && (v[k] != v[k] || v[k] > best[k]);
+              best[k] = take ? v[k] : best[k];
+              best_i[k] = take ? j : best_i[k];
+            }
+          }
+        }
+        const int64_t o = ((b * g.ho + oh) * g.wo + ow) * c + c0;
+        std::copy_n(best, width, y + o);
+        std::copy_n(best_i, width, argmax + o);
+      }
+    }
+  });
+}
+
+// Scatters as the NCHW backward does: each input's contributions in the order of the outputs.
+template <class T>
+void max_pool2d_backward_channels_last(const Pool2dGeometry& g, const T* gy, const int64_t* argmax,
+                                       T* gx, Ctx ctx) {
+  const int64_t c = g.c;
+  for_each_channel_block(g.planes / c, c, g.h * g.w, ctx, [&](int64_t b, int64_t c0, int64_t c1) {
+    T* out = gx + b * g.h * g.w * c + c0;
+    for (int64_t j = 0; j < g.h * g.w; ++j) std::fill_n(out + j * c, c1 - c0, T(0));
+    const T* grad = gy + b * g.ho * g.wo * c + c0;
+    const int64_t* idx = argmax + b * g.ho * g.wo * c + c0;
+    for (int64_t i = 0; i < g.ho * g.wo; ++i) {
+      for (int64_t k = 0; k < c1 - c0; ++k) out[idx[i * c + k] * c + k] += grad[i * c + k];
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_channels_last(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad,
+                              Ctx ctx) {
+  const int64_t c = g.c;
+  for_each_channel_block(g.planes / c, c, g.h * g.w, ctx, [&](int64_t b, int64_t c0, int64_t c1) {
+    const T* in = x + b * g.h * g.w * c + c0;
+    const int64_t width = c1 - c0;
+    T acc[kChannelBlock];
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const Window win = window(g, oh, ow);
+        std::fill_n(acc, width, T(0));
+        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+          for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+            const T* v = in + (ih * g.w + iw) * c;
+            for (int64_t k = 0; k < width; ++k) acc[k] += v[k];
+          }
+        }
+        const T div = T(divisor(win, count_include_pad));
+        T* out = y + ((b * g.ho + oh) * g.wo + ow) * c + c0;
+        for (int64_t k = 0; k < width; ++k) out[k] = acc[k] / div;
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_backward_channels_last(const Pool2dGeometry& g, const T* gy, T* gx,
+                                       bool count_include_pad, Ctx ctx) {
+  const int64_t c = g.c;
+  for_each_channel_block(g.planes / c, c, g.h * g.w, ctx, [&](int64_t b, int64_t c0, int64_t c1) {
+    T* out = gx + b * g.h * g.w * c + c0;
+    const int64_t width = c1 - c0;
+    for (int64_t j = 0; j < g.h * g.w; ++j) std::fill_n(out + j * c, width, T(0));
+    T share[kChannelBlock];
+    for (int64_t oh = 0; oh < g.ho; ++oh) {
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        const Window win = window(g, oh, ow);
+        const T div = T(divisor(win, count_include_pad));
+        const T* grad = gy + ((b * g.ho + oh) * g.wo + ow) * c + c0;
+        for (int64_t k = 0; k < width; ++k) share[k] = grad[k] / div;
+        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+          for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+            T* o = out + (ih * g.w + iw) * c;
+            for (int64_t k = 0; k < width; ++k) o[k] += share[k];
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 template <>
 template <class T>
 void Pool<Cpu>::max_pool2d(const Pool2dGeometry& g, const T* x, T* y, int64_t* argmax, Ctx ctx) {
   if (!detail::check_pool2d_geometry("max_pool2d", g)) return;
+  if (g.channels_last) return max_pool2d_channels_last(g, x, y, argmax, ctx);
   const bool two_by_two = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 &&
                           g.pw == 0 && 2 * g.ho <= g.h && 2 * g.wo <= g.w;
   for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
@@ -122,6 +247,7 @@ template <class T>
 void Pool<Cpu>::max_pool2d_backward(const Pool2dGeometry& g, const T* gy, const int64_t* argmax,
                                     T* gx, Ctx ctx) {
   if (!detail::check_pool2d_geometry("max_pool2d_backward", g)) return;
+  if (g.channels_last) return max_pool2d_backward_channels_last(g, gy, argmax, gx, ctx);
   for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
     T* out = gx + p * g.h * g.w;
     std::fill_n(out, g.h * g.w, T(0));
@@ -136,6 +262,7 @@ template <class T>
 void Pool<Cpu>::avg_pool2d(const Pool2dGeometry& g, const T* x, T* y, bool count_include_pad,
                            Ctx ctx) {
   if (!detail::check_pool2d_geometry("avg_pool2d", g)) return;
+  if (g.channels_last) return avg_pool2d_channels_last(g, x, y, count_include_pad, ctx);
   for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
     const T* in = x + p * g.h * g.w;
     T* out = y + p * g.ho * g.wo;
@@ -157,6 +284,7 @@ template <class T>
 void Pool<Cpu>::avg_pool2d_backward(const Pool2dGeometry& g, const T* gy, T* gx,
                                     bool count_include_pad, Ctx ctx) {
   if (!detail::check_pool2d_geometry("avg_pool2d_backward", g)) return;
+  if (g.channels_last) return avg_pool2d_backward_channels_last(g, gy, gx, count_include_pad, ctx);
   for_each_plane(g.planes, g.h * g.w, ctx, [&](int64_t p) {
     T* out = gx + p * g.h * g.w;
     std::fill_n(out, g.h * g.w, T(0));
@@ -193,6 +321,37 @@ void Pool<Cpu>::adaptive_avg_pool2d_1x1_backward(const T* gy, T* gx, int64_t pla
   for_each_plane(planes, hw, ctx, [&](int64_t p) { std::fill_n(gx + p * hw, hw, gy[p] / T(hw)); });
 }
 
+template <>
+template <class T>
+void Pool<Cpu>::adaptive_avg_pool2d_1x1_channels_last(const T* x, T* y, int64_t n, int64_t c,
+                                                      int64_t hw, Ctx ctx) {
+  if (!detail::check_global_pool_sizes("adaptive_avg_pool2d_1x1_channels_last", n, c, hw)) return;
+  for_each_channel_block(n, c, hw, ctx, [&](int64_t b, int64_t c0, int64_t c1) {
+    const T* in = x + b * hw * c + c0;
+    const int64_t width = c1 - c0;
+    double acc[kChannelBlock] = {};
+    for (int64_t i = 0; i < hw; ++i) {
+      for (int64_t k = 0; k < width; ++k) acc[k] += double(in[i * c + k]);
+    }
+    for (int64_t k = 0; k < width; ++k) y[b * c + c0 + k] = T(acc[k] / double(hw));
+  });
+}
+
+template <>
+template <class T>
+void Pool<Cpu>::adaptive_avg_pool2d_1x1_channels_last_backward(const T* gy, T* gx, int64_t n,
+                                                               int64_t c, int64_t hw, Ctx ctx) {
+  if (!detail::check_global_pool_sizes("adaptive_avg_pool2d_1x1_channels_last_backward", n, c, hw))
+    return;
+  for_each_channel_block(n, c, hw, ctx, [&](int64_t b, int64_t c0, int64_t c1) {
+    const T* grad = gy + b * c;
+    for (int64_t i = 0; i < hw; ++i) {
+      T* out = gx + (b * hw + i) * c;
+      for (int64_t k = c0; k < c1; ++k) out[k] = grad[k] / T(hw);
+    }
+  });
+}
+
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).
 template <class T>
 auto cpu_pool_kernels() {
@@ -202,7 +361,9 @@ auto cpu_pool_kernels() {
                     &K::avg_pool2d<T>,
                     &K::avg_pool2d_backward<T>,
                     &K::adaptive_avg_pool2d_1x1<T>,
-                    &K::adaptive_avg_pool2d_1x1_backward<T>};
+                    &K::adaptive_avg_pool2d_1x1_backward<T>,
+                    &K::adaptive_avg_pool2d_1x1_channels_last<T>,
+                    &K::adaptive_avg_pool2d_1x1_channels_last_backward<T>};
 }
 RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_pool_kernels)
 

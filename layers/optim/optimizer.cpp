@@ -84,6 +84,10 @@ void Optimizer::check_grad(const Tensor& p, const Tensor& g, size_t i) const {
            ": the gradient of parameter ", i, " (", dtype_name(g.dtype()), " ",
            shape_str(g.shape()), " on ", g.device().str(), ") does not match the parameter (",
            dtype_name(p.dtype()), " ", shape_str(p.shape()), " on ", p.device().str(), ")");
+  // The update reads parameter, gradient and state element by element in memory: one layout.
+  RG_CHECK(g.memory_format() == p.memory_format(), name(), ": the gradient of parameter ", i,
+           " is ", memory_format_name(g.memory_format()), " but the parameter is ",
+           memory_format_name(p.memory_format()), " (set .grad in the parameter's format)");
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -127,7 +127,7 @@ TEST(ProfileTable, GroupsStreamSpansByOpWithExactTotalsMeansAndShares) {
   EXPECT_EQ(p.descriptors[0].calls, 2);
   EXPECT_EQ(compute_profile(parse_trace(hand_trace(), "t.json"), 0, "1:3").descriptor_calls, 0);
   EXPECT_NE(profile_table(p).find("cuDNN descriptors created per step: 1.0, and variant packs "
-                                   "0.3"),
+                                  "0.3"),
             std::string::npos)
       << profile_table(p);
 
@@ -252,34 +252,41 @@ TEST_F(ProfileErrors, TheCommandExitsWithCode2AndOneLine) {
 // ResNet-18 (CIFAR stem: 20 convolutions) for 3 steps of batch 2 on the emulated device.
 class EmulatedProfile : public testing::ScratchDirTest {};
 
+// ringgrad-train-emu on ResNet-18 with `extra` arguments, tracing every step into `trace`.
+rg::testing::ProcessResult train_resnet18(const std::filesystem::path& dir, int steps,
+                                          const std::string& trace,
+                                          const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{RG_TRAIN_EMU_BINARY,
+                                "--model",
+                                "resnet18",
+                                "--dataset",
+                                "synthetic-cifar",
+                                "--device",
+                                "cuda",
+                                "--batch-size",
+                                "2",
+                                "--test-batch-size",
+                                "2",
+                                "--eval-samples",
+                                "2",
+                                "--max-steps",
+                                std::to_string(steps),
+                                "--epochs",
+                                "1",
+                                "--workers",
+                                "0",
+                                "--trace",
+                                trace,
+                                "--trace-steps",
+                                std::to_string(steps)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return rg::testing::run_processes({{args, {"RG_NUM_THREADS=2"}}}, dir, 300)[0];
+}
+
 TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane) {
   constexpr int kSteps = 3, kConvs = 20;
   const std::string trace = (dir_ / "resnet.json").string(), csv = (dir_ / "ops.csv").string();
-  const auto train = rg::testing::run_processes({{{RG_TRAIN_EMU_BINARY,
-                                                   "--model",
-                                                   "resnet18",
-                                                   "--dataset",
-                                                   "synthetic-cifar",
-                                                   "--device",
-                                                   "cuda",
-                                                   "--batch-size",
-                                                   "2",
-                                                   "--test-batch-size",
-                                                   "2",
-                                                   "--eval-samples",
-                                                   "2",
-                                                   "--max-steps",
-                                                   std::to_string(kSteps),
-                                                   "--epochs",
-                                                   "1",
-                                                   "--workers",
-                                                   "0",
-                                                   "--trace",
-                                                   trace,
-                                                   "--trace-steps",
-                                                   std::to_string(kSteps)},
-                                                  {"RG_NUM_THREADS=2"}}},
-                                                dir_, 300)[0];
+  const auto train = train_resnet18(dir_, kSteps, trace);
   ASSERT_EQ(train.exit_code, 0) << train.out;
 
   const Trace t = read_trace(trace);
@@ -308,8 +315,7 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_EQ(count["op/batch_norm_relu"], kSteps * 9) << seen;
   EXPECT_EQ(count["op/batch_norm_add_relu"], kSteps * 8) << seen;
   EXPECT_EQ(count["op/batch_norm"], kSteps * 3) << seen;
-  EXPECT_EQ(count["op/batch_norm"] + count["op/batch_norm_relu"] +
-                count["op/batch_norm_add_relu"],
+  EXPECT_EQ(count["op/batch_norm"] + count["op/batch_norm_relu"] + count["op/batch_norm_add_relu"],
             kSteps * kConvs)
       << seen;
   EXPECT_EQ(count["op/relu"] + count["op/relu_"], 0) << "every ReLU is fused:" << seen;
@@ -338,6 +344,7 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_EQ(steady.descriptor_calls, 0) << "cuDNN descriptors created in the steady steps";
   EXPECT_GT(compute_profile(t, 0, "0:1").descriptor_calls, 0) << "the first step makes them";
   EXPECT_LE(steady.variant_pack_calls, 60);
+  EXPECT_EQ(compute_profile(t, 0, "").conversion_calls, 0) << "a contiguous model converts nothing";
 
   const auto bench = rg::testing::run_processes(
       {{{RG_BENCH_BINARY, "profile", trace, "--csv", csv}, {}}}, dir_, 60)[0];
@@ -368,6 +375,28 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   EXPECT_TRUE(conv_row) << file_contents(csv);
   EXPECT_EQ(n, int(p.ops.size()));
   std::cout << bench.out;
+}
+
+// --channels-last (issue "ResNet-18 on Hopper", item 4): the weights are NHWC from the start and
+// the loader lays the batches out NHWC on the CPU, so no layout conversion runs on the GPU in
+// any step, forward or backward; every convolution and batch norm runs channels last.
+TEST_F(EmulatedProfile, ChannelsLastResNet18RunsNoLayoutConversionOnTheGpu) {
+  constexpr int kSteps = 3, kConvs = 20;
+  const std::string trace = (dir_ / "resnet_cl.json").string();
+  const auto train = train_resnet18(dir_, kSteps, trace, {"--channels-last"});
+  ASSERT_EQ(train.exit_code, 0) << train.out;
+  const Trace t = read_trace(trace);
+  const Profile all = compute_profile(t, 0, "");
+  EXPECT_EQ(all.conversion_calls, 0) << profile_table(all);
+  const auto ops = by_name(all.ops);
+  ASSERT_TRUE(ops.contains("conv2d"));
+  EXPECT_EQ(ops.at("conv2d").calls, kSteps * kConvs);
+  EXPECT_FALSE(ops.contains("layout_conversion")) << profile_table(all);
+  const auto bench = rg::testing::run_processes(
+      {{{RG_BENCH_BINARY, "profile", trace, "--steps", "1:2"}, {}}}, dir_, 60)[0];
+  ASSERT_EQ(bench.exit_code, 0) << bench.out;
+  EXPECT_NE(bench.out.find("layout conversions on the GPU per step: 0.0"), std::string::npos)
+      << bench.out;
 }
 
 }  // namespace

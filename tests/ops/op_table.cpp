@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
+#include <string>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/activation.h"
@@ -449,14 +451,12 @@ OpEntry adaptive_avg_pool2d_entry() {
 using BatchNormOp = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                const Tensor&, bool, double, double);
 
-OpFn bn(bool training, bool affine, bool stats, double eps = 1e-5,
-        BatchNormOp op = &batch_norm) {
+OpFn bn(bool training, bool affine, bool stats, double eps = 1e-5, BatchNormOp op = &batch_norm) {
   // inputs: x, then weight and bias when affine, then running mean and var when stats.
   return [=](const V& v) {
     const Tensor w = affine ? v[1] : Tensor(), b = affine ? v[2] : Tensor();
     const size_t s = affine ? 3 : 1;
-    return op(v[0], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w, b, training, 0.1,
-              eps);
+    return op(v[0], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w, b, training, 0.1, eps);
   };
 }
 
@@ -536,8 +536,8 @@ OpFn bn_add_relu(bool training, bool affine, bool stats) {
   return [=](const V& v) {
     const Tensor w = affine ? v[2] : Tensor(), b = affine ? v[3] : Tensor();
     const size_t s = affine ? 4 : 2;
-    return batch_norm_add_relu(v[0], v[1], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(),
-                               w, b, training);
+    return batch_norm_add_relu(v[0], v[1], stats ? v[s] : Tensor(), stats ? v[s + 1] : Tensor(), w,
+                               b, training);
   };
 }
 
@@ -1612,6 +1612,47 @@ OpEntry narrow_copy_entry() {
   return e;
 }
 
+// The ops that take channels_last tensors (engine/ops/check.h's Formats): each of their samples
+// with a 4-d input again in channels last, named "... channels_last": the 4-d inputs converted
+// before the op, a 4-d result converted back after it, so that every check of the entry (dtypes,
+// devices, gradients, gradcheck) runs the op's channels-last path against the same expectations.
+const std::set<std::string> kChannelsLastOps = {"add",
+                                                "relu",
+                                                "conv2d",
+                                                "max_pool2d",
+                                                "avg_pool2d",
+                                                "batch_norm",
+                                                "batch_norm_relu",
+                                                "batch_norm_add_relu",
+                                                "adaptive_avg_pool2d"};
+
+void add_channels_last_samples(OpEntry& e) {
+  const auto base = e.samples;
+  const OpFn entry_forward = e.forward;
+  e.samples = [base, entry_forward] {
+    std::vector<OpSample> s = base();
+    const size_t n = s.size();
+    for (size_t i = 0; i < n; ++i) {
+      const OpSample& o = s[i];
+      if (!o.gradcheck || std::none_of(o.inputs.begin(), o.inputs.end(),
+                                       [](const Tensor& t) { return t.dim() == 4; }))
+        continue;
+      OpSample c = o;
+      c.name += " channels_last";
+      const OpFn f = o.forward ? o.forward : entry_forward;
+      c.forward = [f](const V& v) {
+        V in;
+        for (const Tensor& t : v)
+          in.push_back(t.defined() && t.dim() == 4 ? t.contiguous(MemoryFormat::channels_last) : t);
+        const Tensor out = f(in);
+        return out.dim() == 4 ? out.contiguous() : out;
+      };
+      s.push_back(std::move(c));
+    }
+    return s;
+  };
+}
+
 std::vector<OpEntry> build_table() {
   std::vector<OpEntry> t;
   t.push_back(binary_entry("add", &add, &add, -1.0));
@@ -1672,6 +1713,8 @@ std::vector<OpEntry> build_table() {
   t.push_back(causal_attention_entry());
   t.push_back(permute_entry());
   t.push_back(narrow_copy_entry());
+  for (OpEntry& e : t)
+    if (kChannelsLastOps.contains(e.name)) add_channels_last_samples(e);
   return t;
 }
 
