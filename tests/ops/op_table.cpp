@@ -1629,13 +1629,17 @@ const std::set<std::string> kChannelsLastOps = {"add",
 void add_channels_last_samples(OpEntry& e) {
   const auto base = e.samples;
   const OpFn entry_forward = e.forward;
-  e.samples = [base, entry_forward] {
+  // Binary ops take channels_last on equal shapes only (broadcasting reads by position).
+  const bool equal_shapes = e.name == "add";
+  e.samples = [base, entry_forward, equal_shapes] {
     std::vector<OpSample> s = base();
     const size_t n = s.size();
     for (size_t i = 0; i < n; ++i) {
       const OpSample& o = s[i];
-      if (!o.gradcheck || std::none_of(o.inputs.begin(), o.inputs.end(),
-                                       [](const Tensor& t) { return t.dim() == 4; }))
+      const auto four_d = [](const Tensor& t) { return t.dim() == 4; };
+      const auto same_shape = [&o](const Tensor& t) { return t.shape() == o.inputs[0].shape(); };
+      if (!o.gradcheck || std::none_of(o.inputs.begin(), o.inputs.end(), four_d) ||
+          (equal_shapes && !std::all_of(o.inputs.begin(), o.inputs.end(), same_shape)))
         continue;
       OpSample c = o;
       c.name += " channels_last";
