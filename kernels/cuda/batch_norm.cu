@@ -7,6 +7,12 @@
 // compute type, from per-channel coefficients formed in f64; no loop divides per element
 // (SliceWalk, ChannelWalk track the position incrementally). SyncBatchNorm's backward halves
 // (backward_reduce, backward_elemt) keep one block per channel.
+//
+// hw == 1 ([N, C] inputs, and channels-last [N * H * W, C] ones) is a matrix of rows whose
+// channels are adjacent in memory: there a block takes a tile of 32 channels (one per lane, so a
+// warp reads 32 consecutive values) over a slice of rows, 8 rows at a time, and merges its 8
+// row-threads per channel in a fixed order (the *_rows_partial kernels); the finish kernels are
+// the same.
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
@@ -67,9 +73,22 @@ constexpr unsigned int kSliceThreads = 256;
 constexpr int64_t kTargetBlocks = 1024;    // slices of all channels: several blocks per SM
 constexpr int64_t kMinSliceValues = 8192;  // a slice's values at least, when a channel has more
 
-// Slices per channel: whole images each, at most n, each under 2^31 values.
+constexpr int64_t kTileChannels = 32;  // hw == 1: channels per block, one per lane
+constexpr int64_t kTileRows = kSliceThreads / kTileChannels;  // rows a block reads at a time
+
+int64_t channel_tiles(int64_t c) { return (c + kTileChannels - 1) / kTileChannels; }
+
+// Slices per channel: whole images each, at most n, each under 2^31 values. With hw == 1 a block
+// reads a tile of channels, so the slices fill the GPU over tiles, not channels.
 int64_t slices_for(int64_t n, int64_t c, int64_t hw) {
   if (n == 0 || c == 0) return 1;
+  if (hw == 1) {
+    const int64_t tiles = channel_tiles(c);
+    return std::max<int64_t>(
+        std::min({(kTargetBlocks + tiles - 1) / tiles,
+                  std::max<int64_t>(n * std::min(c, kTileChannels) / kMinSliceValues, 1), n}),
+        1);
+  }
   int64_t s = std::min({(kTargetBlocks + c - 1) / c, std::max<int64_t>(n * hw / kMinSliceValues, 1),
                         n});
   while (s < n && (n + s - 1) / s * hw >= (int64_t{1} << 31)) s = std::min(2 * s, n);
@@ -213,6 +232,44 @@ __global__ void stats_partial_kernel(const D* x, int64_t n, int64_t c, int64_t h
   }
 }
 
+// hw == 1: stats_partial_kernel's partials for a tile of 32 channels (blockIdx.x / slices) over
+// slice k's rows; thread (row r, lane) reads rows i0 + r, i0 + r + 8, ... of channel tile * 32 +
+// lane, and lane's 8 row-threads merge in row order.
+template <class D>
+__global__ void stats_rows_partial_kernel(const D* x, int64_t n, int64_t c, int64_t slices,
+                                          double* partial) {
+  __shared__ double part[3][kTileRows][kTileChannels];
+  const int64_t k = blockIdx.x % slices;
+  const unsigned int lane = threadIdx.x % kTileChannels, r = threadIdx.x / kTileChannels;
+  const int64_t ch = blockIdx.x / slices * kTileChannels + lane;
+  const int64_t i0 = k * n / slices, i1 = (k + 1) * n / slices;
+  double count = 0, s0 = 0, s1 = 0, s2 = 0;
+  if (ch < c && i0 + r < i1) {
+    const double shift = static_cast<double>(load(x[(i0 + r) * c + ch]));  // its first value
+    RG_UNROLL(4)
+    for (int64_t i = i0 + r; i < i1; i += kTileRows) {
+      const double v = static_cast<double>(load(x[i * c + ch]));
+      const double d = v - shift;
+      count += 1;
+      s0 += v;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  const double m2 = count > 0 ? s2 - s1 * s1 / count : 0.0;  // NaN stays NaN
+  part[0][r][lane] = count;
+  part[1][r][lane] = s0;
+  part[2][r][lane] = m2 < 0 ? 0.0 : m2;
+  __syncthreads();
+  if (r == 0 && ch < c) {
+    Moments total;
+    for (unsigned int j = 0; j < kTileRows; ++j)
+      total.merge({part[0][j][lane], part[1][j][lane], part[2][j][lane]});
+    partial[k * c + ch] = total.sum;
+    partial[(slices + k) * c + ch] = total.m2;
+  }
+}
+
 // Per channel: the slices' Moments merged in slice order, then mean, the biased variance and
 // invstd.
 __global__ void stats_finish_kernel(int64_t n, int64_t c, int64_t hw, int64_t slices,
@@ -285,6 +342,47 @@ __global__ void backward_partial_kernel(const D* gy, const D* x, int64_t n, int6
   if (threadIdx.x == 0) {
     partial[k * c + ch] = sum_g;
     partial[(slices + k) * c + ch] = sum_g_xmu;
+  }
+}
+
+// hw == 1: backward_partial_kernel's partials for a tile of 32 channels over slice k's rows, laid
+// out as stats_rows_partial_kernel's; lane's 8 row-threads add in row order.
+template <class D, class W>
+__global__ void backward_rows_partial_kernel(const D* gy, const D* x, int64_t n, int64_t c,
+                                             int64_t slices, const double* mean,
+                                             const double* invstd, const W* weight, const W* bias,
+                                             const D* y, bool relu, double* partial) {
+  using A = compute_t<D>;
+  __shared__ double part[2][kTileRows][kTileChannels];
+  const int64_t k = blockIdx.x % slices;
+  const unsigned int lane = threadIdx.x % kTileChannels, r = threadIdx.x / kTileChannels;
+  const int64_t ch = blockIdx.x / slices * kTileChannels + lane;
+  const int64_t i0 = k * n / slices, i1 = (k + 1) * n / slices;
+  double sum_g = 0, sum_g_xmu = 0;
+  if (ch < c) {
+    const double mu = mean[ch];
+    const ApplyCoefficients<D, W> coef(ch, mean, invstd, weight, bias);
+    RG_UNROLL(4)
+    for (int64_t i = i0 + r; i < i1; i += kTileRows) {
+      const int64_t at = i * c + ch;
+      const A xv = load(x[at]);
+      const double g =
+          relu && !coef.positive(xv, y, at) ? 0.0 : static_cast<double>(load(gy[at]));
+      sum_g += g;
+      sum_g_xmu += g * (static_cast<double>(xv) - mu);
+    }
+  }
+  part[0][r][lane] = sum_g;
+  part[1][r][lane] = sum_g_xmu;
+  __syncthreads();
+  if (r == 0 && ch < c) {
+    double a = 0, b = 0;
+    for (unsigned int j = 0; j < kTileRows; ++j) {
+      a += part[0][j][lane];
+      b += part[1][j][lane];
+    }
+    partial[k * c + ch] = a;
+    partial[(slices + k) * c + ch] = b;
   }
 }
 
@@ -430,7 +528,10 @@ void check_workspace(const char* op, Workspace workspace, int64_t n, int64_t c, 
            hw);
 }
 
-unsigned int slice_grid(int64_t slices, int64_t c) { return static_cast<unsigned int>(slices * c); }
+// One block per slice and channel, or with hw == 1 per slice and tile of 32 channels.
+unsigned int slice_grid(int64_t slices, int64_t c, int64_t hw) {
+  return static_cast<unsigned int>(slices * (hw == 1 ? channel_tiles(c) : c));
+}
 
 }  // namespace
 
@@ -449,8 +550,11 @@ void BatchNorm<Cuda>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double
   // No values: no slices, and the finish kernel's 0 / 0 gives NaN statistics.
   const int64_t m = n * hw;
   const int64_t slices = m == 0 ? 0 : slices_for(n, c, hw);
-  if (slices > 0) {
-    RG_LAUNCH(stats_partial_kernel<D>, slice_grid(slices, c), kSliceThreads, 0,
+  if (slices > 0 && hw == 1) {
+    RG_LAUNCH(stats_rows_partial_kernel<D>, slice_grid(slices, c, hw), kSliceThreads, 0,
+              as_stream(ctx.stream), dev(x), n, c, slices, partial);
+  } else if (slices > 0) {
+    RG_LAUNCH(stats_partial_kernel<D>, slice_grid(slices, c, hw), kSliceThreads, 0,
               as_stream(ctx.stream), dev(x), n, c, hw, slices, partial);
   }
   RG_LAUNCH(stats_finish_kernel, blocks_for(c), kThreads, 0, as_stream(ctx.stream), n, c, hw,
@@ -503,8 +607,12 @@ void BatchNorm<Cuda>::backward(const T* gy, const T* x, int64_t n, int64_t c, in
   const int64_t slices = m == 0 ? 0 : slices_for(n, c, hw);
   double* partial = static_cast<double*>(workspace.data);
   double* coef = partial + 2 * slices_for(n, c, hw) * c;
-  if (slices > 0) {
-    RG_LAUNCH((backward_partial_kernel<D, W>), slice_grid(slices, c), kSliceThreads, 0,
+  if (slices > 0 && hw == 1) {
+    RG_LAUNCH((backward_rows_partial_kernel<D, W>), slice_grid(slices, c, hw), kSliceThreads, 0,
+              as_stream(ctx.stream), dev(gy), dev(x), n, c, slices, mean, invstd, dev(weight),
+              dev(bias), dev(y), relu, partial);
+  } else if (slices > 0) {
+    RG_LAUNCH((backward_partial_kernel<D, W>), slice_grid(slices, c, hw), kSliceThreads, 0,
               as_stream(ctx.stream), dev(gy), dev(x), n, c, hw, slices, mean, invstd, dev(weight),
               dev(bias), dev(y), relu, partial);
   }

@@ -29,13 +29,19 @@ void for_each_type(F&& f) {
   for_each_float_type(f);
 }
 
-// (n, c, hw): channels of 1, 31, 33, 1000 and 4097 values, [N, C] inputs (hw = 1), many channels.
+// (n, c, hw): channels of 1, 31, 33, 1000 and 4097 values, [N, C] inputs (hw = 1; also over
+// several tiles of channels), many channels.
 std::vector<std::array<int64_t, 3>> shapes() {
   std::vector<std::array<int64_t, 3>> s;
   for (int64_t hw : kAwkwardSizes) s.push_back({2, 3, hw});
   for (int64_t n : kAwkwardSizes) s.push_back({n, 5, 1});
   s.push_back({1, 33, 31});
   s.push_back({3, 1, 1000});
+  // hw = 1 with tiles of 32 channels (channels-last batch norm's [N * H * W, C]): a partial tile,
+  // rows not a multiple of the 8 a block reads at a time, and several slices.
+  s.push_back({1000, 33, 1});
+  s.push_back({4097, 70, 1});
+  s.push_back({9, 64, 1});
   return s;
 }
 
