@@ -1,8 +1,12 @@
 // The batch-norm kernels on the CPU (kernels/batch_norm.h): loops parallel over channels, where a
-// channel's n * hw values are n runs of hw contiguous elements, summed in f64.
+// channel's n * hw values are n runs of hw contiguous elements, summed in f64. With hw == 1 ([N, C]
+// inputs and channels-last [N * H * W, C] ones) a channel's values lie c apart: the *_rows loops
+// walk rows instead, a block of adjacent channels at a time, each channel summed over the rows in
+// order in one f64 accumulator (the order accumulate() gives hw == 1) with the same arithmetic.
 #include "kernels/batch_norm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <tuple>
 #include <type_traits>
@@ -55,6 +59,81 @@ void accumulate(int64_t hw, Lanes& acc, F&& f) {
   for (; i < hw; ++i) acc.v[i % kLanes] += f(i, int(i % kLanes));
 }
 
+// hw == 1: channels per parallel task (adjacent in each row), and rows per task.
+constexpr int64_t kRowChannels = 16;
+int64_t row_grain(int64_t c) { return std::max<int64_t>(1, (1 << 12) / (c + 1)); }
+
+template <class T>
+void stats_rows(const T* x, int64_t n, int64_t c, double* mean, double* var, double* invstd,
+                double eps, int threads) {
+  const double count = double(n);
+  cpu::parallel_for(
+      0, c, kRowChannels,
+      [&](int64_t lo, int64_t hi) {
+        const int64_t w = hi - lo;
+        std::vector<double> sum(static_cast<size_t>(w), 0.0), sq(static_cast<size_t>(w), 0.0),
+            m(static_cast<size_t>(w));
+        for (int64_t s = 0; s < n; ++s) {
+          const T* p = x + s * c + lo;
+          for (int64_t j = 0; j < w; ++j) sum[size_t(j)] += double(p[j]);
+        }
+        for (int64_t j = 0; j < w; ++j) m[size_t(j)] = sum[size_t(j)] / count;
+        for (int64_t s = 0; s < n; ++s) {
+          const T* p = x + s * c + lo;
+          for (int64_t j = 0; j < w; ++j) {
+            const double d = double(p[j]) - m[size_t(j)];
+            sq[size_t(j)] += d * d;
+          }
+        }
+        for (int64_t j = 0; j < w; ++j) {
+          const int64_t ch = lo + j;
+          mean[ch] = m[size_t(j)];
+          var[ch] = sq[size_t(j)] / count;
+          if (invstd) invstd[ch] = 1.0 / std::sqrt(var[ch] + eps);
+        }
+      },
+      threads);
+}
+
+// Coefficients<T> of every channel, as three arrays (m, scale, shift).
+template <class T>
+std::array<std::vector<T>, 3> all_coefficients(int64_t c, const double* mean, const double* invstd,
+                                               const T* weight, const T* bias) {
+  std::array<std::vector<T>, 3> k;
+  for (auto& v : k) v.resize(size_t(c));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const auto [m, scale, shift] = Coefficients<T>(ch, mean, invstd, weight, bias);
+    k[0][size_t(ch)] = m;
+    k[1][size_t(ch)] = scale;
+    k[2][size_t(ch)] = shift;
+  }
+  return k;
+}
+
+template <class T>
+void apply_rows(const T* x, int64_t n, int64_t c, const double* mean, const double* invstd,
+                const T* weight, const T* bias, const T* residual, bool relu, T* y, int threads) {
+  const auto [m, scale, shift] = all_coefficients(c, mean, invstd, weight, bias);
+  cpu::parallel_for(
+      0, n, row_grain(c),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t s = lo; s < hi; ++s) {
+          const T* p = x + s * c;
+          T* q = y + s * c;
+          for (int64_t ch = 0; ch < c; ++ch)
+            q[ch] = (p[ch] - m[size_t(ch)]) * scale[size_t(ch)] + shift[size_t(ch)];
+          if (residual) {
+            const T* r = residual + s * c;
+            for (int64_t ch = 0; ch < c; ++ch) q[ch] = q[ch] + r[ch];
+          }
+          if (relu) {
+            for (int64_t ch = 0; ch < c; ++ch) q[ch] = q[ch] < T(0) ? T(0) : q[ch];
+          }
+        }
+      },
+      threads);
+}
+
 }  // namespace
 
 template <>
@@ -63,6 +142,7 @@ void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double*
                            double* invstd, double eps, Workspace, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_stats", n, c, hw);
   RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
+  if (hw == 1) return stats_rows(x, n, c, mean, var, invstd, eps, ctx.threads);
   const double count = double(n * hw);
   cpu::parallel_for(
       0, c, channel_grain(n, hw),
@@ -99,6 +179,8 @@ void BatchNorm<Cpu>::apply(const T* x, int64_t n, int64_t c, int64_t hw, const d
                            Ctx ctx) {
   static_assert(std::is_same_v<T, P>, "the CPU kernels take parameters of the input's type");
   detail::check_batch_norm_sizes("batch_norm_apply", n, c, hw);
+  if (hw == 1)
+    return apply_rows(x, n, c, mean, invstd, weight, bias, residual, relu, y, ctx.threads);
   cpu::parallel_for(
       0, n * c, channel_grain(1, hw),
       [&](int64_t lo, int64_t hi) {
@@ -173,6 +255,23 @@ template <class T>
 void relu_masked(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, const double* mean,
                  const double* invstd, const T* weight, const T* bias, const T* y, T* out,
                  int threads) {
+  if (hw == 1) {
+    const auto [m, scale, shift] = all_coefficients(c, mean, invstd, weight, bias);
+    cpu::parallel_for(
+        0, n, row_grain(c),
+        [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo * c; i < hi * c; ++i) {
+            const int64_t ch = i % c;
+            const T gi = gy[i];
+            const bool positive =
+                y ? y[i] > T(0)
+                  : (x[i] - m[size_t(ch)]) * scale[size_t(ch)] + shift[size_t(ch)] > T(0);
+            out[i] = positive ? gi : T(0);
+          }
+        },
+        threads);
+    return;
+  }
   cpu::parallel_for(
       0, n * c, channel_grain(1, hw),
       [&](int64_t lo, int64_t hi) {
@@ -217,6 +316,50 @@ void input_gradient(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, i
   }
 }
 
+// hw == 1: backward's per-channel sums (gradient_sums) and input gradient (input_gradient) for a
+// block of adjacent channels at a time, walking rows.
+template <class T>
+void backward_rows(const T* gy, const T* x, int64_t n, int64_t c, const double* mean,
+                   const double* invstd, const T* weight, bool batch_stats, T* gx, T* gweight,
+                   T* gbias, int threads) {
+  const double count = double(n);
+  cpu::parallel_for(
+      0, c, kRowChannels,
+      [&](int64_t lo, int64_t hi) {
+        const size_t w = size_t(hi - lo);
+        std::vector<double> sum_gy(w, 0.0), sum_gy_xmu(w, 0.0);
+        for (int64_t s = 0; s < n; ++s) {
+          const T* g = gy + s * c + lo;
+          const T* p = x + s * c + lo;
+          for (size_t j = 0; j < w; ++j) {
+            const double gv = double(g[j]);
+            sum_gy[j] += gv;
+            sum_gy_xmu[j] += gv * (double(p[j]) - mean[lo + int64_t(j)]);
+          }
+        }
+        std::vector<T> ta(w), tb(w), td(w), tm(w);
+        for (size_t j = 0; j < w; ++j) {
+          const int64_t ch = lo + int64_t(j);
+          const double is = invstd[ch], sum_gy_xhat = sum_gy_xmu[j] * is;
+          if (gweight) gweight[ch] = T(sum_gy_xhat);
+          if (gbias) gbias[ch] = T(sum_gy[j]);
+          const double wv = weight ? double(weight[ch]) : 1.0;
+          ta[j] = T(wv * is);
+          tb[j] = T(batch_stats ? -wv * is * is * sum_gy_xhat / count : 0.0);
+          td[j] = T(batch_stats ? -wv * is * sum_gy[j] / count : 0.0);
+          tm[j] = T(mean[ch]);
+        }
+        if (!gx) return;
+        for (int64_t s = 0; s < n; ++s) {
+          const T* g = gy + s * c + lo;
+          const T* p = x + s * c + lo;
+          T* q = gx + s * c + lo;
+          for (size_t j = 0; j < w; ++j) q[j] = ta[j] * g[j] + tb[j] * (p[j] - tm[j]) + td[j];
+        }
+      },
+      threads);
+}
+
 }  // namespace
 
 template <>
@@ -244,6 +387,10 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
     gy = out;
   } else if (gresidual) {
     std::copy(gy, gy + n * c * hw, gresidual);
+  }
+  if (hw == 1) {
+    backward_rows(gy, x, n, c, mean, invstd, weight, batch_stats, gx, gweight, gbias, ctx.threads);
+    return;
   }
   cpu::parallel_for(
       0, c, channel_grain(n, hw),

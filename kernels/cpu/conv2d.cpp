@@ -17,6 +17,7 @@
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/shape.h"
 
 namespace rg::kernels::cpu {
 namespace {
@@ -628,16 +629,15 @@ void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* g
   if (gw) conv2d_weight_grad(g, x, gy, gw);
 }
 
-// [n, hw, c] (channels last) -> [n, c, hw]; nothing for a null array.
+// [n, hw, c] (channels last) -> [n, c, hw] by ShapeCopy's (tiled, parallel) transpose; nothing
+// for a null array.
 template <class T>
 std::vector<T> to_channels_first(const T* p, int64_t n, int64_t c, int64_t hw) {
   std::vector<T> out;
   if (p == nullptr) return out;
   out.resize(size_t(n * c * hw));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t s = 0; s < hw; ++s)
-      for (int64_t ch = 0; ch < c; ++ch)
-        out[size_t((i * c + ch) * hw + s)] = p[(i * hw + s) * c + ch];
+  const StridedCopy l{3, {n, c, hw}, {hw * c, 1, c}, {c * hw, hw, 1}};
+  ShapeCopy<Cpu>::strided_copy(p, out.data(), kernels::detail::coalesce(l), Ctx{});
   return out;
 }
 
@@ -645,10 +645,8 @@ std::vector<T> to_channels_first(const T* p, int64_t n, int64_t c, int64_t hw) {
 template <class T>
 void to_channels_last(const std::vector<T>& src, T* dst, int64_t n, int64_t c, int64_t hw) {
   if (dst == nullptr) return;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t s = 0; s < hw; ++s)
-      for (int64_t ch = 0; ch < c; ++ch)
-        dst[(i * hw + s) * c + ch] = src[size_t((i * c + ch) * hw + s)];
+  const StridedCopy l{3, {n, c, hw}, {c * hw, hw, 1}, {hw * c, 1, c}};
+  ShapeCopy<Cpu>::strided_copy(src.data(), dst, kernels::detail::coalesce(l), Ctx{});
 }
 
 // A scratch array for `want` (null when not wanted), its size that of n * c * hw values.

@@ -1,6 +1,8 @@
 // The shape kernels on the CPU (kernels/shape.h). The strided copy runs over the rows of its box
 // (every dimension but the last) in parallel, copying each row with memcpy when the last
-// dimension is contiguous on both sides and element by element otherwise.
+// dimension is contiguous on both sides and element by element otherwise; a transpose of the last
+// two dimensions (contiguous along one on each side: NCHW <-> NHWC, a matrix transpose) goes by
+// 32 x 32 tiles, so that both sides are read and written a cache line at a time.
 #include "kernels/shape.h"
 
 #include <algorithm>
@@ -11,6 +13,51 @@
 namespace rg::kernels {
 namespace {
 constexpr int64_t kGrain = 1 << 14;  // elements per parallel chunk
+constexpr int64_t kTile = 32;        // a transpose's tile side
+
+// Whether the last two dimensions of l are a transpose: the last contiguous on one side and the
+// one before it on the other.
+bool is_transpose(const StridedCopy& l) {
+  if (l.ndim < 2) return false;
+  const int a = l.ndim - 2, b = l.ndim - 1;
+  return (l.src_strides[b] == 1 && l.dst_strides[a] == 1 && l.dst_strides[b] != 1) ||
+         (l.dst_strides[b] == 1 && l.src_strides[a] == 1 && l.src_strides[b] != 1);
+}
+
+// The copy of a transpose layout (is_transpose): the outer dimensions' matrices in parallel, each
+// by tiles.
+template <class T>
+void transpose_copy(const T* src, T* dst, const StridedCopy& l, int threads) {
+  const int a = l.ndim - 2, b = l.ndim - 1;
+  const int64_t rows = l.sizes[a], cols = l.sizes[b];
+  const int64_t ssa = l.src_strides[a], ssb = l.src_strides[b], dsa = l.dst_strides[a],
+                dsb = l.dst_strides[b];
+  const int64_t matrices = detail::copy_numel(l) / (rows * cols);
+  cpu::parallel_for(
+      0, matrices, std::max<int64_t>(1, kGrain / (rows * cols)),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) {
+          int64_t src_off = 0, dst_off = 0;
+          for (int64_t k = a - 1, rest = m; k >= 0; --k) {
+            const int64_t i = rest % l.sizes[k];
+            rest /= l.sizes[k];
+            src_off += i * l.src_strides[k];
+            dst_off += i * l.dst_strides[k];
+          }
+          for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+            const int64_t r1 = std::min(rows, r0 + kTile);
+            for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+              const int64_t c1 = std::min(cols, c0 + kTile);
+              for (int64_t r = r0; r < r1; ++r)
+                for (int64_t c = c0; c < c1; ++c)
+                  dst[dst_off + r * dsa + c * dsb] = src[src_off + r * ssa + c * ssb];
+            }
+          }
+        }
+      },
+      threads);
+}
+
 }  // namespace
 
 template <>
@@ -21,6 +68,10 @@ void ShapeCopy<Cpu>::strided_copy(const T* src, T* dst, const StridedCopy& layou
   if (n == 0) return;
   if (layout.ndim == 0) {
     *dst = *src;
+    return;
+  }
+  if (is_transpose(layout)) {
+    transpose_copy(src, dst, layout, ctx.threads);
     return;
   }
   const int last = layout.ndim - 1;
