@@ -61,8 +61,9 @@ struct TrainSetup {
   DdpOptions ddp;
   int accumulation = 1;  // micro-batches of kB per synchronized step
   int steps = 5;
-  DType dtype = DType::f32;   // of the parameters and the inputs
-  double clip_grad_norm = 0;  // > 0: clip_grad_norm_ after backward, before each step
+  DType dtype = DType::f32;    // of the parameters and the inputs
+  double clip_grad_norm = 0;   // > 0: clip_grad_norm_ after backward, before each step
+  bool channels_last = false;  // the DDP model and its inputs channels last (not the reference)
 };
 
 // Trains DDP on this rank's slice and, locally, a reference on the whole global batch; returns
@@ -77,6 +78,7 @@ double ddp_vs_single_process(const TrainSetup& s) {
   auto model = model_named(s.model);
   ref->to(s.dtype);
   model->to(s.dtype);
+  if (s.channels_last) model->to(MemoryFormat::channels_last);
   DistributedDataParallel ddp(model, default_group(), s.ddp);
   optim::Sgd ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::Sgd opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -96,7 +98,9 @@ double ddp_vs_single_process(const TrainSetup& s) {
       const int64_t first = step * global + (int64_t(m) * n + r) * kB;
       const data::Batch mine = batch(data, first, kB, s.dtype);
       auto micro = [&] {
-        Tensor loss = cross_entropy(ddp(mine.inputs), mine.targets);
+        const Tensor in =
+            s.channels_last ? mine.inputs.contiguous(MemoryFormat::channels_last) : mine.inputs;
+        Tensor loss = cross_entropy(ddp(in), mine.targets);
         (loss * (1.0 / s.accumulation)).backward();
       };
       if (m + 1 < s.accumulation) {
@@ -129,6 +133,21 @@ TEST(Ddp, ToyNetMatchesOneProcessWithTheWholeBatch) {
           std::cout << "toynet " << dtype_name(dtype) << " " << algorithm_name(algo)
                     << " view=" << view << ": " << d << "\n";
       }
+}
+
+// A channels_last model (NHWC convolution weights, so NHWC gradients in NHWC bucket views) against
+// the contiguous reference: the buckets carry each gradient in its parameter's layout, so the
+// average lands on the right elements with and without gradient_as_bucket_view.
+TEST(Ddp, ChannelsLastToyNetMatchesOneContiguousProcess) {
+  for (bool view : {false, true}) {
+    TrainSetup s;
+    s.dtype = DType::f64;
+    s.channels_last = true;
+    s.ddp.gradient_as_bucket_view = view;
+    s.ddp.bucket_cap_mb = 1;  // several buckets
+    const double d = ddp_vs_single_process(s);
+    EXPECT_LE(d, kExactTolerance) << "gradient_as_bucket_view=" << view;
+  }
 }
 
 TEST(Ddp, MlpMatchesOneProcessWithTheWholeBatch) {
