@@ -1,8 +1,8 @@
 // --cuda-graphs (train/graph_step.h): training steps captured once as a CUDA graph and replayed
 // give the eager steps' parameters, optimizer state and losses bit for bit, through a short batch
 // (run eagerly) and a learning-rate change (read by the replays); a replayed step has no host
-// stall; what cannot be replayed is refused by name and leaves the model trainable; a bad target in a
-// replayed step is still raised. On the emulator in CI and on a GPU with the kit.
+// stall; what cannot be replayed is refused by name and leaves the model trainable; a bad target in
+// a replayed step is still raised. On the emulator in CI and on a GPU with the kit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,46 +92,61 @@ class CudaGraphTraining : public ::testing::Test {
 };
 
 // Eight steps: two eager warm-up steps, a capture, replays, the short batch eagerly, the rate
-// lowered at step 6 (the replays read it: no second capture), against the same steps all eager.
+// lowered at step 6 (the replays read it: no second capture), against the same steps all eager;
+// with channels_last the model and the batches in it (the static input buffer takes its layout).
+void expect_replays_equal_eager_steps(const std::string& name, const Shape& sample,
+                                      bool channels_last = false) {
+  SCOPED_TRACE(name);
+  std::vector<data::Batch> data = batches(sample, 8);
+  Training eager = make_training(name, sample), graphed = make_training(name, sample);
+  if (channels_last) {
+    for (data::Batch& b : data) b.inputs = b.inputs.contiguous(MemoryFormat::channels_last);
+    eager.model->to(MemoryFormat::channels_last);
+    graphed.model->to(MemoryFormat::channels_last);
+  }
+  train::GraphStep graph(*graphed.opt, kCuda);
+  DeferredChecks checks;
+  for (int s = 0; s < 8; ++s) {
+    for (Training* r : {&eager, &graphed}) {
+      if (s == 6) r->opt->set_lr(0.01);
+      r->opt->zero_grad();
+      const train::GraphStep::Body body = step_of(*r->model, *r->opt);
+      Tensor loss;
+      if (r == &graphed) loss = graph.run(body, data[size_t(s)].inputs, data[size_t(s)].targets);
+      if (!loss.defined()) loss = body(data[size_t(s)].inputs, data[size_t(s)].targets);
+      r->losses.push_back(loss.item());
+    }
+  }
+  checks.flush();
+  EXPECT_EQ(graph.captures(), 1) << "the new rate is written before each replay";
+  EXPECT_EQ(graph.replays(), 5) << "steps 2, 3, 5, 6, 7";
+  EXPECT_EQ(graph.eager_steps(), 3) << "two warm-up steps and the short batch";
+  EXPECT_EQ(eager.losses, graphed.losses);
+  const auto pe = eager.model->named_parameters(), pg = graphed.model->named_parameters();
+  ASSERT_EQ(pe.size(), pg.size());
+  for (size_t i = 0; i < pe.size(); ++i) {
+    expect_bitwise_equal(pe[i].second, pg[i].second, pe[i].first);
+    expect_bitwise_equal(pe[i].second.grad(), pg[i].second.grad(), pe[i].first + ".grad");
+    expect_bitwise_equal(eager.opt->momentum_buffer(i), graphed.opt->momentum_buffer(i),
+                         pe[i].first + " momentum");
+  }
+  const auto be = eager.model->named_buffers(), bg = graphed.model->named_buffers();
+  for (size_t i = 0; i < be.size(); ++i)
+    expect_bitwise_equal(be[i].second, bg[i].second, be[i].first);
+}
+
 TEST_F(CudaGraphTraining, ReplayedStepsEqualEagerStepsBitForBit) {
   // ToyNet's dropout draws from its own generator: each replay sets the offsets its kernels add
   // (cuda::philox_offset), so the masks are the eager steps'.
   for (const auto& [name, sample] : {std::pair<std::string, Shape>{"mlp", {1, 28, 28}},
                                      {"toynet", {1, 28, 28}},
                                      {"resnet18", {3, 8, 8}}}) {
-    SCOPED_TRACE(name);
-    const std::vector<data::Batch> data = batches(sample, 8);
-    Training eager = make_training(name, sample), graphed = make_training(name, sample);
-    train::GraphStep graph(*graphed.opt, kCuda);
-    DeferredChecks checks;
-    for (int s = 0; s < 8; ++s) {
-      for (Training* r : {&eager, &graphed}) {
-        if (s == 6) r->opt->set_lr(0.01);
-        r->opt->zero_grad();
-        const train::GraphStep::Body body = step_of(*r->model, *r->opt);
-        Tensor loss;
-        if (r == &graphed) loss = graph.run(body, data[size_t(s)].inputs, data[size_t(s)].targets);
-        if (!loss.defined()) loss = body(data[size_t(s)].inputs, data[size_t(s)].targets);
-        r->losses.push_back(loss.item());
-      }
-    }
-    checks.flush();
-    EXPECT_EQ(graph.captures(), 1) << "the new rate is written before each replay";
-    EXPECT_EQ(graph.replays(), 5) << "steps 2, 3, 5, 6, 7";
-    EXPECT_EQ(graph.eager_steps(), 3) << "two warm-up steps and the short batch";
-    EXPECT_EQ(eager.losses, graphed.losses);
-    const auto pe = eager.model->named_parameters(), pg = graphed.model->named_parameters();
-    ASSERT_EQ(pe.size(), pg.size());
-    for (size_t i = 0; i < pe.size(); ++i) {
-      expect_bitwise_equal(pe[i].second, pg[i].second, pe[i].first);
-      expect_bitwise_equal(pe[i].second.grad(), pg[i].second.grad(), pe[i].first + ".grad");
-      expect_bitwise_equal(eager.opt->momentum_buffer(i), graphed.opt->momentum_buffer(i),
-                           pe[i].first + " momentum");
-    }
-    const auto be = eager.model->named_buffers(), bg = graphed.model->named_buffers();
-    for (size_t i = 0; i < be.size(); ++i)
-      expect_bitwise_equal(be[i].second, bg[i].second, be[i].first);
+    expect_replays_equal_eager_steps(name, sample);
   }
+}
+
+TEST_F(CudaGraphTraining, AChannelsLastResNetReplaysItsEagerStepsBitForBit) {
+  expect_replays_equal_eager_steps("resnet18", {3, 8, 8}, /*channels_last=*/true);
 }
 
 // Random ops in a graph: each replay draws what the next eager call would (dropout and the
@@ -148,8 +163,8 @@ TEST_F(CudaGraphTraining, RandomOpsReplayWhatEagerCallsWouldDraw) {
   auto step = [&](Generator& g, Generator& a, Tensor& y, Tensor& att, Tensor& gq) {
     y = dropout(x, 0.5, true, g);
     q.set_grad(Tensor());
-    att = causal_attention(q.view({1, 2, 8, 4}), q.view({1, 2, 8, 4}), q.view({1, 2, 8, 4}), 0,
-                           0.3, &a);
+    att = causal_attention(q.view({1, 2, 8, 4}), q.view({1, 2, 8, 4}), q.view({1, 2, 8, 4}), 0, 0.3,
+                           &a);
     sum(att).backward();
     gq = q.grad();
   };
@@ -178,10 +193,10 @@ TEST_F(CudaGraphTraining, AdamReplaysFollowTheLearningRateWithoutCapturingAgain)
   const Shape sample{1, 28, 28};
   const std::vector<data::Batch> data = batches(sample, 6);
   Training eager = make_training("toynet", sample), graphed = make_training("toynet", sample);
-  std::unique_ptr<optim::Optimizer> eager_opt = optim::make_adamw(
-      eager.model->parameters(), {.lr = 1e-3, .weight_decay = 0.1});
-  std::unique_ptr<optim::Optimizer> graph_opt = optim::make_adamw(
-      graphed.model->parameters(), {.lr = 1e-3, .weight_decay = 0.1});
+  std::unique_ptr<optim::Optimizer> eager_opt =
+      optim::make_adamw(eager.model->parameters(), {.lr = 1e-3, .weight_decay = 0.1});
+  std::unique_ptr<optim::Optimizer> graph_opt =
+      optim::make_adamw(graphed.model->parameters(), {.lr = 1e-3, .weight_decay = 0.1});
   train::GraphStep graph(*graph_opt, kCuda, /*warmup_steps=*/1);
   DeferredChecks checks;
   for (int s = 0; s < 6; ++s) {
@@ -351,9 +366,10 @@ TEST_F(CudaGraphTraining, WhatCannotBeReplayedIsRefusedByName) {
     const std::string e =
         testing::error_of([&] { first.run(body, data[0].inputs, data[0].targets); });
     EXPECT_NE(e.find(adam ? "adamw: parameter 0's first step" : "sgd: parameter 0's first step"),
-              std::string::npos) << e;
-    EXPECT_NE(e.find("inside a CUDA graph capture: step once before capturing"),
-              std::string::npos) << e;
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("inside a CUDA graph capture: step once before capturing"), std::string::npos)
+        << e;
   }
   optim::Sgd sgd(model->parameters(), {.lr = 0.01});
   const std::string cpu = testing::error_of([&] { train::GraphStep g(sgd, Device::cpu()); });
@@ -369,8 +385,7 @@ TEST_F(CudaGraphTraining, WhatCannotBeReplayedIsRefusedByName) {
   sgd.zero_grad();
   const std::string e =
       testing::error_of([&] { graph.run(reading, data[0].inputs, data[0].targets); });
-  EXPECT_NE(e.find("--cuda-graphs: the training step cannot be captured"), std::string::npos)
-      << e;
+  EXPECT_NE(e.find("--cuda-graphs: the training step cannot be captured"), std::string::npos) << e;
   EXPECT_NE(e.find("capturing a CUDA graph on cuda:0"), std::string::npos) << e;
   EXPECT_NE(e.find("operation not permitted when stream is capturing"), std::string::npos) << e;
   const std::string none = testing::error_of([&] { train::GraphStep g(sgd, kCuda, 0); });
