@@ -98,6 +98,18 @@ DataParallel::DataParallel(std::shared_ptr<Module> module, std::vector<Device> d
     };
     same(params, rp, "parameters");
     same(buffers, rb, "buffers");
+    {  // The replica lies in memory as the module does (Module::to(MemoryFormat)), so that
+       // replicate() copies and the gradients come back without layout conversions.
+      NoGradGuard no_grad;
+      for (const auto* pair : {&params, &buffers}) {
+        const NamedTensors& mine = pair == &params ? rp : rb;
+        for (size_t i = 0; i < mine.size(); ++i) {
+          const MemoryFormat f = (*pair)[i].second.memory_format();
+          if (mine[i].second.memory_format() != f)
+            assign_in_place(mine[i].second, mine[i].second.detach().contiguous(f));
+        }
+      }
+    }
     // Backward: each replica gradient is added into the module's parameter on the first device
     // as soon as it is accumulated, and the replica's own is dropped for the next iteration.
     for (size_t i = 0; i < rp.size(); ++i) {

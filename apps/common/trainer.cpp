@@ -313,6 +313,9 @@ std::string config_error(const TrainConfig& c) {
     return fmt::format("--check-consistency must be >= 0 (0: off), got {}", c.check_consistency);
   // What a replayed CUDA graph cannot do (train/graph_step.h); DDP and dropout are refused when
   // the trainer starts and at the capture.
+  if (c.channels_last && c.sync_bn)
+    return "--channels-last cannot be combined with --sync-bn (SyncBatchNorm takes contiguous "
+           "tensors only)";
   if (c.cuda_graphs && !c.device.starts_with("cuda"))
     return "--cuda-graphs needs --device cuda (got " + c.device + ")";
   if (c.cuda_graphs && c.grad_accum_steps > 1)

@@ -1,5 +1,5 @@
 # ringgrad-train's usage errors for the flags of --loss, gradient clipping, early stopping,
-# --check-consistency, --join and --cuda-graphs: each bad value or combination must exit with 2 and say what is
+# --check-consistency, --join, --cuda-graphs and --channels-last: each bad value or combination must exit with 2 and say what is
 # wrong on stderr, before any training.
 # Run by ctest (app.train_usage_errors) with -DTRAIN=<ringgrad-train>. A case is
 # "ARG,ARG,...|expected fragment of stderr".
@@ -24,7 +24,8 @@ set(cases
   "--tf32,fast|--tf32: fast not in"
   "--cuda-graphs|--cuda-graphs needs --device cuda (got cpu)"
   "--cuda-graphs,--device,cuda,--grad-accum-steps,2|--cuda-graphs cannot be combined with --grad"
-  "--cuda-graphs,--device,cuda,--amp,f16|--cuda-graphs cannot be combined with --amp f16")
+  "--cuda-graphs,--device,cuda,--amp,f16|--cuda-graphs cannot be combined with --amp f16"
+  "--channels-last,--sync-bn|--channels-last cannot be combined with --sync-bn")
 foreach(case IN LISTS cases)
   string(REPLACE "|" ";" parts "${case}")
   list(POP_BACK parts fragment)

@@ -15,6 +15,8 @@
 #include "engine/ops/loss.h"
 #include "engine/ops/reduce.h"
 #include "layers/models/mlp.h"
+#include "layers/models/registry.h"
+#include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
 
@@ -112,6 +114,53 @@ TEST_F(DataParallelTest, TrainsLikeOneDeviceWithTheWholeBatch) {
     for (size_t s = 0; s < dp_losses.size(); ++s)
       EXPECT_NEAR(dp_losses[s], one_losses[s], 1e-5) << n << " devices, step " << s;
   }
+}
+
+// ToyNet (without dropout, whose masks follow memory order) for 3 SGD steps of batch 6 on `n`
+// devices, with its weights and batches channels last when asked: the parameters after them.
+std::vector<Tensor> train_toynet(int n, bool channels_last) {
+  const auto make = [] {
+    return nn::make_model({.name = "toynet",
+                           .sample_shape = {1, 28, 28},
+                           .num_classes = 10,
+                           .seed = 3,
+                           .dropout = false});
+  };
+  auto model = make();
+  model->to(Device::cuda(0));
+  if (channels_last) model->to(MemoryFormat::channels_last);
+  std::vector<Device> devs;
+  for (int k = 0; k < n; ++k) devs.push_back(Device::cuda(k));
+  std::unique_ptr<nn::DataParallel> dp;
+  if (n > 1) dp = std::make_unique<nn::DataParallel>(model, devs, make);
+  optim::Sgd opt(model->parameters(), optim::SgdOptions{0.1, 0.9, 0.0, 0.0, false});
+  Generator gen(5);
+  for (int s = 0; s < 3; ++s) {
+    Tensor x = random_tensor({6, 1, 28, 28}, gen);
+    if (channels_last) x = x.contiguous(MemoryFormat::channels_last);
+    Tensor y = Tensor::empty({6}, DType::i64);
+    for (int i = 0; i < 6; ++i) y.data<int64_t>()[i] = (i * 7 + s) % 10;
+    opt.zero_grad();
+    const Tensor logits = dp ? dp->forward(x) : model->forward(x.to(Device::cuda(0)));
+    cross_entropy(logits, y.to(Device::cuda(0))).backward();
+    opt.step();
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& p : model->parameters()) {
+    EXPECT_EQ(p.grad().memory_format(), p.memory_format());
+    out.push_back(p.detach().to(Device::cpu()));
+  }
+  return out;
+}
+
+// A channels_last model: its replicas lie channels last too, and their gradients come back in
+// the parameters' layout (the optimizer refuses any other).
+TEST_F(DataParallelTest, AChannelsLastModelTrainsLikeOneContiguousDevice) {
+  const std::vector<Tensor> one = train_toynet(1, false);
+  const std::vector<Tensor> dp = train_toynet(2, true);
+  ASSERT_EQ(dp.size(), one.size());
+  for (size_t i = 0; i < dp.size(); ++i)
+    expect_close(dp[i], one[i], 1e-5, 1e-4, "parameter " + std::to_string(i));
 }
 
 TEST_F(DataParallelTest, BadArgumentsAreClearErrors) {
