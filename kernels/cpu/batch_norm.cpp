@@ -59,8 +59,13 @@ void accumulate(int64_t hw, Lanes& acc, F&& f) {
   for (; i < hw; ++i) acc.v[i % kLanes] += f(i, int(i % kLanes));
 }
 
-// hw == 1: channels per parallel task (adjacent in each row), and rows per task.
+// hw == 1: channels per parallel task (adjacent in each row), and rows per task. The sums (stats,
+// backward) walk rows, in parallel over blocks of channels, from kRowsFrom channels on (by_rows):
+// fewer share cache lines anyway, and the per-channel loops spread them over more tasks. The
+// elementwise loops (apply, the relu mask) walk rows in parallel over rows for any c.
 constexpr int64_t kRowChannels = 16;
+constexpr int64_t kRowsFrom = 2 * kRowChannels;
+bool by_rows(int64_t c, int64_t hw) { return hw == 1 && c >= kRowsFrom; }
 int64_t row_grain(int64_t c) { return std::max<int64_t>(1, (1 << 12) / (c + 1)); }
 
 template <class T>
@@ -142,7 +147,7 @@ void BatchNorm<Cpu>::stats(const T* x, int64_t n, int64_t c, int64_t hw, double*
                            double* invstd, double eps, Workspace, Ctx ctx) {
   detail::check_batch_norm_sizes("batch_norm_stats", n, c, hw);
   RG_CHECK(eps >= 0, "batch_norm_stats: eps must be non-negative, got ", eps);
-  if (hw == 1) return stats_rows(x, n, c, mean, var, invstd, eps, ctx.threads);
+  if (by_rows(c, hw)) return stats_rows(x, n, c, mean, var, invstd, eps, ctx.threads);
   const double count = double(n * hw);
   cpu::parallel_for(
       0, c, channel_grain(n, hw),
@@ -260,13 +265,14 @@ void relu_masked(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, cons
     cpu::parallel_for(
         0, n, row_grain(c),
         [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo * c; i < hi * c; ++i) {
-            const int64_t ch = i % c;
-            const T gi = gy[i];
-            const bool positive =
-                y ? y[i] > T(0)
-                  : (x[i] - m[size_t(ch)]) * scale[size_t(ch)] + shift[size_t(ch)] > T(0);
-            out[i] = positive ? gi : T(0);
+          for (int64_t s = lo; s < hi; ++s) {
+            for (int64_t ch = 0, i = s * c; ch < c; ++ch, ++i) {
+              const T gi = gy[i];
+              const bool positive =
+                  y ? y[i] > T(0)
+                    : (x[i] - m[size_t(ch)]) * scale[size_t(ch)] + shift[size_t(ch)] > T(0);
+              out[i] = positive ? gi : T(0);
+            }
           }
         },
         threads);
@@ -388,7 +394,7 @@ void BatchNorm<Cpu>::backward(const T* gy, const T* x, int64_t n, int64_t c, int
   } else if (gresidual) {
     std::copy(gy, gy + n * c * hw, gresidual);
   }
-  if (hw == 1) {
+  if (by_rows(c, hw)) {
     backward_rows(gy, x, n, c, mean, invstd, weight, batch_stats, gx, gweight, gbias, ctx.threads);
     return;
   }

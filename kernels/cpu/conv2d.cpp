@@ -632,21 +632,22 @@ void conv2d_backward(const Conv2dGeometry& g, const T* x, const T* w, const T* g
 // [n, hw, c] (channels last) -> [n, c, hw] by ShapeCopy's (tiled, parallel) transpose; nothing
 // for a null array.
 template <class T>
-std::vector<T> to_channels_first(const T* p, int64_t n, int64_t c, int64_t hw) {
+std::vector<T> to_channels_first(const T* p, int64_t n, int64_t c, int64_t hw, Ctx ctx) {
   std::vector<T> out;
   if (p == nullptr) return out;
   out.resize(size_t(n * c * hw));
   const StridedCopy l{3, {n, c, hw}, {hw * c, 1, c}, {c * hw, hw, 1}};
-  ShapeCopy<Cpu>::strided_copy(p, out.data(), kernels::detail::coalesce(l), Ctx{});
+  ShapeCopy<Cpu>::strided_copy(p, out.data(), kernels::detail::coalesce(l), ctx);
   return out;
 }
 
 // [n, c, hw] -> [n, hw, c] into dst (when not null).
 template <class T>
-void to_channels_last(const std::vector<T>& src, T* dst, int64_t n, int64_t c, int64_t hw) {
+void to_channels_last(const std::vector<T>& src, T* dst, int64_t n, int64_t c, int64_t hw,
+                      Ctx ctx) {
   if (dst == nullptr) return;
   const StridedCopy l{3, {n, c, hw}, {c * hw, hw, 1}, {hw * c, 1, c}};
-  ShapeCopy<Cpu>::strided_copy(src.data(), dst, kernels::detail::coalesce(l), Ctx{});
+  ShapeCopy<Cpu>::strided_copy(src.data(), dst, kernels::detail::coalesce(l), ctx);
 }
 
 // A scratch array for `want` (null when not wanted), its size that of n * c * hw values.
@@ -673,11 +674,11 @@ void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const
   if (g.channels_last) {  // converted at the boundary: the convolutions below are NCHW
     Conv2dGeometry f = g;
     f.channels_last = false;
-    const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, g.h * g.w),
-                         ws = cpu::to_channels_first(w, g.o, g.c, g.kh * g.kw);
+    const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, g.h * g.w, ctx),
+                         ws = cpu::to_channels_first(w, g.o, g.c, g.kh * g.kw, ctx);
     std::vector<T> ys(size_t(g.n * g.o * g.ho * g.wo));
     forward<T>(f, xs.data(), ws.data(), bias, ys.data(), allow_tf32, workspace, ctx);
-    cpu::to_channels_last(ys, y, g.n, g.o, g.ho * g.wo);
+    cpu::to_channels_last(ys, y, g.n, g.o, g.ho * g.wo, ctx);
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -693,20 +694,20 @@ void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const
 template <>
 template <class T>
 void Conv2d<Cpu>::backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx,
-                           T* gw, T* gb, bool, Workspace, Ctx) {
+                           T* gw, T* gb, bool, Workspace, Ctx ctx) {
   if (g.channels_last) {
     Conv2dGeometry f = g;
     f.channels_last = false;
     const int64_t hw = g.h * g.w, k = g.kh * g.kw, hwo = g.ho * g.wo;
-    const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, hw),
-                         ws = cpu::to_channels_first(w, g.o, g.c, k),
-                         gys = cpu::to_channels_first(gy, g.n, g.o, hwo);
+    const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, hw, ctx),
+                         ws = cpu::to_channels_first(w, g.o, g.c, k, ctx),
+                         gys = cpu::to_channels_first(gy, g.n, g.o, hwo, ctx);
     std::vector<T> gxs = cpu::scratch_for(gx, g.n, g.c, hw);
     std::vector<T> gws = cpu::scratch_for(gw, g.o, g.c, k);
     cpu::conv2d_backward(f, x ? xs.data() : nullptr, w ? ws.data() : nullptr, gys.data(),
                          gx ? gxs.data() : nullptr, gw ? gws.data() : nullptr, gb);
-    cpu::to_channels_last(gxs, gx, g.n, g.c, hw);
-    cpu::to_channels_last(gws, gw, g.o, g.c, k);
+    cpu::to_channels_last(gxs, gx, g.n, g.c, hw, ctx);
+    cpu::to_channels_last(gws, gw, g.o, g.c, k, ctx);
     return;
   }
   cpu::conv2d_backward(g, x, w, gy, gx, gw, gb);

@@ -24,8 +24,8 @@ bool is_transpose(const StridedCopy& l) {
          (l.dst_strides[b] == 1 && l.src_strides[a] == 1 && l.src_strides[b] != 1);
 }
 
-// The copy of a transpose layout (is_transpose): the outer dimensions' matrices in parallel, each
-// by tiles.
+// The copy of a transpose layout (is_transpose): the outer dimensions' matrices by tiles, in
+// parallel over (matrix, band of kTile rows) pairs, so one matrix alone still spreads.
 template <class T>
 void transpose_copy(const T* src, T* dst, const StridedCopy& l, int threads) {
   const int a = l.ndim - 2, b = l.ndim - 1;
@@ -33,10 +33,13 @@ void transpose_copy(const T* src, T* dst, const StridedCopy& l, int threads) {
   const int64_t ssa = l.src_strides[a], ssb = l.src_strides[b], dsa = l.dst_strides[a],
                 dsb = l.dst_strides[b];
   const int64_t matrices = detail::copy_numel(l) / (rows * cols);
+  const int64_t bands = (rows + kTile - 1) / kTile;
   cpu::parallel_for(
-      0, matrices, std::max<int64_t>(1, kGrain / (rows * cols)),
+      0, matrices * bands, std::max<int64_t>(1, kGrain / (kTile * cols)),
       [&](int64_t lo, int64_t hi) {
-        for (int64_t m = lo; m < hi; ++m) {
+        for (int64_t job = lo; job < hi; ++job) {
+          const int64_t m = job / bands, r0 = job % bands * kTile;
+          const int64_t r1 = std::min(rows, r0 + kTile);
           int64_t src_off = 0, dst_off = 0;
           for (int64_t k = a - 1, rest = m; k >= 0; --k) {
             const int64_t i = rest % l.sizes[k];
@@ -44,14 +47,11 @@ void transpose_copy(const T* src, T* dst, const StridedCopy& l, int threads) {
             src_off += i * l.src_strides[k];
             dst_off += i * l.dst_strides[k];
           }
-          for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-            const int64_t r1 = std::min(rows, r0 + kTile);
-            for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-              const int64_t c1 = std::min(cols, c0 + kTile);
-              for (int64_t r = r0; r < r1; ++r)
-                for (int64_t c = c0; c < c1; ++c)
-                  dst[dst_off + r * dsa + c * dsb] = src[src_off + r * ssa + c * ssb];
-            }
+          for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+            const int64_t c1 = std::min(cols, c0 + kTile);
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t c = c0; c < c1; ++c)
+                dst[dst_off + r * dsa + c * dsb] = src[src_off + r * ssa + c * ssb];
           }
         }
       },
