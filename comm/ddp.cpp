@@ -10,14 +10,21 @@ namespace rg::dist {
 namespace {
 
 constexpr int kMaxDims = 4;
-constexpr int64_t kRecord = 3 + kMaxDims;  // dtype, ndim, numel, dims...
+constexpr int64_t kRecord = 4 + kMaxDims;  // dtype, ndim, numel, memory format, dims...
 
 std::string describe(const int64_t* r) {
   std::string s = "[";
   for (int64_t d = 0; d < std::min<int64_t>(r[1], kMaxDims); ++d)
-    s += (d ? ", " : "") + std::to_string(r[3 + d]);
+    s += (d ? ", " : "") + std::to_string(r[4 + d]);
   if (r[1] > kMaxDims) s += ", ...";
-  return s + "] " + dtype_name(DType(r[0]));
+  s += "] ";
+  s += dtype_name(DType(r[0]));
+  // The layouts must agree too: buckets and broadcasts move memory as it lies.
+  if (MemoryFormat(r[3]) != MemoryFormat::contiguous) {
+    s += ' ';
+    s += memory_format_name(MemoryFormat(r[3]));
+  }
+  return s;
 }
 
 }  // namespace
@@ -52,7 +59,8 @@ void DistributedDataParallel::verify_parameter_shapes() {
     rec[0] = int64_t(t.dtype());
     rec[1] = t.dim();
     rec[2] = t.numel();
-    for (int64_t d = 0; d < std::min<int64_t>(t.dim(), kMaxDims); ++d) rec[3 + d] = t.size(d);
+    rec[3] = int64_t(t.memory_format());
+    for (int64_t d = 0; d < std::min<int64_t>(t.dim(), kMaxDims); ++d) rec[4 + d] = t.size(d);
   }
   Tensor all = Tensor::empty({int64_t(n) * mine.numel()}, DType::i64, dev);
   pg_->all_gather(all, on_group_device(*pg_, mine))->wait();

@@ -186,7 +186,7 @@ Tensor Tensor::view(const Shape& requested) const {
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   RG_REQUIRE_DEFINED("narrow()");
-  RG_CHECK(dim == 0, "narrow: only dim 0 is supported (tensors are contiguous), got dim ", dim);
+  RG_CHECK(dim == 0, "narrow: only dim 0 is supported (a view must stay one block), got dim ", dim);
   RG_CHECK(this->dim() >= 1, "narrow: needs at least one dimension");
   const int64_t n = impl_->shape[0];
   RG_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
@@ -239,8 +239,9 @@ namespace {
 
 size_t byte_offset(const Tensor& t) { return size_t(t.storage_offset()) * element_size(t.dtype()); }
 
-// dst.copy_(src) when at least one of them is a CUDA tensor. Conversions between dtypes happen on
-// the CPU side of a host-device copy.
+// dst.copy_(src) when at least one of them is a CUDA tensor (both in one memory format: copy_
+// made them so, and the staging tensors keep it). Conversions between dtypes happen on the CPU
+// side of a host-device copy.
 void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
   // While tracing, one span on the stream of the CUDA side (as the engine's dispatch gives ops).
   const cuda::OpSpan span("copy_", "op", dst.device().is_cuda() ? dst.device() : src.device());
@@ -248,19 +249,19 @@ void copy_across_devices(Tensor& dst, const Tensor& src, bool non_blocking) {
     cuda::copy_bytes(*dst.storage(), byte_offset(dst), *src.storage(), byte_offset(src),
                      dst.nbytes(), non_blocking);
   } else if (src.device().is_cpu()) {
-    Tensor converted = Tensor::empty(src.shape(), dst.dtype(), Device::cpu());
+    Tensor converted = Tensor::empty(src.shape(), dst.dtype(), Device::cpu(), src.memory_format());
     converted.copy_(src);
     // Pageable memory: the copy has been staged when it returns, so `converted` may go.
     cuda::copy_bytes(*dst.storage(), byte_offset(dst), *converted.storage(), 0, dst.nbytes(),
                      non_blocking);
   } else if (dst.device().is_cpu()) {
-    Tensor raw = Tensor::empty(src.shape(), src.dtype(), Device::cpu());
+    Tensor raw = Tensor::empty(src.shape(), src.dtype(), Device::cpu(), src.memory_format());
     cuda::copy_bytes(*raw.storage(), 0, *src.storage(), byte_offset(src), src.nbytes(),
                      /*non_blocking=*/false);
     dst.copy_(raw);
   } else if (src.device() != dst.device()) {
     // Between two devices: convert on the source device, then copy.
-    Tensor converted = Tensor::empty(src.shape(), dst.dtype(), src.device());
+    Tensor converted = Tensor::empty(src.shape(), dst.dtype(), src.device(), src.memory_format());
     converted.copy_(src);
     cuda::copy_bytes(*dst.storage(), byte_offset(dst), *converted.storage(), 0, dst.nbytes(),
                      non_blocking);

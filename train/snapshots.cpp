@@ -72,13 +72,10 @@ Resume Snapshots::load(
 void Snapshots::check_shape(const nn::Metadata& saved, Resume& r) const {
   const std::string where = (from_snapshot_ ? "--snapshot " : "--resume ") + resume_path_;
   // Keys added after the first checkpoints: one that is missing was the default.
-  const std::map<std::string, std::string> added_later = {{"loss", "cross-entropy"},
-                                                          {"clip_grad", "norm=0 value=0"},
-                                                          {"sync_bn", "0"},
-                                                          {"model.dropout", "1"},
-                                                          {"model.tie_weights", "0"},
-                                                          {"optimizer.groups", "auto"},
-                                                          {"optimizer.betas", "0.9,0.999"}};
+  const std::map<std::string, std::string> added_later = {
+      {"loss", "cross-entropy"},    {"clip_grad", "norm=0 value=0"}, {"sync_bn", "0"},
+      {"channels_last", "0"},       {"model.dropout", "1"},          {"model.tie_weights", "0"},
+      {"optimizer.groups", "auto"}, {"optimizer.betas", "0.9,0.999"}};
   const auto saved_world_entry = saved.find("run.world_size");
   if (saved_world_entry != saved.end())
     r.saved_world = int(std::strtol(saved_world_entry->second.c_str(), nullptr, 10));

@@ -96,6 +96,8 @@ train::RunShape run_shape(const TrainConfig& c, const data::CharDataset* text_se
       {"comm_hook", c.comm_hook},
       {"amp", c.amp},
       {"sync_bn", c.sync_bn ? "1" : "0"},
+      // The layout of the buckets' flat state (PowerSGD's error feedback follows it).
+      {"channels_last", c.channels_last ? "1" : "0"},
       {"model.dropout", c.dropout ? "1" : "0"},
       {"model.tie_weights", c.tie_weights ? "1" : "0"},
       {"optimizer.groups", c.weight_decay_groups},
@@ -311,11 +313,11 @@ std::string config_error(const TrainConfig& c) {
     return "--early-stop-metric must be loss or top1, got '" + c.early_stop_metric + "'";
   if (c.check_consistency < 0)
     return fmt::format("--check-consistency must be >= 0 (0: off), got {}", c.check_consistency);
-  // What a replayed CUDA graph cannot do (train/graph_step.h); DDP and dropout are refused when
-  // the trainer starts and at the capture.
   if (c.channels_last && c.sync_bn)
     return "--channels-last cannot be combined with --sync-bn (SyncBatchNorm takes contiguous "
            "tensors only)";
+  // What a replayed CUDA graph cannot do (train/graph_step.h); DDP and dropout are refused when
+  // the trainer starts and at the capture.
   if (c.cuda_graphs && !c.device.starts_with("cuda"))
     return "--cuda-graphs needs --device cuda (got " + c.device + ")";
   if (c.cuda_graphs && c.grad_accum_steps > 1)

@@ -62,6 +62,11 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     }
     RG_CHECK(seed.shape() == root.shape(), "backward: gradient of shape ", shape_str(seed.shape()),
              " does not match root ", i, " of shape ", shape_str(root.shape()));
+    // In the root's memory format, as every gradient the engine hands on (Node::input_formats).
+    if (seed.memory_format() != root.memory_format()) {
+      const NoGradGuard no_grad;
+      seed = seed.detach().contiguous(root.memory_format());
+    }
     std::shared_ptr<Node> node = gradient_edge(root);
     Tensor& buf = buffers[node.get()];
     buf = buf.defined() ? add(buf, seed) : seed;

@@ -66,7 +66,10 @@ Tensor run_tensor_hooks(const HookList<TensorHook>& hooks, Tensor grad) {
                  : std::string("an undefined tensor"),
              " for a gradient of ", shape_str(grad.shape()), " ", dtype_name(grad.dtype()),
              "; a hook must return a tensor of the same shape and dtype, or nothing to keep it");
-    grad = std::move(*replaced);
+    // Kept in the gradient's memory format, which the node after it reads.
+    grad = replaced->memory_format() == grad.memory_format()
+               ? std::move(*replaced)
+               : replaced->detach().contiguous(grad.memory_format());
   }
   return grad;
 }

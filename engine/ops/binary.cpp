@@ -97,7 +97,13 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, bool a_reus
   }
   // Elementwise on equal shapes in either format (the result takes a's); broadcasting reads by
   // position.
-  check_inputs(name, {a, b}, a.shape() == b.shape() ? Formats::alike : Formats::contiguous);
+  RG_CHECK(a.shape() == b.shape() || (a.memory_format() == MemoryFormat::contiguous &&
+                                      b.memory_format() == MemoryFormat::contiguous),
+           name, ": broadcasting ", shape_str(a.shape()), " with ", shape_str(b.shape()),
+           " reads memory by position and takes contiguous tensors only, but input ",
+           a.memory_format() == MemoryFormat::contiguous ? 1 : 0,
+           " is channels_last; call .contiguous() first (equal shapes take either format)");
+  check_inputs(name, {a, b}, Formats::alike);
   const Shape shape =
       a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
   const bool in_place = a_reusable && shape == a.shape();

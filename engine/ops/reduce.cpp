@@ -110,6 +110,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) 
   if (cpu_half_inputs({x})) return mean(half_to_f32(x), dims_in, keepdim).to(x.dtype());
   const NoAutocastGuard follows_its_input;  // its sum stays in x's dtype, as PyTorch's mean
   const std::vector<int64_t> dims = normalize_dims("mean", x, dims_in);
+  if (dims.size() != size_t(x.dim())) check_inputs("mean", {x});  // by position: contiguous
   int64_t count = 1;
   for (int64_t d : dims) count *= x.shape()[size_t(d)];
   RG_CHECK(count > 0, "mean: reducing over an empty dimension");

@@ -34,7 +34,9 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 // tracing, marked by a "layout conversion" instant (ringgrad-bench profile counts them per step).
 // The gradient is converted back to x's format.
 Tensor contiguous(const Tensor& x, MemoryFormat format);
-// Layout conversions run by this process so far (forward and backward, every device).
+// Layout conversions run by this process so far (forward and backward, every device, a
+// channels_last DataLoader's workers included: count around a step without a loader, or use the
+// trace's instants, which mark CUDA conversions only).
 int64_t layout_conversions();
 
 }  // namespace rg

@@ -15,8 +15,8 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
-#include "kernels/optim.h"
 #include "kernels/error.h"
+#include "kernels/optim.h"
 
 namespace rg::optim {
 
@@ -53,16 +53,17 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
   std::set<const TensorImpl*> earlier;  // the parameters of the groups before
   for (size_t g = 0; g < groups.size(); ++g) {
     const double wd = groups[g].weight_decay.value_or(weight_decay);
-    RG_CHECK(std::isfinite(wd) && wd >= 0, "optimizer: invalid weight_decay ", wd, " of group ",
-             g);
+    RG_CHECK(std::isfinite(wd) && wd >= 0, "optimizer: invalid weight_decay ", wd, " of group ", g);
     GroupInfo info{groups[g].params.size(), 0, wd};
     std::set<const TensorImpl*> mine;
     for (Tensor& p : groups[g].params) {
       const size_t i = params_.size();
       RG_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: parameter ", i,
                " must be a leaf tensor that requires grad");
-      RG_CHECK(!earlier.contains(p.impl()), "optimizer: some parameters appear in more than one "
-               "parameter group (parameter ", i, " of group ", g, ")");
+      RG_CHECK(!earlier.contains(p.impl()),
+               "optimizer: some parameters appear in more than one "
+               "parameter group (parameter ",
+               i, " of group ", g, ")");
       mine.insert(p.impl());
       info.numel += p.numel();
       params_.push_back(std::move(p));
@@ -88,6 +89,11 @@ void Optimizer::check_grad(const Tensor& p, const Tensor& g, size_t i) const {
   RG_CHECK(g.memory_format() == p.memory_format(), name(), ": the gradient of parameter ", i,
            " is ", memory_format_name(g.memory_format()), " but the parameter is ",
            memory_format_name(p.memory_format()), " (set .grad in the parameter's format)");
+}
+
+void Optimizer::follow_layout(Tensor& state, size_t i) const {
+  const MemoryFormat f = params_[i].memory_format();
+  if (state.defined() && state.memory_format() != f) state = state.contiguous(f);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -165,7 +171,7 @@ void Sgd::step() {
   NoGradGuard no_grad;
   const cuda::OpSpan span("sgd.step", "optimizer", params_device(params_));
   const kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
-  std::vector<size_t> live;               // the parameters with a gradient
+  std::vector<size_t> live;                 // the parameters with a gradient
   std::vector<char> first(params_.size());  // whose momentum buffer is new
   const bool capturing = cuda::Graph::capturing() != nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -174,9 +180,11 @@ void Sgd::step() {
     check_grad(params_[i], g, i);
     first[i] = options_.momentum != 0 && !momentum_[i].defined();
     // Each replay would repeat the first step (buffer = gradient) instead of accumulating.
-    RG_CHECK(!(first[i] && capturing), "sgd: parameter ", i, "'s first step (which starts its "
+    RG_CHECK(!(first[i] && capturing), "sgd: parameter ", i,
+             "'s first step (which starts its "
              "momentum buffer) inside a CUDA graph capture: step once before capturing");
     if (first[i]) momentum_[i] = empty_like(params_[i]);
+    follow_layout(momentum_[i], i);
     live.push_back(i);
   }
   // In a capture the learning rate is the replay's: each writes it to the graph's replay slots
@@ -198,10 +206,9 @@ void Sgd::step() {
   // All parameters of one device and dtype in one multi-tensor call (a few kernel launches).
   for (const std::vector<size_t>& group : update_groups(params_, live)) {
     const Tensor& lead = params_[group.front()];
-    const void* lr_slot =
-        !slots.defined() ? nullptr
-                         : static_cast<const char*>(slots.raw_data()) +
-                               (lead.dtype() == DType::f64 ? 8 : 0);
+    const void* lr_slot = !slots.defined() ? nullptr
+                                           : static_cast<const char*>(slots.raw_data()) +
+                                                 (lead.dtype() == DType::f64 ? 8 : 0);
     dispatch_on(lead.device(), lead.dtype(), "sgd", [&]<class T, class B>() {
       std::vector<kernels::ParamUpdate<T>> updates;
       updates.reserve(group.size());
@@ -267,11 +274,14 @@ void Adam::step() {
     check_grad(params_[i], g, i);
     if (!m_[i].defined()) {
       // Zeroed by the capture's kernels, the moments would restart at every replay.
-      RG_CHECK(graph == nullptr, name(), ": parameter ", i, "'s first step (which creates its "
+      RG_CHECK(graph == nullptr, name(), ": parameter ", i,
+               "'s first step (which creates its "
                "moments) inside a CUDA graph capture: step once before capturing");
       m_[i] = zeros_like(params_[i]);
       v_[i] = zeros_like(params_[i]);
     }
+    follow_layout(m_[i], i);
+    follow_layout(v_[i], i);
     ++steps_[i];
     live.push_back(i);
   }

@@ -73,6 +73,9 @@ class Optimizer {
 
   // The gradient has the parameter's device, dtype and shape (a clear error otherwise).
   void check_grad(const Tensor& p, const Tensor& g, size_t i) const;
+  // State tensor `state` of parameter i in the parameter's memory format (converted when the
+  // parameter changed layout since, Module::to(MemoryFormat)): the updates read them together.
+  void follow_layout(Tensor& state, size_t i) const;
 
   std::vector<Tensor> params_;
   double lr_;

@@ -160,6 +160,11 @@ TEST_F(CheckpointResume, ADifferentRunOrNothingLeftToDoIsRefused) {
   other.amp = "bf16";
   EXPECT_NE(refusal(other).find("the checkpoint's amp is 'off', this run's is 'bf16'"),
             std::string::npos);
+  // The buckets' flat state (PowerSGD's error feedback) lies as the parameters do.
+  other = config("sgd", 2);
+  other.channels_last = true;
+  EXPECT_NE(refusal(other).find("the checkpoint's channels_last is '0', this run's is '1'"),
+            std::string::npos);
   other = config("sgd", 2);
   other.lr_schedule = "constant";
   EXPECT_NE(refusal(other).find("the checkpoint's lr_schedule is 'cosine"), std::string::npos);

@@ -22,6 +22,7 @@
 #include "engine/ops/shape.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
+#include "layers/module.h"
 #include "layers/optim/optimizer.h"
 
 namespace rg {
@@ -82,6 +83,15 @@ TEST(ChannelsLast, ConversionLaysOutNhwcKeepsTheValuesAndIsCounted) {
     Tensor z = Tensor::empty(x.shape(), DType::f32, device);
     z.copy_(y);
     EXPECT_EQ(memory_of(z), logical);
+    // Across devices with a dtype change (staged on one side): the layout survives the staging.
+    for (const Device to : devices()) {
+      Tensor w = Tensor::empty(x.shape(), DType::f64, to, kLast);
+      w.copy_(y);
+      EXPECT_EQ(w.to_vector<double>(), logical) << "to " << to.str();
+      Tensor back = Tensor::empty(x.shape(), DType::f32, device, kLast);
+      back.copy_(w);
+      EXPECT_EQ(memory_of(back), mem) << "back from " << to.str();
+    }
     EXPECT_NE(y.str().find("memory_format=channels_last"), std::string::npos);
   }
 }
@@ -102,6 +112,52 @@ TEST(ChannelsLast, GradientsComeBackInTheInputsFormat) {
     sum(mul(xl.contiguous(), w)).backward();
     EXPECT_EQ(xl.grad().memory_format(), kLast);
     EXPECT_EQ(xl.grad().to_vector<double>(), w.to_vector<double>());
+    // A contiguous seed for a channels_last root, and a hook that returns a contiguous
+    // replacement: both reach relu's backward in its output's layout.
+    const auto expected = [&](const Tensor& seed) {
+      std::vector<double> v = seed.to_vector<double>(), in = x.to_vector<double>();
+      for (size_t i = 0; i < v.size(); ++i) v[i] = in[i] > 0 ? v[i] : 0.0;
+      return v;
+    };
+    const Tensor seed = random_tensor({2, 3, 2, 2}, gen, DType::f64).to(device);
+    const Tensor a = x.detach().contiguous(kLast).set_requires_grad(true);
+    relu(a).backward(seed);
+    EXPECT_EQ(a.grad().to_vector<double>(), expected(seed));
+    const Tensor b = x.detach().contiguous(kLast).set_requires_grad(true);
+    const Tensor r = relu(b);
+    r.register_hook([](const Tensor& g) { return g.contiguous(); });
+    r.backward(seed.contiguous(kLast));
+    EXPECT_EQ(b.grad().to_vector<double>(), expected(seed));
+  }
+}
+
+// An optimizer's state follows its parameter into channels last (Module::to between steps): the
+// momentum is converted, not read in the old layout.
+TEST(ChannelsLast, OptimizerStateFollowsAParameterThatChangedLayout) {
+  for (const Device device : devices()) {
+    SCOPED_TRACE(device.str());
+    Generator gen(6);
+    const Tensor init = random_tensor({3, 2, 3, 3}, gen, DType::f64).to(device);
+    const Tensor g1 = random_tensor({3, 2, 3, 3}, gen, DType::f64).to(device);
+    const Tensor g2 = random_tensor({3, 2, 3, 3}, gen, DType::f64).to(device);
+    Tensor plain = init.clone().set_requires_grad(true);
+    Tensor moved = init.clone().set_requires_grad(true);
+    optim::Sgd a({plain}, {.lr = 0.1, .momentum = 0.9});
+    optim::Sgd b({moved}, {.lr = 0.1, .momentum = 0.9});
+    plain.set_grad(g1);
+    moved.set_grad(g1);
+    a.step();
+    b.step();
+    {
+      const NoGradGuard no_grad;
+      nn::assign_in_place(moved, moved.detach().contiguous(kLast));
+    }
+    plain.set_grad(g2);
+    moved.set_grad(g2.contiguous(kLast));
+    a.step();
+    b.step();
+    EXPECT_EQ(b.momentum_buffer(0).memory_format(), kLast);
+    EXPECT_EQ(moved.to_vector<double>(), plain.to_vector<double>());
   }
 }
 
