@@ -494,6 +494,17 @@ TEST(Ddp, DifferentModelsOnDifferentRanksAreANamedError) {
   EXPECT_NE(e.find("on rank 1"), std::string::npos) << e;
 }
 
+// The same model in another memory layout on rank 1: buckets and broadcasts would move its
+// weights' elements to the wrong places, so it is refused like a different model.
+TEST(Ddp, AModelInAnotherLayoutOnOneRankIsANamedError) {
+  auto& pg = *default_group();
+  auto model = nn::make_model({.name = "toynet", .sample_shape = {1, 28, 28}, .num_classes = 10});
+  if (pg.rank() == 1) model->to(MemoryFormat::channels_last);
+  const std::string e = rg::testing::error_of([&] { DistributedDataParallel ddp(model); });
+  EXPECT_NE(e.find("on rank 0 but"), std::string::npos) << e;
+  EXPECT_NE(e.find("channels_last on rank 1"), std::string::npos) << e;
+}
+
 TEST(Ddp, ParametersAndBuffersStartFromRankZero) {
   auto& pg = *default_group();
   auto model = nn::make_model({.name = "resnet18",
