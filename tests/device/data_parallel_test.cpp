@@ -16,7 +16,6 @@
 #include "engine/ops/reduce.h"
 #include "layers/models/mlp.h"
 #include "layers/models/registry.h"
-#include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
 
