@@ -69,6 +69,15 @@ TEST_F(DataParallelTest, ScatterChunksAsTorchAndGatherRoutesGradients) {
 
 // The parameters after `steps` SGD steps (momentum 0.9) of an MLP on one batch of 10, trained
 // through DataParallel over `n` devices (n = 1: plain training on cuda:0, the reference).
+// `model` (on cuda:0) over cuda:0..n-1 with replicas from `make`; null for one device.
+std::unique_ptr<nn::DataParallel> data_parallel(const std::shared_ptr<nn::Module>& model, int n,
+                                                const nn::DataParallel::ReplicaFactory& make) {
+  if (n <= 1) return nullptr;
+  std::vector<Device> devs;
+  for (int k = 0; k < n; ++k) devs.push_back(Device::cuda(k));
+  return std::make_unique<nn::DataParallel>(model, devs, make);
+}
+
 std::vector<Tensor> train(int n, int steps, std::vector<double>* losses = nullptr) {
   const auto make = [] {
     Generator init(11);
@@ -76,10 +85,7 @@ std::vector<Tensor> train(int n, int steps, std::vector<double>* losses = nullpt
   };
   auto model = make();
   model->to(Device::cuda(0));
-  std::vector<Device> devs;
-  for (int k = 0; k < n; ++k) devs.push_back(Device::cuda(k));
-  std::unique_ptr<nn::DataParallel> dp;
-  if (n > 1) dp = std::make_unique<nn::DataParallel>(model, devs, make);
+  const std::unique_ptr<nn::DataParallel> dp = data_parallel(model, n, make);
   optim::Sgd opt(model->parameters(), optim::SgdOptions{0.1, 0.9, 0.0, 0.0, false});
   Generator gen(5);
   for (int s = 0; s < steps; ++s) {
@@ -128,10 +134,7 @@ std::vector<Tensor> train_toynet(int n, bool channels_last) {
   auto model = make();
   model->to(Device::cuda(0));
   if (channels_last) model->to(MemoryFormat::channels_last);
-  std::vector<Device> devs;
-  for (int k = 0; k < n; ++k) devs.push_back(Device::cuda(k));
-  std::unique_ptr<nn::DataParallel> dp;
-  if (n > 1) dp = std::make_unique<nn::DataParallel>(model, devs, make);
+  const std::unique_ptr<nn::DataParallel> dp = data_parallel(model, n, make);
   optim::Sgd opt(model->parameters(), optim::SgdOptions{0.1, 0.9, 0.0, 0.0, false});
   Generator gen(5);
   for (int s = 0; s < 3; ++s) {
