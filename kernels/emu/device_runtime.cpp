@@ -40,21 +40,30 @@ struct Op {
   std::vector<std::pair<CUstream_st*, uint64_t>> waits;  // (stream, position) to reach first
 };
 
-// One operation a stream capture recorded: what enqueue would have queued.
+// One operation a stream capture recorded: what enqueue would have queued (its work, or what
+// prepares its work at each launch).
 struct GraphNode {
   Name what;
   std::vector<rg::emu::MemAccess> accesses;
   std::function<void()> work;
+  rg::emu::Prepare prepare;
 };
 
-// A stream's capture in progress (cudaStreamBeginCapture .. cudaStreamEndCapture).
+// A capture in progress (cudaStreamBeginCapture .. cudaStreamEndCapture): the stream that began
+// it and the streams that joined it through captured events.
 struct Capture {
   uint64_t id = 0;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-  std::thread::id thread;  // that began it
-  std::vector<GraphNode> nodes;
+  std::thread::id thread;                 // that began it
+  std::vector<GraphNode> nodes;           // in the order the host queued them, from every member
   cudaError_t invalidated = cudaSuccess;  // why it can no longer make a graph
+  CUstream_st* origin = nullptr;
+  std::vector<CUstream_st*> members;  // the origin first
 };
+
+// Within a capture: the number of nodes each member stream had captured when this stream (or an
+// event) was last ordered after it, itself included.
+using CaptureFrontier = std::map<CUstream_st*, uint64_t>;
 
 }  // namespace
 
@@ -77,7 +86,9 @@ struct CUstream_st {
   VectorClock clock;
   std::condition_variable work_cv;
   Name name;
-  std::unique_ptr<Capture> capture;  // while capturing
+  std::shared_ptr<Capture> capture;  // while capturing (or joined to a capture)
+  uint64_t captured = 0;             // nodes it added to that capture
+  CaptureFrontier frontier;          // what it is ordered after in it
 };
 
 struct CUevent_st {
@@ -87,7 +98,9 @@ struct CUevent_st {
   uint64_t position = 0;
   VectorClock clock;
   std::shared_ptr<std::optional<Clock::time_point>> reached_at;
-  uint64_t captured_in = 0;  // the capture its last record was recorded in (0: none)
+  uint64_t captured_in = 0;        // the capture its last record was recorded in (0: none)
+  std::weak_ptr<Capture> capture;  // that capture, and the recording stream's frontier then
+  CaptureFrontier frontier;
 };
 
 namespace rg::emu {
@@ -179,18 +192,23 @@ class Runtime {
 
   // Queues an op on s (under mu). `after` lists extra positions to wait for (stream waits).
   // Returns its position; throws on a sticky error or, in error mode, a race.
+  // `prepare`: a capturing stream's node whose work is prepared at each launch.
   uint64_t enqueue_locked(CUstream_st* s, Name what, const std::vector<MemAccess>& accesses,
-                          std::function<void()> work, const CUevent_st* after = nullptr) {
+                          std::function<void()> work, const CUevent_st* after = nullptr,
+                          Prepare prepare = nullptr) {
     if (const std::string& e = sticky(s->device); !e.empty()) {
       RG_FAIL("cuda:", s->device, ": ", *what, " was not run: an earlier operation failed: ", e);
     }
     throw_pending_reports();
     if (s->capture) {  // recorded, not run; nothing to order or check until a graph launch
       if (s->capture->invalidated == cudaSuccess) {
-        s->capture->nodes.push_back({std::move(what), accesses, std::move(work)});
+        s->capture->nodes.push_back(
+            {std::move(what), accesses, std::move(work), std::move(prepare)});
+        ++s->captured;
       }
       return 0;
     }
+    RG_CHECK(!prepare, *what, ": prepared work outside a capture");
     if (s->legacy) {  // the legacy stream would join a capturing blocking stream's work
       for (CUstream_st* c : capturing_streams(s->device)) {
         if (!c->blocking) continue;
@@ -292,6 +310,14 @@ class Runtime {
       refused = true;
     }
     return refused;
+  }
+  // Ends a capture on every stream in it.
+  static void end_capture_locked(const std::shared_ptr<Capture>& c) {
+    for (CUstream_st* m : c->members) {
+      m->capture.reset();
+      m->captured = 0;
+      m->frontier.clear();
+    }
   }
   std::unordered_set<cudaGraph_t> live_graphs;
   std::unordered_set<cudaGraphExec_t> live_execs;
@@ -472,6 +498,34 @@ void enqueue(cudaStream_t stream, std::string what, std::vector<MemAccess> acces
            r.devices == 0 ? " (no emulated device: RG_EMU_DEVICES=0)" : "");
   enqueue_and_maybe_wait(r, lock, s, std::make_shared<const std::string>(std::move(what)), accesses,
                          std::move(work), false);
+}
+
+void enqueue_prepared(cudaStream_t stream, std::string what, std::vector<MemAccess> accesses,
+                      const Prepare& prepare) {
+  Runtime& r = Runtime::get();
+  auto name = std::make_shared<const std::string>(std::move(what));
+  {
+    std::unique_lock lock(r.mu);
+    CUstream_st* s = r.resolve(stream);
+    RG_CHECK(s != nullptr, *name, ": invalid stream ", static_cast<void*>(stream));
+    if (s->capture) {
+      ++t_submissions;
+      r.enqueue_locked(s, std::move(name), accesses, nullptr, nullptr, prepare);
+      return;
+    }
+  }
+  // Prepared without the runtime's lock (the preparation may take the library's own locks, which
+  // are held around enqueue elsewhere).
+  PreparedWork w = prepare();
+  try {
+    std::unique_lock lock(r.mu);
+    CUstream_st* s = r.resolve(stream);
+    RG_CHECK(s != nullptr && !s->capture, *name, ": the stream began a capture meanwhile");
+    enqueue_and_maybe_wait(r, lock, s, std::move(name), accesses, std::move(w.run), false);
+  } catch (...) {
+    if (w.abandon) w.abandon();
+    throw;
+  }
 }
 
 int stream_device(cudaStream_t stream) {
@@ -718,9 +772,9 @@ void check_status(cudaError_t status, const char* call, const char* file, int li
 using rg::emu::fail;
 using rg::emu::HostBlocking;
 using rg::emu::Runtime;
+using rg::emu::t_capture_mode;
 using rg::emu::t_device;
 using rg::emu::t_last_error;
-using rg::emu::t_capture_mode;
 
 cudaError_t cudaGetLastError() { return std::exchange(t_last_error, cudaSuccess); }
 cudaError_t cudaPeekAtLastError() { return t_last_error; }
@@ -753,6 +807,10 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+      return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "the capture sequence contains a fork that was not joined to the primary stream";
     case cudaErrorStreamCaptureIsolation:
       return "dependency created on uncaptured work in another stream";
     case cudaErrorStreamCaptureImplicit:
@@ -1000,21 +1058,33 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (event->captured_in != 0) {
+    // An event recorded in a capture: the waiting stream is ordered after the recording stream's
+    // captured work so far, joining the capture when it is not in it yet (a fork).
+    const std::shared_ptr<Capture> c = event->capture.lock();
+    if (!c || c->id != event->captured_in) return fail(cudaErrorStreamCaptureIsolation);
+    if (s->capture && s->capture != c) {  // two captures cannot depend on each other
+      s->capture->invalidated = c->invalidated = cudaErrorStreamCaptureIsolation;
+      return fail(cudaErrorStreamCaptureIsolation);
+    }
+    if (s->legacy) {  // the legacy stream cannot capture
+      c->invalidated = cudaErrorStreamCaptureImplicit;
+      return fail(cudaErrorStreamCaptureImplicit);
+    }
+    if (!s->capture) {
+      s->capture = c;
+      s->captured = 0;
+      s->frontier.clear();
+      c->members.push_back(s);
+    }
+    for (const auto& [m, n] : event->frontier) s->frontier[m] = std::max(s->frontier[m], n);
+    return cudaSuccess;
+  }
   if (s->capture) {
-    // Recorded in this capture: already ordered (one stream). Recorded outside: a dependency the
-    // graph cannot hold.
-    if (event->captured_in == s->capture->id) return cudaSuccess;
-    if (event->stream == nullptr && event->captured_in == 0) return cudaSuccess;
+    // Recorded outside any capture: a dependency the graph cannot hold.
+    if (event->stream == nullptr) return cudaSuccess;
     s->capture->invalidated = cudaErrorStreamCaptureIsolation;
     return fail(cudaErrorStreamCaptureIsolation);
-  }
-  if (event->captured_in != 0) {  // another stream joining a capture: not emulated
-    for (CUstream_st* c : r.capturing_streams()) {
-      if (c->capture->id == event->captured_in) {
-        c->capture->invalidated = cudaErrorStreamCaptureUnsupported;
-      }
-    }
-    return fail(cudaErrorStreamCaptureUnsupported);
   }
   if (event->stream == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
   static const Name what = std::make_shared<const std::string>("cudaStreamWaitEvent");
@@ -1068,9 +1138,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
   if (s->capture) {  // a captured event: it orders work inside the capture only
     event->captured_in = s->capture->id;
+    event->capture = s->capture;
+    event->frontier = s->frontier;
+    event->frontier[s] = s->captured;
     return cudaSuccess;
   }
   event->captured_in = 0;
+  event->capture.reset();
+  event->frontier.clear();
   auto reached = std::make_shared<std::optional<Clock::time_point>>();
   static const Name what = std::make_shared<const std::string>("cudaEventRecord");
   event->position = r.enqueue_locked(s, what, {}, [reached] { *reached = Clock::now(); });
@@ -1127,10 +1202,14 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
       mode != cudaStreamCaptureModeRelaxed) {
     return fail(cudaErrorInvalidValue);
   }
-  s->capture = std::make_unique<Capture>();
+  s->capture = std::make_shared<Capture>();
   s->capture->id = ++r.capture_count;
   s->capture->mode = mode;
   s->capture->thread = std::this_thread::get_id();
+  s->capture->origin = s;
+  s->capture->members = {s};
+  s->captured = 0;
+  s->frontier.clear();
   return cudaSuccess;
 }
 
@@ -1140,13 +1219,27 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || graph == nullptr) return fail(cudaErrorInvalidValue);
   if (!s->capture) return fail(cudaErrorIllegalState);
-  if (s->capture->mode != cudaStreamCaptureModeRelaxed &&
-      s->capture->thread != std::this_thread::get_id()) {
+  const std::shared_ptr<Capture> capture = s->capture;
+  *graph = nullptr;
+  if (capture->origin != s) {  // a joined stream cannot end the capture; it is invalidated
+    capture->invalidated = cudaErrorStreamCaptureUnmatched;
+    return fail(cudaErrorStreamCaptureUnmatched);
+  }
+  if (capture->mode != cudaStreamCaptureModeRelaxed &&
+      capture->thread != std::this_thread::get_id()) {
     return fail(cudaErrorStreamCaptureWrongThread);
   }
-  std::unique_ptr<Capture> capture = std::move(s->capture);
-  *graph = nullptr;
+  // Every joined stream's captured work must be ordered before the end (joined back).
+  bool unjoined = false;
+  for (CUstream_st* m : capture->members) {
+    auto it = s->frontier.find(m);
+    if (m != s && m->captured > 0 && (it == s->frontier.end() || it->second < m->captured)) {
+      unjoined = true;
+    }
+  }
+  Runtime::end_capture_locked(capture);  // the capture ends on every member, whatever follows
   if (capture->invalidated != cudaSuccess) return fail(cudaErrorStreamCaptureInvalidated);
+  if (unjoined) return fail(cudaErrorStreamCaptureUnjoined);
   auto* g = new CUgraph_st;
   g->device = s->device;
   g->nodes = std::move(capture->nodes);
@@ -1156,9 +1249,9 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
 }
 
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
-  if (mode == nullptr || (*mode != cudaStreamCaptureModeGlobal &&
-                          *mode != cudaStreamCaptureModeThreadLocal &&
-                          *mode != cudaStreamCaptureModeRelaxed))
+  if (mode == nullptr ||
+      (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+       *mode != cudaStreamCaptureModeRelaxed))
     return fail(cudaErrorInvalidValue);
   std::swap(*mode, t_capture_mode);
   return cudaSuccess;
@@ -1169,9 +1262,9 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
   std::lock_guard lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || status == nullptr) return fail(cudaErrorInvalidValue);
-  *status = !s->capture                                  ? cudaStreamCaptureStatusNone
+  *status = !s->capture                              ? cudaStreamCaptureStatusNone
             : s->capture->invalidated == cudaSuccess ? cudaStreamCaptureStatusActive
-                                                         : cudaStreamCaptureStatusInvalidated;
+                                                     : cudaStreamCaptureStatusInvalidated;
   return cudaSuccess;
 }
 
@@ -1200,9 +1293,26 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     return fail(cudaErrorStreamCaptureUnsupported);
   }
   ++rg::emu::t_submissions;  // the launch; its nodes are the graph's, not the host's
-  for (const GraphNode& node : exec->nodes) {
-    rg::emu::enqueue_and_maybe_wait(r, lock, s, node.what, node.accesses, node.work, false,
-                                    /*host_submission=*/false);
+  // Prepared nodes get their work first, in node order, without the lock (see enqueue_prepared).
+  const std::vector<GraphNode>& nodes = exec->nodes;
+  std::vector<rg::emu::PreparedWork> prepared(nodes.size());
+  size_t queued = 0;
+  try {
+    lock.unlock();
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].prepare) prepared[i] = nodes[i].prepare();
+    lock.lock();
+    for (; queued < nodes.size(); ++queued) {
+      const GraphNode& node = nodes[queued];
+      rg::emu::enqueue_and_maybe_wait(r, lock, s, node.what, node.accesses,
+                                      node.prepare ? prepared[queued].run : node.work, false,
+                                      /*host_submission=*/false);
+    }
+  } catch (...) {
+    if (lock.owns_lock()) lock.unlock();
+    for (size_t i = queued; i < nodes.size(); ++i)
+      if (prepared[i].abandon) prepared[i].abandon();
+    throw;
   }
   return cudaSuccess;
 }

@@ -34,6 +34,20 @@ struct MemAccess {
 void enqueue(cudaStream_t stream, std::string what, std::vector<MemAccess> accesses,
              std::function<void()> work);
 
+// Work whose arguments are fixed only when it is queued, each time it is queued: `run` is the
+// work; `abandon` undoes the preparation when `run` will never be queued (the launch failed).
+// The emulated NCCL takes a communicator's turn so, in the order calls are queued.
+struct PreparedWork {
+  std::function<void()> run;
+  std::function<void()> abandon;
+};
+using Prepare = std::function<PreparedWork()>;
+// As enqueue, with the work made by `prepare`: at once outside a capture; in a stream capture, at
+// each launch of the graph (the captured prepares of a graph run in their order, on the launching
+// thread without the runtime's lock, before its work is queued).
+void enqueue_prepared(cudaStream_t stream, std::string what, std::vector<MemAccess> accesses,
+                      const Prepare& prepare);
+
 // The device a stream belongs to (the current device for nullptr).
 int stream_device(cudaStream_t stream);
 // A readable name: "cuda:0/default", "cuda:1/stream 3".
@@ -43,8 +57,8 @@ std::string stream_name(cudaStream_t stream);
 // turns it on at start). For tests that hand kernels plain host memory and read it right after.
 void set_launch_blocking(bool on);
 bool launch_blocking();
-// Whether `stream` is capturing (cudaStreamBeginCapture): its work is recorded, not run. The
-// emulated libraries that cannot be captured refuse such streams (NCCL).
+// Whether `stream` is capturing (cudaStreamBeginCapture, or joined to a capture through an
+// event): its work is recorded, not run.
 bool stream_capturing(cudaStream_t stream);
 // Serialize mode (RG_EMU_SERIALIZE=1): one worker runs the work of every stream in the order it was
 // queued, for debugging. Collectives between devices of one process cannot run in this mode.

@@ -45,7 +45,9 @@
 // exchanges descriptors, so that differing calls fail with a message before any data moves.
 // Sends and receives use one ring buffer per ordered pair of ranks; the two sides first exchange
 // and compare descriptors, then stream the bytes. The ops of one communicator run in the order
-// they were issued (a turn per op), whatever streams they were queued on.
+// they were issued (a turn per op), whatever streams they were queued on. Calls on a stream that
+// is capturing a CUDA graph are recorded into it and take their number and turn at each launch of
+// the graph (kernels/emu/device_runtime.h, enqueue_prepared).
 
 namespace rg::emu {
 namespace {
@@ -523,7 +525,7 @@ struct ncclComm {
   rg::emu::Channel* channels = nullptr;
   char* rings = nullptr;
   size_t ring_bytes = 0;
-  bool counted = false;  // holds one of header->attached
+  bool counted = false;     // holds one of header->attached
   rg::emu::LinkModel link;  // RG_EMU_NCCL_LINK at init
 
   // Touched only by the op that holds the turn (see begin_turn).
@@ -1339,10 +1341,81 @@ Status check_self_p2p(const std::vector<Call>& calls) {
   return {};
 }
 
+// The work of captured calls at one launch of their CUDA graph: numbered and given their
+// communicators' turns now, as calls made at this point would be.
+PreparedWork prepare_captured(const std::vector<Call>& captured) {
+  auto work = std::make_shared<Work>();
+  {
+    std::lock_guard lock(g_submit_mu);
+    for (Call call : captured) {
+      ncclComm& c = *call.comm;
+      if (is_collective(call.desc.kind)) {
+        call.desc.seq = ++c.coll_seq;
+        call.skipped = c.last_skipped;
+        if (call.desc.count == 0) {
+          c.last_skipped = call.desc;
+          continue;
+        }
+      }
+      const bool has_turn = std::any_of(work->tickets.begin(), work->tickets.end(),
+                                        [&](const auto& t) { return t.first == call.comm; });
+      if (!has_turn) {
+        std::lock_guard comm_lock(c.mu);
+        work->tickets.emplace_back(call.comm, c.next_ticket++);
+        ++c.outstanding;
+      }
+      work->calls.push_back(std::move(call));
+    }
+  }
+  PreparedWork out;
+  out.run = [work] { run_work(*work); };
+  out.abandon = [work] {  // the turns handed out must not block later ops
+    for (const auto& [comm, ticket] : work->tickets) {
+      comm->fail({ncclUnhandledCudaError,
+                  cat(work_name(*work), " was not queued: its CUDA graph's launch failed")});
+      end_turn(*comm, ticket, false);
+    }
+  };
+  return out;
+}
+
+// Calls on a capturing stream (one call, or a group on that one stream): recorded into the CUDA
+// graph; each launch of the graph numbers them and takes their turns (prepare_captured), so a
+// replay runs them as fresh calls, in the order it was queued among the communicator's others.
+ncclResult_t submit_captured(std::vector<Call> calls) {
+  const StreamKey key = key_of(calls.front());
+  for (const Call& call : calls) {
+    if (!(key_of(call) == key)) {
+      return failed(ncclInvalidUsage,
+                    cat(describe(call.desc),
+                        ": a group of calls on several streams cannot be captured into a CUDA "
+                        "graph by the emulated NCCL (put the group's calls on one stream)"));
+    }
+  }
+  Work named;
+  named.calls = calls;
+  const std::string what = work_name(named);
+  std::vector<MemAccess> accesses;
+  for (const Call& call : calls) add_accesses(call, &accesses);
+  auto captured = std::make_shared<const std::vector<Call>>(std::move(calls));
+  try {
+    DeviceScope scope(device_of(key));
+    enqueue_prepared(key.stream, what, std::move(accesses),
+                     [captured] { return prepare_captured(*captured); });
+  } catch (const std::exception& e) {
+    return failed(ncclUnhandledCudaError, cat(what, " could not be captured: ", e.what()));
+  }
+  return ncclSuccess;
+}
+
 // Queues calls (one call, or a whole group): one enqueue per stream, with the streams that share
 // a communicator joined into one, so that its grouped sends and receives progress together.
 ncclResult_t submit(std::vector<Call> calls) {
   if (Status st = check_self_p2p(calls); !st.ok()) return failed(st);
+  if (std::any_of(calls.begin(), calls.end(),
+                  [](const Call& c) { return stream_capturing(c.stream); })) {
+    return submit_captured(std::move(calls));
+  }
   if (serialize_mode()) {
     for (const Call& call : calls) {
       const ncclComm& c = *call.comm;
@@ -1459,11 +1532,6 @@ ncclResult_t usable(ncclComm_t handle, const char* api, std::shared_ptr<ncclComm
 }
 
 ncclResult_t issue(Call call) {
-  if (stream_capturing(call.stream)) {  // issue-time tickets would be stale at every replay
-    return call_failed(ncclInvalidUsage,
-                       cat(describe(call.desc), ": the emulated NCCL cannot be captured into a "
-                                                "CUDA graph (the stream is capturing)"));
-  }
   if (t_group.depth > 0) {
     t_group.calls.push_back(std::move(call));
     return ncclSuccess;

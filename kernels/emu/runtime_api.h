@@ -30,6 +30,8 @@ enum cudaError {
   cudaErrorLaunchFailure = 719,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
   cudaErrorStreamCaptureIsolation = 905,
   cudaErrorStreamCaptureImplicit = 906,
   cudaErrorCapturedEvent = 907,
@@ -124,16 +126,20 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// Stream capture and graphs (CUDA graphs), one stream per capture: between BeginCapture and
-// EndCapture the stream's work (launches, async copies and sets, host functions, events it
-// records) is recorded, not run; a graph launch queues the recorded work on a stream, as often as
-// launched, with the same arguments. As in CUDA, synchronizing or querying a capturing stream, a
-// pageable copy on it, or waiting on an event recorded outside the capture invalidates the
-// capture (EndCapture then fails with cudaErrorStreamCaptureInvalidated); so does, in global mode
-// (and in thread-local mode on the capturing thread), cudaMalloc, cudaFree and device
-// synchronization; querying or synchronizing an event recorded in a capture is
-// cudaErrorCapturedEvent. Not emulated: a second stream joining the capture through an event
-// (cudaErrorStreamCaptureUnsupported), and NCCL calls during capture.
+// Stream capture and graphs (CUDA graphs): between BeginCapture and EndCapture the stream's work
+// (launches, async copies and sets, host functions, events it records) is recorded, not run; a
+// graph launch queues the recorded work on a stream, as often as launched, with the same
+// arguments. Another stream joins the capture by waiting on an event recorded in it (a fork, as
+// ProcessGroupNCCL's communication stream does); its work is recorded into the same graph, and
+// the capturing stream must wait on an event recorded on it after its last captured work before
+// EndCapture (a join), or EndCapture fails with cudaErrorStreamCaptureUnjoined; EndCapture on a
+// joined stream is cudaErrorStreamCaptureUnmatched. The emulated graph is the captured work in
+// the order the host queued it, which every fork and join respects; a launch runs it in that
+// order on one stream. As in CUDA, synchronizing or querying a capturing stream, a pageable copy
+// on it, or waiting on an event recorded outside the capture invalidates the capture (EndCapture
+// then fails with cudaErrorStreamCaptureInvalidated); so does, in global mode (and in
+// thread-local mode on the capturing thread), cudaMalloc, cudaFree and device synchronization;
+// querying or synchronizing an event recorded in a capture is cudaErrorCapturedEvent.
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);

@@ -917,26 +917,75 @@ TEST_F(NcclEmu, LinkModelHoldsEachAllReduceForTheRingTime) {
   });
 }
 
-// A collective on a capturing stream (cudaStreamBeginCapture) is refused with a message: the
-// emulated NCCL cannot be replayed from a CUDA graph.
-TEST_F(NcclEmu, ACapturingStreamIsRefused) {
-  within(Seconds(30), [] {
-    ncclUniqueId id;
-    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-    ncclComm_t comm = nullptr;
-    ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
-    cudaStream_t s = new_stream(0);
-    std::vector<float> x(4, 1.f);
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
-    EXPECT_EQ(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, comm, s),
-              ncclInvalidUsage);
-    const std::string msg = ncclGetLastError(comm);
+// A collective on a capturing stream is recorded into the CUDA graph, not run; each launch of the
+// graph runs it as a fresh call (numbered and ordered among the communicator's other calls then),
+// so replays and eager calls interleave on every rank as they were queued. A group spread over
+// two streams cannot be captured and says so.
+TEST_F(NcclEmu, ACapturedCollectiveRunsAtEachLaunchOfItsGraph) {
+  within(Seconds(60), [] {
+    LaunchBlockingOff blocking_off;
+    std::vector<ncclComm_t> comms = local_comms(2);
+    std::vector<cudaStream_t> streams = {new_stream(0), new_stream(1)};
+    std::vector<std::vector<float>> x = {std::vector<float>(6, 1.f), std::vector<float>(6, 2.f)};
+    std::vector<cudaGraphExec_t> execs(2, nullptr);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+      const cudaStream_t s = streams[size_t(r)];
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+      ASSERT_EQ(ncclAllReduce(x[size_t(r)].data(), x[size_t(r)].data(), 6, ncclFloat32, ncclSum,
+                              comms[size_t(r)], s),
+                ncclSuccess)
+          << ncclGetLastError(comms[size_t(r)]);
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&execs[size_t(r)], graph, 0), cudaSuccess);
+      ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(x[0][0], 1.f) << "the captured all-reduce ran at capture";
+    EXPECT_EQ(x[1][0], 2.f);
+    auto launch_all = [&] {
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(execs[size_t(r)], streams[size_t(r)]), cudaSuccess);
+      }
+    };
+    auto eager_all = [&] {
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+        ASSERT_EQ(ncclAllReduce(x[size_t(r)].data(), x[size_t(r)].data(), 6, ncclFloat32, ncclSum,
+                                comms[size_t(r)], streams[size_t(r)]),
+                  ncclSuccess);
+      }
+    };
+    launch_all();  // 1 + 2 = 3 everywhere
+    eager_all();   // 6
+    launch_all();  // 12
+    launch_all();  // 24
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(wait_stream(streams[size_t(r)], Seconds(30)));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(async_error(comms[size_t(r)]), ncclSuccess) << last_error(comms[size_t(r)]);
+      for (float v : x[size_t(r)]) EXPECT_EQ(v, 24.f) << "rank " << r;
+    }
+    // A group over two streams of one rank, captured: refused, naming why.
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    cudaStream_t other = new_stream(0);
+    ASSERT_EQ(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeRelaxed), cudaSuccess);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(x[0].data(), 6, ncclFloat32, 1, comms[0], streams[0]), ncclSuccess);
+    ASSERT_EQ(ncclRecv(x[0].data(), 6, ncclFloat32, 1, comms[0], other), ncclSuccess);
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+    const std::string msg = ncclGetLastError(comms[0]);
     EXPECT_NE(msg.find("cannot be captured into a CUDA graph"), std::string::npos) << msg;
     cudaGraph_t graph = nullptr;
-    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_EQ(cudaStreamEndCapture(streams[0], &graph), cudaSuccess);
     EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+      EXPECT_EQ(cudaGraphExecDestroy(execs[size_t(r)]), cudaSuccess);
+    }
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   });
 }
 

@@ -632,8 +632,7 @@ TEST_F(GraphCapture, CapturedWorkRunsOnlyAndEveryTimeTheGraphIsLaunched) {
   scale(d.get(), e.get(), 3.f, kN, s);  // e = 3 d
   set_value(d.get(), 2.f, kN, s);       // then d = 2
   ASSERT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaSuccess);
-  ASSERT_EQ(cudaMemcpyAsync(out.get(), e.get(), e.bytes(), cudaMemcpyDeviceToHost, s),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(out.get(), e.get(), e.bytes(), cudaMemcpyDeviceToHost, s), cudaSuccess);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
   ASSERT_NE(graph, nullptr);
@@ -672,11 +671,10 @@ TEST_F(GraphCapture, SynchronizingOrQueryingACapturingStreamInvalidatesTheCaptur
     SCOPED_TRACE(how);
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
     ASSERT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaSuccess);
-    const cudaError_t e =
-        how == 0   ? cudaStreamSynchronize(s)
-        : how == 1 ? cudaStreamQuery(s)
-                   : cudaMemcpyAsync(pageable.data(), d.get(), sizeof(float),
-                                     cudaMemcpyDeviceToHost, s);
+    const cudaError_t e = how == 0   ? cudaStreamSynchronize(s)
+                          : how == 1 ? cudaStreamQuery(s)
+                                     : cudaMemcpyAsync(pageable.data(), d.get(), sizeof(float),
+                                                       cudaMemcpyDeviceToHost, s);
     EXPECT_EQ(e, cudaErrorStreamCaptureUnsupported);
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
@@ -751,10 +749,9 @@ TEST_F(GraphCapture, EventsAcrossTheCaptureBoundaryAreRefused) {
   EXPECT_EQ(cudaStreamWaitEvent(s, inside), cudaSuccess);
   EXPECT_EQ(cudaEventQuery(inside), cudaErrorCapturedEvent);
   EXPECT_EQ(cudaEventSynchronize(inside), cudaErrorCapturedEvent);
-  EXPECT_EQ(cudaStreamWaitEvent(other, inside), cudaErrorStreamCaptureUnsupported)
-      << "another stream joining the capture is not emulated";
   cudaGraph_t graph = nullptr;
-  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
   EXPECT_EQ(cudaStreamWaitEvent(s, outside), cudaErrorStreamCaptureIsolation);
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
@@ -763,6 +760,76 @@ TEST_F(GraphCapture, EventsAcrossTheCaptureBoundaryAreRefused) {
   // Recorded again outside a capture, the event is an ordinary one.
   ASSERT_EQ(cudaEventRecord(inside, s), cudaSuccess);
   EXPECT_EQ(cudaEventSynchronize(inside), cudaSuccess);
+}
+
+// Another stream joins a capture by waiting on an event recorded in it (a fork): its work is
+// recorded into the same graph, in the order the host queued it, and the capturing stream must
+// wait on an event recorded after that work (a join) before the capture ends. An unjoined fork,
+// ending the capture on the joined stream, or synchronizing the joined stream fail as in CUDA.
+TEST_F(GraphCapture, AnotherStreamJoinsACaptureThroughAnEventAndMustJoinBack) {
+  TestStream s, side;
+  TestEvent fork, join;
+  DeviceBuffer d(kN), e(kN), f(kN);
+  set_value(f.get(), -1.f, kN, s);
+  ASSERT_TRUE(wait_idle(s));
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  set_value(d.get(), 1.f, kN, s);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive) << "the waiting stream joined the capture";
+  scale(d.get(), e.get(), 3.f, kN, side);  // e = 3 d, on the joined stream
+  ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s, join), cudaSuccess);
+  scale(e.get(), f.get(), 2.f, kN, s);  // f = 2 e
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone) << "the capture ended on the joined stream too";
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(all_equal(f.get(), kN, -1.f)) << "captured work ran at capture";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_TRUE(wait_idle(s));
+  EXPECT_TRUE(all_equal(f.get(), kN, 6.f)) << "f[0] = " << f.get()[0];
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+
+  // Forked and never joined back: EndCapture fails, and the capture is over on both streams.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork), cudaSuccess);
+  set_value(d.get(), 5.f, kN, side);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(graph, nullptr);
+  ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  // Joined back only up to before its last work: still unjoined.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork), cudaSuccess);
+  set_value(d.get(), 5.f, kN, side);
+  ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
+  set_value(d.get(), 6.f, kN, side);
+  ASSERT_EQ(cudaStreamWaitEvent(s, join), cudaSuccess);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureUnjoined);
+  // Ended on the joined stream: unmatched, and the capture is invalidated.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork), cudaSuccess);
+  EXPECT_EQ(cudaStreamEndCapture(side, &graph), cudaErrorStreamCaptureUnmatched);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // Synchronizing the joined stream invalidates the capture, as the capturing one's would.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(side), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // Both streams work normally afterwards; nothing of the failed captures ran.
+  ASSERT_TRUE(wait_idle(side));
+  EXPECT_TRUE(all_equal(d.get(), kN, 1.f)) << "d[0] = " << d.get()[0];
 }
 
 }  // namespace
