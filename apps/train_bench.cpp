@@ -119,6 +119,7 @@ void report_results(const TrainBenchOptions& o, const std::vector<double>& rates
                       {"fuse_bn_relu", o.fuse_bn_relu},
                       {"channels_last", o.channels_last},
                       {"cuda_graphs", o.cuda_graphs},
+                      {"ddp", o.ddp},
                       {"window_steps", o.window_steps},
                       {"rates", rates},
                       {"median", median},
@@ -180,8 +181,8 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
   train->add_option("--window-steps", t.window_steps, "steps per window")
       ->check(CLI::PositiveNumber);
   train->add_flag("--ddp", t.ddp,
-                  "DistributedDataParallel over Gloo (CPU); run under ringgrad-run (reports the "
-                  "job's total img/s)");
+                  "DistributedDataParallel over Gloo (CPU) or NCCL (CUDA: each rank on its group's "
+                  "GPU); run under ringgrad-run (reports the job's total img/s)");
   train
       ->add_option("--deferred-checks", t.deferred_checks,
                    "CUDA: read the ops' device-side input checks once per window (true) or at "
@@ -217,9 +218,17 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
 
 int run_train_bench(const TrainBenchOptions& o) {
   if (o.threads > 0) kernels::cpu::set_num_threads(o.threads);
-  const Device device = parse_device(o.device);
-  RG_CHECK(!(o.ddp && device.is_cuda()),
-           "ringgrad-bench train --ddp runs DDP over Gloo on the CPU: drop --device ", o.device);
+  Device device = parse_device(o.device);
+  // With --ddp every rank trains on its own batches and the job's throughput is reported by
+  // rank 0: world size x batch x steps over the window's time (DDP's all-reduces keep the ranks
+  // in step, so rank 0's clock is the job's). On CUDA each rank runs on its NCCL group's GPU.
+  std::shared_ptr<dist::ProcessGroup> pg;
+  if (o.ddp) {
+    dist::InitOptions init;
+    init.backend = device.is_cuda() ? "nccl" : "gloo";
+    pg = dist::init_process_group(init);
+    if (device.is_cuda()) device = pg->tensor_device();
+  }
   if (device.is_cuda()) {
     const int n = cuda::runtime().device_count();
     RG_CHECK(n > 0, "no CUDA device: ", cuda::unavailable_reason());
@@ -231,15 +240,6 @@ int run_train_bench(const TrainBenchOptions& o) {
   set_cudnn_conv_api(o.cudnn_conv_api == "legacy" ? CudnnConvApi::legacy : CudnnConvApi::graph);
   set_cudnn_enabled(o.cudnn);
   nn::set_batch_norm_relu_fusion(o.fuse_bn_relu);
-  // With --ddp every rank trains on its own batches and the job's throughput is reported by
-  // rank 0: world size x batch x steps over the window's time (DDP's all-reduces keep the ranks
-  // in step, so rank 0's clock is the job's).
-  std::shared_ptr<dist::ProcessGroup> pg;
-  if (o.ddp) {
-    dist::InitOptions init;
-    init.backend = "gloo";
-    pg = dist::init_process_group(init);
-  }
   const int rank = pg ? pg->rank() : 0;
   const int world = pg ? pg->size() : 1;
   const bool gpt = o.model.starts_with("gpt-");
@@ -284,6 +284,13 @@ int run_train_bench(const TrainBenchOptions& o) {
              "--cuda-graphs needs --deferred-checks true (a check read back "
              "at once cannot be captured)");
     graph.emplace(*opt, device);
+    // DDP's iterations are captured with their collectives once its buckets are rebuilt.
+    if (ddp) {
+      const std::string why = ddp->reducer().not_capturable();
+      RG_CHECK(why.empty(), "--cuda-graphs: ", why);
+      graph->add_dependency([&ddp] { return ddp->reducer().ready_to_capture(); },
+                            [&ddp] { return ddp->reducer().buckets_version(); });
+    }
   }
   auto step = [&](int i) {
     if (checks) checks->poll();
@@ -306,10 +313,11 @@ int run_train_bench(const TrainBenchOptions& o) {
   if (print) {
     if (device.is_cuda()) {
       fmt::print(
-          "ringgrad-bench train: model={} amp={} batch={}{}{}{} device={} ({}) params={} | {}\n",
+          "ringgrad-bench train: model={} amp={} batch={}{}{}{}{} device={} ({}) params={} | {}\n",
           o.model, o.amp, o.batch_size, gpt ? fmt::format(" block={}", o.block_size) : "",
           o.cuda_graphs ? " cuda-graphs" : "", o.channels_last ? " channels-last" : "",
-          device.str(), device_name(device), model->parameter_count(), library_versions());
+          pg ? fmt::format(" ddp=nccl world={} (img/s of the whole job)", world) : "", device.str(),
+          device_name(device), model->parameter_count(), library_versions());
     } else {
       fmt::print("ringgrad-bench train: model={} amp={} batch={} threads={} params={} blas={}{}\n",
                  o.model, o.amp, o.batch_size, kernels::cpu::num_threads(),
@@ -330,6 +338,9 @@ int run_train_bench(const TrainBenchOptions& o) {
     rates.push_back(double(o.window_steps * o.batch_size * per_sample * world) / s);
     if (print) fmt::print("{:>8} {:>10.3f} {:>10.1f}\n", w, s, rates.back());
   }
+  if (graph && print)
+    fmt::print("cuda graphs: {} capture(s), {} replayed steps, {} eager steps\n", graph->captures(),
+               graph->replays(), graph->eager_steps());
   report_results(o, rates, *model, device, unit, print);
   if (pg) {
     ddp.reset();

@@ -23,6 +23,7 @@
 #include "comm/ring_allreduce.h"
 #include "engine/cuda/device_guard.h"
 #include "engine/cuda/event.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
@@ -115,6 +116,7 @@ class NcclWork : public Work {
   Clock::time_point issued = Clock::now();
   bool blocking_ = false;
   std::vector<Tensor> keep_;  // inputs and outputs stay alive until the collective is done
+  std::string replay;         // a CUDA graph's replay: what it runs (its watchdog message)
 
  private:
   int device_;
@@ -177,6 +179,61 @@ struct ProcessGroupNCCL::Impl {
 
   explicit Impl(ProcessGroupNCCL& p) : pg(p) {}
 
+  // The collectives captured into one CUDA graph, which the watchdog watches at each replay.
+  struct Captured {
+    std::vector<std::string> ops;
+    uint64_t replays = 0;
+  };
+  std::shared_ptr<Captured> captured;  // of the graph capturing now (null: none)
+  uint64_t captured_by = 0;            // its cuda::Graph::id
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);  // hooks outliving the group
+
+  // Collectives queued during a CUDA graph capture on this device are recorded into the graph
+  // (the communication stream joins the capture through the event it waits on, and rejoins the
+  // caller's stream when the work is waited on). Each replay runs them again without any host
+  // code: so the group registers with the graph, once, a check before each replay (a group that
+  // failed since refuses it) and, after it, one watched work for the whole replay, which the
+  // watchdog completes or fails (timeout, NCCL error) like a collective.
+  std::shared_ptr<Captured> capture_for(cuda::Graph& g, const std::string& what) {
+    if (captured_by != g.id()) {
+      captured = std::make_shared<Captured>();
+      captured_by = g.id();
+      std::weak_ptr<bool> token = alive;
+      std::weak_ptr<Captured> info = captured;
+      g.on_replay([this, token] {
+        RG_CHECK(!token.expired(),
+                 "a CUDA graph replays NCCL collectives of a process group "
+                 "that was destroyed");
+        std::lock_guard lock(mu);
+        RG_CHECK(broken.empty(),
+                 "the NCCL group is unusable after an earlier failure, so the "
+                 "CUDA graph of its collectives is not replayed: ",
+                 broken);
+      });
+      g.after_replay([this, token, info] {
+        if (auto c = info.lock(); c && !token.expired()) watch_replay(*c);
+      });
+    }
+    captured->ops.push_back(what);
+    return captured;
+  }
+
+  void watch_replay(Captured& c) {
+    std::lock_guard lock(mu);
+    if (!broken.empty()) return;
+    auto work = std::make_shared<NcclWork>("graph replay", 0, std::vector<Tensor>{}, device);
+    std::string ops;
+    for (size_t i = 0; i < c.ops.size() && i < 8; ++i) ops += (i ? ", " : "") + c.ops[i];
+    if (c.ops.size() > 8) ops += rg::detail::cat(", ... (", c.ops.size(), " in all)");
+    work->replay = rg::detail::cat("replay ", ++c.replays, " of a CUDA graph with ", c.ops.size(),
+                                   " captured collective", c.ops.size() == 1 ? "" : "s", " (", ops,
+                                   ") on rank ", pg.rank());
+    work->end.record(cuda::current_stream(device));
+    work->mark_started();
+    pending.push_back(work);
+    cv.notify_all();
+  }
+
   void check_tensor(const Tensor& t, const char* op, const char* what) {
     pg.ProcessGroup::check_tensor(t, op, what);
     RG_CHECK(t.device() == Device::cuda(device), op, ": the ", what, " tensor is on ",
@@ -200,6 +257,8 @@ struct ProcessGroupNCCL::Impl {
       return work;
     }
     cuda::DeviceGuard guard(device);
+    cuda::Graph* graph = cuda::Graph::capturing();
+    if (graph != nullptr && graph->device() != device) graph = nullptr;
     cuda::Event inputs_ready;
     inputs_ready.record(cuda::current_stream(device));
     inputs_ready.wait(*stream);
@@ -222,6 +281,14 @@ struct ProcessGroupNCCL::Impl {
     for (const Tensor& t : keep) cuda::record_stream(t, *stream);
     work->end.record(*stream);
     work->mark_started();
+    if (graph != nullptr) {
+      // Captured: done as far as the host is concerned (wait() joins the streams in the graph);
+      // the watchdog watches its replays instead (capture_for).
+      capture_for(*graph, rg::detail::cat(op, " ", detail));
+      lock.unlock();
+      work->finish();
+      return work;
+    }
     board->started(seq);
     pending.push_back(work);
     details[seq] = detail;
@@ -258,15 +325,19 @@ struct ProcessGroupNCCL::Impl {
       const bool timed_out = Clock::now() - oldest->issued > pg.options().timeout;
       if (async == ncclSuccess && !timed_out) continue;
       // Abort: the communicator cannot recover, every pending work fails with the reason.
-      std::string msg = pg.describe(oldest->op(), oldest->seq(), details[oldest->seq()]);
+      std::string msg = oldest->replay.empty()
+                            ? pg.describe(oldest->op(), oldest->seq(), details[oldest->seq()])
+                            : oldest->replay;
       if (timed_out)
         msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
       else
         msg += " failed: " +
                kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
-      if (auto behind = board->ranks_behind(oldest->seq()))
+      if (!oldest->replay.empty()) {
+      } else if (auto behind = board->ranks_behind(oldest->seq())) {
         msg += behind->empty() ? "; every rank had started it"
                                : "; ranks that have not joined it: " + format_ranks(*behind);
+      }
       broken = msg;
       ncclCommAbort(comm);
       comm = nullptr;
@@ -347,6 +418,8 @@ void hold_stream(void* arg) {
 
 WorkPtr ProcessGroupNCCL::modelled_all_reduce(const Tensor& t, double us) {
   impl_->check_tensor(t, "all_reduce", "input");
+  RG_CHECK(cuda::Graph::capturing() == nullptr,
+           "all_reduce: a modelled transfer cannot be captured into a CUDA graph");
   RG_CHECK(us >= 0, "modelled_all_reduce: the time must be non-negative, got ", us);
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], modelled ",
                                     static_cast<int64_t>(us + 0.5), " us");
@@ -371,7 +444,11 @@ WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
     });
   }
   // Our ring: every exchange, reduction and the average's division queued on the communication
-  // stream, with the receive buffer allocated for that stream.
+  // stream, with the receive buffer allocated for that stream (outside the capture's pool, so
+  // not capturable).
+  RG_CHECK(cuda::Graph::capturing() == nullptr,
+           "all_reduce: algorithm ring cannot be captured into a CUDA graph (its receive buffer "
+           "is allocated for the communication stream); use the native algorithm");
   Tensor scratch;
   {
     cuda::StreamGuard on_comm(*impl_->stream);

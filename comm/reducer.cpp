@@ -14,6 +14,8 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/cuda/event.h"
+#include "engine/cuda/graph.h"
+#include "engine/cuda/memory.h"
 #include "engine/cuda/stream.h"
 #include "engine/device_checks.h"
 #include "engine/ops/binary.h"
@@ -130,6 +132,19 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   int64_t firings = 0;
   bool static_recorded = false, delay = false;
   std::vector<char> static_used;
+  // CUDA graphs (Reducer::ready_to_capture): the buckets' version (builds so far; a capture holds
+  // their addresses), and in a capture, the replay slots the last bucket's status elements are
+  // copied from, which a hook sets before each replay (the host values of that iteration).
+  uint64_t builds = 0;
+  Tensor status_source;
+  uint64_t status_graph = 0;  // the cuda::Graph::id its slots belong to
+
+  // The CUDA graph capturing this reducer's work now, or null.
+  cuda::Graph* capturing_graph() const {
+    cuda::Graph* g = cuda::Graph::capturing();
+    const Device d = pg->tensor_device();
+    return g != nullptr && d.is_cuda() && g->device() == d.index ? g : nullptr;
+  }
 
   size_t param_bytes(size_t i) const {
     return size_t(params[i].second.numel()) * element_size(params[i].second.dtype());
@@ -137,6 +152,11 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
 
   void build(const std::vector<std::vector<size_t>>& assignment) {
     NoGradGuard no_grad;
+    // Backward may have run on another stream than the one that made the buckets (GraphStep's):
+    // their memory is reused only after the current stream's work so far.
+    for (const Bucket& b : buckets)
+      if (b.flat.device().is_cuda())
+        cuda::record_stream(b.flat, cuda::current_stream(b.flat.device().index));
     buckets.clear();
     bucket_of.assign(params.size(), 0);
     pos_in_bucket.assign(params.size(), 0);
@@ -173,6 +193,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       }
       buckets.push_back(std::move(b));
     }
+    ++builds;
   }
 
   std::vector<std::vector<size_t>> assignment_for(const std::vector<size_t>& order) const {
@@ -305,10 +326,19 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     const bool last = k + 1 == buckets.size();
     if (last) {
       // Written on the bucket's device by two fill kernels: a copy from the host would be a
-      // pageable copy that stalls the host on CUDA.
+      // pageable copy that stalls the host on CUDA. In a capture, copied from replay slots that
+      // the host fills before each replay (capture_iteration).
       const Tensor slot = status_slot();
-      Tensor(slot.flat_narrow(0, 1)).fill_(has_findings ? 1.0 : 0.0);
-      Tensor(slot.flat_narrow(1, 1)).fill_(data_end != kHasMore ? 1.0 : 0.0);
+      if (cuda::Graph* g = capturing_graph()) {
+        if (status_graph != g->id()) {
+          status_source = g->replay_slots(kStatusElements);
+          status_graph = g->id();
+        }
+        Tensor(slot).copy_(status_source);
+      } else {
+        Tensor(slot.flat_narrow(0, 1)).fill_(has_findings ? 1.0 : 0.0);
+        Tensor(slot.flat_narrow(1, 1)).fill_(data_end != kHasMore ? 1.0 : 0.0);
+      }
     }
     if (powersgd && synced >= opt.powersgd.start_iter && b.dtype == DType::f32) {
       std::vector<Shape> shapes;
@@ -404,12 +434,13 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       if (!ready[i]) mark_ready(i, false);
     if (!opt.overlap || delay) launch_ready_buckets();
     delay = false;
+    cuda::Graph* const graph = capturing_graph();
     timeline.wait_start = Clock::now();
     const Device device = pg->tensor_device();
     // The same two events every iteration (created once), recorded again: the timeline is the
     // last iteration's.
     auto device_mark = [&](std::shared_ptr<cuda::Event>& e) {
-      if (!device.is_cuda()) return;
+      if (!device.is_cuda() || graph != nullptr) return;
       if (!e) e = std::make_shared<cuda::Event>(true);
       e->record(cuda::current_stream(device.index));
     };
@@ -432,17 +463,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     }
     timeline.wait_end = Clock::now();
     device_mark(timeline.device_wait_end);
-    if (trace::enabled()) trace_iteration();
+    if (trace::enabled() && graph == nullptr) trace_iteration();
     for (auto& b : buckets)
       if (!b.powersgd && !b.comm.is_same(b.flat)) b.flat.copy_(b.comm);
-    // The previous synchronized iteration's status first (its copy has long arrived), then this
-    // one's goes on its way: reading it now would stall the host until the GPU catches up.
-    if (pending_status) check_status();
-    const Tensor slot = status_slot();
-    pending_status =
-        PendingStatus{AsyncScalar(slot.flat_narrow(0, 1)), AsyncScalar(slot.flat_narrow(1, 1)),
-                      synced + 1, data_end, join_active};
-    data_end = kHasMore;
+    if (graph != nullptr) {
+      capture_iteration(*graph);
+    } else {
+      end_status();
+    }
     // end_of_data's shadow iteration (not Join's) runs the collectives of a normal iteration (the
     // ranks still training run one, and find out one iteration later) but writes nothing back: its
     // status decides what follows (every rank out of data, or an error).
@@ -476,8 +504,45 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
         param.set_grad(view.clone());
       }
     }
+    if (graph != nullptr) return;  // each replay counts itself (capture_iteration)
     if (synced == 0) first_iteration_order = ready_order;
     ++synced;
+  }
+
+  // The previous synchronized iteration's status first (its copy has long arrived), then this
+  // one's goes on its way: reading it now would stall the host until the GPU catches up.
+  void end_status() {
+    if (pending_status) check_status();
+    const Tensor slot = status_slot();
+    pending_status =
+        PendingStatus{AsyncScalar(slot.flat_narrow(0, 1)), AsyncScalar(slot.flat_narrow(1, 1)),
+                      synced + 1, data_end, join_active};
+    data_end = kHasMore;
+  }
+
+  // An iteration captured into a CUDA graph (its forward, backward and finalize ran on the host
+  // once, recording their device work): each replay is one synchronized iteration. Before it, the
+  // status source gets this iteration's host values (findings, the end of this rank's data);
+  // after it, its status goes on its way as end_status sends an eager iteration's, and the count
+  // moves on.
+  void capture_iteration(cuda::Graph& graph) {
+    RG_CHECK(!pending_status,
+             "DDP: a synchronized iteration was captured with the previous one's status still "
+             "pending (Reducer::ready_to_capture reads it first)");
+    RG_CHECK(status_source.defined(), "DDP: the captured iteration sent no last bucket");
+    std::weak_ptr<State> weak = weak_from_this();
+    graph.on_replay([weak] {
+      auto s = weak.lock();
+      RG_CHECK(s != nullptr, "a CUDA graph replays the iteration of a destroyed DDP");
+      Tensor(s->status_source.flat_narrow(0, 1)).fill_(s->has_findings ? 1.0 : 0.0);
+      Tensor(s->status_source.flat_narrow(1, 1)).fill_(s->data_end != kHasMore ? 1.0 : 0.0);
+    });
+    graph.after_replay([weak] {
+      auto s = weak.lock();
+      if (s == nullptr) return;
+      s->end_status();
+      ++s->synced;
+    });
   }
 
   // Every rank's table: row r = rank r's values (`width` each), gathered in one all_gather.
@@ -867,6 +932,34 @@ void Reducer::shadow_iteration(int64_t synced) {
   for (size_t i = 0; i < s.params.size(); ++i) s.mark_ready(i, false);
   s.finalize();
 }
+
+std::string Reducer::not_capturable() const {
+  const State& s = *state_;
+  if (!s.pg->tensor_device().is_cuda()) return "DDP reduces on the CPU";
+  if (s.powersgd)
+    return "DDP's powersgd comm hook is not captured (its factors and error feedback are new "
+           "tensors every iteration)";
+  if (s.join_active) return "DDP under Join is not captured (joined ranks shadow each iteration)";
+  if (s.opt.find_unused_parameters && !s.opt.static_graph)
+    return "DDP's find_unused_parameters all-reduces the used parameters and reads them back "
+           "each iteration; with the same graph every iteration use static_graph too";
+  return "";
+}
+
+bool Reducer::ready_to_capture() {
+  State& s = *state_;
+  const std::string why = not_capturable();
+  RG_CHECK(why.empty(), "DDP: cannot capture an iteration into a CUDA graph: ", why);
+  RG_CHECK(!s.armed, "DDP: ready_to_capture between a forward and its backward");
+  // The one-time rebuild (a broadcast read back on the host) and static_graph's first iteration
+  // run eagerly first.
+  if (s.synced < 1 || s.rebuild_due() || (s.opt.static_graph && !s.static_recorded)) return false;
+  // The last eager iteration's status is read now, once: in the capture it could not be.
+  if (s.pending_status) s.check_status();
+  return true;
+}
+
+uint64_t Reducer::buckets_version() const { return state_->builds; }
 
 PowerSgd::State Reducer::powersgd_state() const {
   const State& s = *state_;

@@ -148,6 +148,19 @@ class Reducer {
   // redone from this process's first iteration).
   int64_t synced_iterations() const;
   void restore_synced_iterations(int64_t n);
+  // CUDA graphs (train::GraphStep): a synchronized iteration (DDP's forward, backward and the
+  // final callback) can be captured on the CUDA device, its collectives with it; each replay then
+  // is one synchronized iteration, whose status (missing or doubled gradients, uneven ends) is
+  // read one iteration late as an eager one's, by hooks of the graph (cuda::Graph::on_replay and
+  // after_replay). Why this reducer can never be captured ("" when it can): on the CPU, with the
+  // powersgd hook, under Join, or find_unused_parameters without static_graph.
+  std::string not_capturable() const;
+  // Whether the next iteration may be captured: after the one-time rebuild and static_graph's
+  // first iteration; it then reads the pending status (waiting for it, once), which a capture
+  // could not. An rg::Error when not_capturable() says why not at all.
+  bool ready_to_capture();
+  // Changes whenever the buckets are built anew (a capture holds their memory).
+  uint64_t buckets_version() const;
   // PowerSGD's state (comm/powersgd.h), empty without the powersgd hook or before it started;
   // every error is defined (zeros where a restored one was not). Restoring checks each entry
   // against the current buckets (an f32 bucket of that index and size) and is done after the

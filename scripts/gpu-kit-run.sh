@@ -341,7 +341,9 @@ stage_mnist() {
 # id|model|batch|amp|label; PyTorch also runs the bf16 ResNet-18 rows with channels_last, and we
 # also run every row with --cuda-graphs (side ours_graphs), the ResNet-18 rows with cuDNN's
 # legacy convolution API (side ours_legacy, --cudnn-conv-api legacy; the default is the graph API)
-# and the bf16 ResNet-18 rows with --channels-last (side ours_cl, against PyTorch's torch_cl).
+# and the bf16 ResNet-18 rows with --channels-last (side ours_cl, against PyTorch's torch_cl);
+# ResNet-18 b256 f32 also as DDP with one rank over NCCL under ringgrad-run, eager and with
+# --cuda-graphs (sides ours_ddp and ours_ddp_graphs: the collectives captured with the step).
 WORKLOADS_FULL="toynet_b64|toynet|64|off|ToyNet b64 f32
 resnet18_b64|resnet18|64|off|ResNet-18 b64 f32
 resnet18_b64_bf16|resnet18|64|bf16|ResNet-18 b64 bf16
@@ -379,13 +381,14 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
   local ran=0 short=0
   for pass in $(seq 1 "$reps"); do
     while IFS='|' read -r id model batch amp label; do
-      for side in ours ours_graphs ours_legacy ours_cl torch torch_cl; do
+      for side in ours ours_graphs ours_legacy ours_cl ours_ddp ours_ddp_graphs torch torch_cl; do
         [[ "$side" = ours* ]] || [ "$TORCH" = yes ] || continue
         [ "$side" != torch_cl ] || [ "$amp" = bf16 ] || continue
         # (CUDA graphs and cuDNN need a GPU: not in --cpu-smoke)
         [ "$side" != ours_graphs ] || [ "$DEVICE" != cpu ] || continue
         [ "$side" != ours_legacy ] || { [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ]; } || continue
         [ "$side" != ours_cl ] || { [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ] && [ "$amp" = bf16 ]; } || continue
+        [[ "$side" != ours_ddp* ]] || { [ "$DEVICE" != cpu ] && [ "$id" = resnet18_b256 ]; } || continue
         secs=$((end - $(date +%s)))
         [ "$secs" -gt 60 ] && secs=60
         if [ "$secs" -lt 12 ]; then short=1; continue; fi
@@ -399,6 +402,13 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
             [ "$side" != ours_legacy ] || graphs=(--cudnn-conv-api legacy)
             [ "$side" != ours_cl ] || graphs=(--channels-last)
             ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" train --device "$DEVICE" --model "$model" \
+              --batch-size "$batch" --amp "$amp" "${graphs[@]}" "${steps[@]}" --json "$f.json" \
+              >"$f.log" 2>&1 || rc=$? ;;
+          ours_ddp | ours_ddp_graphs)
+            local graphs=()
+            [ "$side" != ours_ddp_graphs ] || graphs=(--cuda-graphs)
+            ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-run" --nproc-per-node 1 --master-port 0 \
+              "$KIT/bin/ringgrad-bench" train --ddp --device "$DEVICE" --model "$model" \
               --batch-size "$batch" --amp "$amp" "${graphs[@]}" "${steps[@]}" --json "$f.json" \
               >"$f.log" 2>&1 || rc=$? ;;
           torch | torch_cl)
@@ -448,7 +458,7 @@ throughput_table() {
   while IFS='|' read -r id model batch amp label; do
     unit="img/s"
     [[ "$model" != gpt-* ]] || unit="tok/s"
-    for mine in ours ours_graphs ours_legacy ours_cl torch_cl; do
+    for mine in ours ours_graphs ours_legacy ours_cl ours_ddp ours_ddp_graphs torch_cl; do
       # ours and ours_graphs against PyTorch eager; ours against channels_last too (bf16 rows).
       side=torch mine_label="$label" variant="eager"
       if [ "$mine" = ours_graphs ]; then
@@ -457,6 +467,10 @@ throughput_table() {
       elif [ "$mine" = ours_legacy ]; then
         [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ] || continue
         mine_label="$label, --cudnn-conv-api legacy"
+      elif [[ "$mine" = ours_ddp* ]]; then
+        [ "$DEVICE" != cpu ] && [ "$id" = resnet18_b256 ] || continue
+        mine_label="$label, DDP 1 rank (NCCL)"
+        [ "$mine" = ours_ddp ] || mine_label+=", --cuda-graphs"
       elif [ "$mine" = ours_cl ]; then
         [ "$DEVICE" != cpu ] && [ "$model" = resnet18 ] && [ "$amp" = bf16 ] || continue
         mine_label="$label, --channels-last" side=torch_cl variant="eager, channels_last"

@@ -27,6 +27,7 @@ struct GraphStep::Captured {
   Tensor inputs, targets, loss;         // static: copied into before each replay; the graph's loss
   std::vector<Tensor> grads;  // the graph's gradients, one per parameter (undefined: none)
   std::vector<DeferredChecks::Captured> checks;
+  std::vector<uint64_t> versions;  // the dependencies' at the capture
 };
 
 namespace {
@@ -68,6 +69,11 @@ GraphStep::GraphStep(optim::Optimizer& optimizer, Device device, int warmup_step
 
 GraphStep::~GraphStep() = default;
 
+void GraphStep::add_dependency(std::function<bool()> ready, std::function<uint64_t()> version) {
+  RG_CHECK(c_ == nullptr, "GraphStep::add_dependency after the first capture");
+  deps_.push_back({std::move(ready), std::move(version)});
+}
+
 // On the lane (run's on_lane).
 void GraphStep::capture(const Body& body, const Tensor& inputs, const Tensor& targets) {
   optimizer_.zero_grad(/*set_to_none=*/true);
@@ -92,12 +98,15 @@ void GraphStep::capture(const Body& body, const Tensor& inputs, const Tensor& ta
     c->param_data.push_back(p.raw_data());
   }
   c->state_version = optimizer_.state_version();
+  for (const Dependency& d : deps_) c->versions.push_back(d.version());
   c_ = std::move(c);
   ++captures_;
 }
 
 bool GraphStep::current() const {
   if (optimizer_.state_version() != c_->state_version) return false;
+  for (size_t i = 0; i < deps_.size(); ++i)
+    if (deps_[i].version() != c_->versions[i]) return false;
   const std::vector<Tensor>& params = optimizer_.params();
   for (size_t i = 0; i < params.size(); ++i)
     if (params[i].raw_data() != c_->param_data[i]) return false;
@@ -110,9 +119,15 @@ Tensor GraphStep::run(const Body& body, const Tensor& inputs, const Tensor& targ
     eager_needed_ = eager_ + 1;
   }
   const bool full = full_batch_ <= 0 || (inputs.dim() > 0 && inputs.size(0) == full_batch_);
-  const bool eager = c_ ? !c_->matches(inputs, targets) : (eager_ < eager_needed_ || !full);
+  bool eager = c_ ? !c_->matches(inputs, targets) : (eager_ < eager_needed_ || !full);
   const cuda::Stream caller = cuda::current_stream(device_.index);
   const Tensor loss = on_lane(lane_->stream, device_, inputs, targets, [&] {
+    if (!eager && !c_)
+      for (const Dependency& d : deps_)
+        if (!d.ready()) {
+          eager = true;
+          break;
+        }
     if (eager) {
       ++eager_;
       return body(inputs, targets);

@@ -55,6 +55,11 @@ class GraphStep {
   // captured one); returns its loss.
   Tensor run(const Body& body, const Tensor& inputs, const Tensor& targets);
 
+  // Something else the captured step depends on (DDP's reducer): the next step is captured only
+  // when `ready()` says so (it runs eagerly otherwise; `ready` runs on the step's stream and may
+  // do host work that no capture could), and a capture is dropped when `version()` changes.
+  void add_dependency(std::function<bool()> ready, std::function<uint64_t()> version);
+
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
   int64_t eager_steps() const { return eager_; }
@@ -72,6 +77,11 @@ class GraphStep {
   int64_t eager_needed_;  // eager steps before the next capture (warm-up, and after a stale one)
   std::unique_ptr<Lane> lane_;
   std::unique_ptr<Captured> c_;
+  struct Dependency {
+    std::function<bool()> ready;
+    std::function<uint64_t()> version;
+  };
+  std::vector<Dependency> deps_;
   int64_t captures_ = 0, replays_ = 0, eager_ = 0;
 };
 

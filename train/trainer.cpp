@@ -261,9 +261,16 @@ void Trainer::wrap_model() {
 
 // What a replayed step cannot do is refused here, by name; the rest GraphStep refuses.
 void Trainer::make_graph_step() {
-  RG_CHECK(!distributed_.ddp() && !distributed_.scatters_host_batch(),
-           "--cuda-graphs: one device only for now (DDP's collectives and DataParallel's "
-           "replicas are not captured)");
+  RG_CHECK(!distributed_.scatters_host_batch(),
+           "--cuda-graphs: DataParallel's replicas are not captured (use --mode ddp)");
+  dist::DistributedDataParallel* ddp = distributed_.ddp();
+  if (ddp) {
+    RG_CHECK(!options_.distributed.join,
+             "--cuda-graphs cannot be combined with --join (joined ranks shadow each iteration "
+             "on the host)");
+    const std::string why = ddp->reducer().not_capturable();
+    RG_CHECK(why.empty(), "--cuda-graphs: ", why);
+  }
   RG_CHECK(options_.grad_accum_steps == 1,
            "--cuda-graphs: gradient accumulation is not captured (use --grad-accum-steps 1)");
   RG_CHECK(options_.amp != "f16",
@@ -271,6 +278,10 @@ void Trainer::make_graph_step() {
            "overflowed at every step; use --amp bf16 or off");
   graph_step_ =
       std::make_unique<GraphStep>(*optimizer_, distributed_.device(), 2, options_.batch_size);
+  // DDP's iterations are captured with their collectives once its buckets are final.
+  if (ddp)
+    graph_step_->add_dependency([ddp] { return ddp->reducer().ready_to_capture(); },
+                                [ddp] { return ddp->reducer().buckets_version(); });
 }
 
 void Trainer::begin_epoch(int epoch) {

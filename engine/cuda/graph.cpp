@@ -6,11 +6,10 @@
 #include <exception>
 #include <utility>
 
-#include "engine/generator.h"
-
 #include "engine/cuda/memory.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
+#include "engine/generator.h"
 #include "kernels/error.h"
 
 namespace rg::cuda {
@@ -50,8 +49,10 @@ Graph* Graph::capturing() { return t_capturing; }
 
 Tensor Graph::replay_slots(int64_t n) {
   RG_CHECK(t_capturing == this, "cuda::Graph::replay_slots: only during the graph's capture");
-  RG_CHECK(n >= 1 && slots_used_ + n <= kReplaySlots, "cuda::Graph: the captured ops need more "
-           "than ", kReplaySlots, " replay slots (", slots_used_, " taken, ", n, " more asked)");
+  RG_CHECK(n >= 1 && slots_used_ + n <= kReplaySlots,
+           "cuda::Graph: the captured ops need more "
+           "than ",
+           kReplaySlots, " replay slots (", slots_used_, " taken, ", n, " more asked)");
   const Tensor view = slots_.flat_narrow(slots_used_, n);
   slots_used_ += n;
   return view;
@@ -62,7 +63,14 @@ void Graph::on_replay(std::function<void()> hook) {
   hooks_.push_back(std::move(hook));
 }
 
+void Graph::after_replay(std::function<void()> hook) {
+  RG_CHECK(t_capturing == this, "cuda::Graph::after_replay: only during the graph's capture");
+  after_hooks_.push_back(std::move(hook));
+}
+
 Graph::Graph(Device device, const std::function<void()>& body) : device_(device.index) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id++;
   RG_CHECK(device.is_cuda(), "cuda::Graph: captures CUDA work, got device ", device.str());
   Backend& backend = runtime().backend();
   CachingAllocator& allocator = runtime().device_allocator(device_);
@@ -118,20 +126,23 @@ Graph::~Graph() {
 
 Graph::Graph(Graph&& other) noexcept
     : device_(other.device_),
+      id_(other.id_),
       pool_(other.pool_),
       graph_(std::exchange(other.graph_, nullptr)),
       rng_(std::move(other.rng_)),
       slots_(std::move(other.slots_)),
       slots_used_(other.slots_used_),
       hooks_(std::move(other.hooks_)),
+      after_hooks_(std::move(other.after_hooks_)),
       replayed_on_(std::move(other.replayed_on_)) {}
 
 void Graph::replay() {
   RG_CHECK(graph_ != nullptr, "cuda::Graph::replay: the graph was moved from");
   for (const Rng& r : rng_) {
-    RG_CHECK(r.gen->seed() == r.seed, "cuda::Graph::replay: a generator its random ops draw from "
-             "was reseeded since the capture (seed ", r.seed, ", now ", r.gen->seed(),
-             "); capture again");
+    RG_CHECK(r.gen->seed() == r.seed,
+             "cuda::Graph::replay: a generator its random ops draw from "
+             "was reseeded since the capture (seed ",
+             r.seed, ", now ", r.gen->seed(), "); capture again");
     RG_CHECK(r.gen->offset() < (uint64_t(1) << 53), "cuda::Graph::replay: Philox offset ",
              r.gen->offset(), " beyond 2^53");
   }
@@ -145,6 +156,7 @@ void Graph::replay() {
     replayed_on_.push_back(stream.handle());
   runtime().backend().launch_graph(device_, graph_, stream.handle());
   for (const Rng& r : rng_) r.gen->reserve(r.count);  // what this replay drew
+  for (const auto& hook : after_hooks_) hook();
 }
 
 }  // namespace rg::cuda

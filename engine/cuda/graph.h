@@ -52,6 +52,12 @@ class Graph {
   static Graph* capturing();
   Tensor replay_slots(int64_t n);
   void on_replay(std::function<void()> hook);
+  // For what the host must do after each replay's work is queued (DDP reads a replay's status,
+  // a process group watches its collectives): `hook` runs after each launch, in registration
+  // order, with the device's current stream the one the replay was queued on.
+  void after_replay(std::function<void()> hook);
+  int device() const { return device_; }
+  uint64_t id() const { return id_; }  // unique in the process
   static constexpr int64_t kReplaySlots = 4096;
 
  private:
@@ -65,12 +71,13 @@ class Graph {
   };
 
   int device_ = 0;
+  uint64_t id_ = 0;
   uint64_t pool_ = 0;  // the caching allocator's private pool for it
   GraphHandle graph_ = nullptr;
   std::vector<Rng> rng_;
   Tensor slots_;  // kReplaySlots i64, allocated before the capture
   int64_t slots_used_ = 0;
-  std::vector<std::function<void()>> hooks_;
+  std::vector<std::function<void()>> hooks_, after_hooks_;
   std::vector<StreamHandle> replayed_on_;  // the streams of its launches
 };
 

@@ -73,7 +73,9 @@ std::string with_queued_us(const std::string& args_json, trace::Clock::duration 
 StreamSpan::StreamSpan(std::string name, std::string category, const Stream& stream,
                        std::string lane, std::string args_json)
     : stream_(stream) {
-  if (!trace::enabled()) return;
+  // A CUDA graph's capture runs nothing (its events could not be read); its replays have a span
+  // of their own.
+  if (!trace::enabled() || Graph::capturing() != nullptr) return;
   {
     Queue& q = queue();
     std::lock_guard lock(q.mu);

@@ -18,7 +18,8 @@ namespace rg::cuda {
 // trace::take_events() waits for the queued end events and emits the spans. Clock pairing: one
 // anchor event per device, recorded on a stream of its own and synchronized once, gives a host
 // time for a device time; every span is placed at anchor + cudaEventElapsedTime(anchor, event).
-// Costs two events per span, nothing when tracing is off.
+// Costs two events per span, nothing when tracing is off or during a CUDA graph capture (which
+// runs nothing: a replay is one span of its own).
 class StreamSpan {
  public:
   StreamSpan(std::string name, std::string category, const Stream& stream, std::string lane,

@@ -30,6 +30,12 @@ using rg::emu::detail::Actor;
 using rg::emu::detail::VectorClock;
 using Name = std::shared_ptr<const std::string>;
 
+// A name for the runtime's own operations, never destroyed: the allocators and the NCCL watchdog
+// may free memory (and so call here) while static objects are destroyed at exit.
+const Name& fixed_name(const char* text) {
+  return *new Name(std::make_shared<const std::string>(text));
+}
+
 struct CUstream_st;
 
 namespace {
@@ -576,7 +582,7 @@ void annotate_block_allocated(int device, void* ptr, size_t bytes, cudaStream_t 
   at.join(s->clock);
   const uint64_t epoch = s->clock.tick(s->index);
   at.join(s->clock);
-  static const Name what = std::make_shared<const std::string>("the caching allocator");
+  static const Name& what = fixed_name("the caching allocator");
   auto reports = r.race().block_handed_out(ptr, bytes, Actor{s->index, epoch, what, s->name}, at);
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
 }
@@ -597,7 +603,7 @@ void annotate_block_freed(int device, void* ptr, size_t bytes, cudaStream_t stre
   if (s == nullptr) return;
   VectorClock at = r.host_clock();
   at.join(s->clock);
-  static const Name what = std::make_shared<const std::string>("free");
+  static const Name& what = fixed_name("free");
   auto reports = r.race().block_freed(
       ptr, bytes, Actor{s->index, s->clock.get(s->index), what, s->name}, at, others);
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
@@ -607,8 +613,8 @@ void annotate_host_block_allocated(void* ptr, size_t bytes) {
   Runtime& r = Runtime::get();
   std::lock_guard lock(r.mu);
   if (r.race_mode == RaceMode::off) return;
-  static const Name what = std::make_shared<const std::string>("the pinned allocator");
-  static const Name host = std::make_shared<const std::string>("the host");
+  static const Name& what = fixed_name("the pinned allocator");
+  static const Name& host = fixed_name("the host");
   const uint64_t epoch = r.host_clock().tick(0);
   auto reports = r.race().block_handed_out(ptr, bytes, Actor{0, epoch, what, host}, r.host_clock());
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
@@ -649,8 +655,8 @@ void annotate_host_block_freed(void* ptr, size_t bytes,
     if (CUstream_st* os = r.resolve(stream)) others.push_back(os->index);
   }
   t_device = saved;
-  static const Name what = std::make_shared<const std::string>("free");
-  static const Name host = std::make_shared<const std::string>("the host");
+  static const Name& what = fixed_name("free");
+  static const Name& host = fixed_name("the host");
   auto reports = r.race().block_freed(ptr, bytes, Actor{0, r.host_clock().get(0), what, host},
                                       r.host_clock(), others);
   if (!reports.empty()) r.report(std::move(reports), /*throw_now=*/false);
@@ -1087,7 +1093,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return fail(cudaErrorStreamCaptureIsolation);
   }
   if (event->stream == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
-  static const Name what = std::make_shared<const std::string>("cudaStreamWaitEvent");
+  static const Name& what = fixed_name("cudaStreamWaitEvent");
   r.enqueue_locked(s, what, {}, nullptr, event);
   return cudaSuccess;
 }
@@ -1098,7 +1104,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
-  static const Name what = std::make_shared<const std::string>("cudaLaunchHostFunc");
+  static const Name& what = fixed_name("cudaLaunchHostFunc");
   rg::emu::enqueue_and_maybe_wait(
       r, lock, s, what, {}, [fn, user_data] { fn(user_data); }, false);
   return cudaSuccess;
@@ -1147,7 +1153,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->capture.reset();
   event->frontier.clear();
   auto reached = std::make_shared<std::optional<Clock::time_point>>();
-  static const Name what = std::make_shared<const std::string>("cudaEventRecord");
+  static const Name& what = fixed_name("cudaEventRecord");
   event->position = r.enqueue_locked(s, what, {}, [reached] { *reached = Clock::now(); });
   event->stream = s;
   event->clock = s->clock;
