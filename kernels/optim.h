@@ -28,7 +28,9 @@ struct AdamParams {
 // step number. In a CUDA graph (CUDA only): `replay_values`, when set, points to numbers of the
 // compute type in device memory that the host writes before each replay and the kernel reads
 // instead of the ones it was launched with (engine/cuda/graph.h's replay slots): SGD's lr; Adam's
-// lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step) and 1 - lr * weight_decay.
+// lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step) and 1 - lr * weight_decay. SGD only:
+// `skip_if`, when set, is an f32 flag in device memory (CUDA) or host memory (CPU): nonzero, the
+// update is skipped (GradScaler's found-inf, read by the kernel instead of the host).
 template <class T>
 struct ParamUpdate {
   T* p;
@@ -40,6 +42,7 @@ struct ParamUpdate {
   bool first_step;
   int64_t step;
   const void* replay_values = nullptr;
+  const float* skip_if = nullptr;
 };
 
 template <class B>

@@ -273,11 +273,19 @@ void Trainer::make_graph_step() {
   }
   RG_CHECK(options_.grad_accum_steps == 1,
            "--cuda-graphs: gradient accumulation is not captured (use --grad-accum-steps 1)");
-  RG_CHECK(options_.amp != "f16",
-           "--cuda-graphs with --amp f16: the GradScaler reads back whether the gradients "
-           "overflowed at every step; use --amp bf16 or off");
+  RG_CHECK(options_.amp != "f16" || optimizer_->name() == "sgd",
+           "--cuda-graphs with --amp f16 needs SGD: the GradScaler skips an overflowed step on the "
+           "device only for SGD (",
+           optimizer_->name(),
+           " counts its steps on the host, so its overflow check is read back at every step); use "
+           "--amp bf16 or off");
   graph_step_ =
       std::make_unique<GraphStep>(*optimizer_, distributed_.device(), 2, options_.batch_size);
+  // f16: captured once the GradScaler leaves the skip to the device (SGD's momentum buffers made).
+  if (amp::GradScaler* scaler = step_.scaler())
+    graph_step_->add_dependency(
+        [scaler, opt = optimizer_.get()] { return scaler->decides_on_device(*opt); },
+        [] { return uint64_t(0); });
   // DDP's iterations are captured with their collectives once its buckets are final.
   if (ddp)
     graph_step_->add_dependency([ddp] { return ddp->reducer().ready_to_capture(); },

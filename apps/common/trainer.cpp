@@ -337,9 +337,10 @@ std::string config_error(const TrainConfig& c) {
   if (c.cuda_graphs && c.find_unused_parameters && !c.static_graph)
     return "--cuda-graphs with --find-unused-parameters needs --static-graph (otherwise the used "
            "parameters are all-reduced and read back every iteration)";
-  if (c.cuda_graphs && c.amp == "f16")
-    return "--cuda-graphs cannot be combined with --amp f16 (the GradScaler reads back whether "
-           "the gradients overflowed at every step); use --amp bf16";
+  if (c.cuda_graphs && c.amp == "f16" && c.optimizer != "sgd")
+    return "--cuda-graphs with --amp f16 needs --optimizer sgd (the GradScaler skips an "
+           "overflowed step on the device only for SGD; Adam counts its steps on the host, so its "
+           "overflow check is read back at every step); or use --amp bf16";
   // A joined rank shadows DDP's collectives and the progress output's loss sums; the collectives
   // below run at steps it cannot follow (SyncBatchNorm's in the forward, the checks' and the
   // mid-epoch snapshots' at optimizer steps), and PowerSGD's error feedback cannot send zeros.

@@ -72,6 +72,7 @@ void Optim<Cpu>::sgd_step_many(const ParamUpdate<T>* updates, int64_t count,
     const ParamUpdate<T>& u = updates[i];
     RG_CHECK(u.replay_values == nullptr,
              "sgd_step_many: replay values (a CUDA graph's) on the CPU");
+    if (u.skip_if != nullptr && *u.skip_if != 0.0f) continue;
     s.weight_decay = u.weight_decay;
     sgd_step(u.p, u.g, u.state1, u.n, s, u.first_step, ctx);
   }
@@ -86,6 +87,8 @@ void Optim<Cpu>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
     const ParamUpdate<T>& u = updates[i];
     RG_CHECK(u.replay_values == nullptr,
              "adam_step_many: replay values (a CUDA graph's) on the CPU");
+    RG_CHECK(u.skip_if == nullptr,
+             "adam_step_many: a skip flag (Adam's step counts live on the host)");
     a.weight_decay = u.weight_decay;
     adam_step(u.p, u.g, u.state1, u.state2, u.n, a, u.step, ctx);
   }
@@ -95,8 +98,7 @@ void Optim<Cpu>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
 template <class T>
 auto cpu_optim_kernels() {
   using K = Optim<Cpu>;
-  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>, &K::sgd_step_many<T>,
-                    &K::adam_step_many<T>};
+  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>, &K::sgd_step_many<T>, &K::adam_step_many<T>};
 }
 RG_INSTANTIATE(RG_CPU_FLOAT_TYPES, cpu_optim_kernels)
 

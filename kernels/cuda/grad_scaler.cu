@@ -24,7 +24,35 @@ __global__ void unscale_kernel(D* x, int64_t n, float* found_inf, const float* i
   if (__syncthreads_or(saw_non_finite) && threadIdx.x == 0) atomicExch(found_inf, 1.0f);
 }
 
+__global__ void inverse_scale_kernel(const float* scale, float* inv_scale) {
+  *inv_scale = static_cast<float>(1.0 / static_cast<double>(*scale));
+}
+
+__global__ void update_scale_kernel(float* scale, int64_t* growth_tracker, const float* found_inf,
+                                    double growth_factor, double backoff_factor,
+                                    int64_t growth_interval) {
+  if (*found_inf != 0.0f) {
+    *scale = static_cast<float>(static_cast<double>(*scale) * backoff_factor);
+    *growth_tracker = 0;
+  } else if (++*growth_tracker == growth_interval) {
+    const float grown = static_cast<float>(static_cast<double>(*scale) * growth_factor);
+    if (!non_finite(grown)) *scale = grown;
+    *growth_tracker = 0;
+  }
+}
+
 }  // namespace
+
+void inverse_scale(const float* scale, float* inv_scale, void* stream) {
+  RG_LAUNCH(inverse_scale_kernel, 1, 1, 0, as_stream(stream), scale, inv_scale);
+}
+
+void update_scale(float* scale, int64_t* growth_tracker, const float* found_inf,
+                  double growth_factor, double backoff_factor, int64_t growth_interval,
+                  void* stream) {
+  RG_LAUNCH(update_scale_kernel, 1, 1, 0, as_stream(stream), scale, growth_tracker, found_inf,
+            growth_factor, backoff_factor, growth_interval);
+}
 
 template <class T>
 void unscale_check_finite(T* x, int64_t n, float* found_inf, const float* inv_scale, void* stream) {

@@ -21,7 +21,8 @@ template <class A>
 struct SgdArgs {
   A lr, momentum, damp, weight_decay;  // damp = 1 - dampening
   bool has_weight_decay, has_momentum, nesterov, first_step;
-  const A* replay = nullptr;  // lr in device memory (a graph's)
+  const A* replay = nullptr;    // lr in device memory (a graph's)
+  const float* skip = nullptr;  // nonzero: no update (GradScaler's found-inf)
 #if defined(RG_CUDA_EMU)
   static constexpr int kReplayValues = 1;  // what the race detector sees read at `replay`
 #endif
@@ -110,6 +111,8 @@ struct TensorList {
       if (s2[t]) out.push_back({s2[t], ::rg::emu::kToBlockEnd, true});
       if (args[t].replay)
         out.push_back({args[t].replay, Args::kReplayValues * sizeof(*args[t].replay), false});
+      if constexpr (requires { args[t].skip; })
+        if (args[t].skip) out.push_back({args[t].skip, sizeof(float), false});
     }
   }
 #endif
@@ -118,6 +121,7 @@ struct TensorList {
 template <class D>
 __global__ void sgd_many_kernel(TensorList<D, SgdArgs<compute_t<D>>> list) {
   const int t = int(blockIdx.y);
+  if (list.args[t].skip != nullptr && *list.args[t].skip != 0.0f) return;  // uniform per block
   const int64_t n = list.n[t];
   for (int64_t i = grid_start(); i < n; i += grid_stride())
     sgd_element(list.p[t], list.g[t], list.s1[t], i, list.args[t]);
@@ -231,15 +235,11 @@ void Optim<Cuda>::sgd_step_many(const ParamUpdate<T>* updates, int64_t count,
   cuda::launch_many(
       cuda::sgd_many_kernel<D>, updates, count,
       [&](const ParamUpdate<T>& u) {
-        return cuda::SgdArgs<A>{A(params.lr),
-                                A(params.momentum),
-                                A(1.0 - params.dampening),
-                                A(u.weight_decay),
-                                u.weight_decay != 0,
-                                params.momentum != 0,
-                                params.nesterov,
-                                u.first_step,
-                                static_cast<const A*>(u.replay_values)};
+        return cuda::SgdArgs<A>{
+            A(params.lr),      A(params.momentum),  A(1.0 - params.dampening),
+            A(u.weight_decay), u.weight_decay != 0, params.momentum != 0,
+            params.nesterov,   u.first_step,        static_cast<const A*>(u.replay_values),
+            u.skip_if};
       },
       ctx.stream, "sgd_step_many");
 }
@@ -251,7 +251,11 @@ void Optim<Cuda>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
   using namespace cuda::detail;
   using D = device_t<T>;
   using A = compute_t<D>;
-  for (int64_t i = 0; i < count; ++i) kernels::detail::check_adam(updates[i].n, updates[i].step);
+  for (int64_t i = 0; i < count; ++i) {
+    kernels::detail::check_adam(updates[i].n, updates[i].step);
+    RG_CHECK(updates[i].skip_if == nullptr,
+             "adam_step_many: a device-side skip flag (Adam's step counts live on the host)");
+  }
   cuda::launch_many(
       cuda::adam_many_kernel<D>, updates, count,
       [&](const ParamUpdate<T>& u) {
@@ -275,8 +279,7 @@ void Optim<Cuda>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
 template <class T>
 auto cuda_optim_kernels() {
   using K = Optim<Cuda>;
-  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>, &K::sgd_step_many<T>,
-                    &K::adam_step_many<T>};
+  return std::tuple{&K::sgd_step<T>, &K::adam_step<T>, &K::sgd_step_many<T>, &K::adam_step_many<T>};
 }
 RG_INSTANTIATE(RG_CUDA_FLOAT_TYPES, cuda_optim_kernels)
 

@@ -4,10 +4,11 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
+#include <type_traits>
 #include <vector>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/cuda/graph.h"
 #include "engine/dispatch.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/check.h"
@@ -39,15 +40,49 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
   scale_ = static_cast<float>(options_.init_scale);
 }
 
-double GradScaler::get_scale() const { return options_.enabled ? double(scale_) : 1.0; }
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  return on_device_ ? double(on_device_->scale.item<float>()) : double(scale_);
+}
 
-Tensor GradScaler::scale(const Tensor& loss) const {
+bool GradScaler::decides_on_device(const optim::Optimizer& optimizer) const {
+  auto it = decided_on_device_.find(&optimizer);
+  return it != decided_on_device_.end() && it->second;
+}
+
+int64_t GradScaler::growth_tracker() const {
+  return on_device_ ? on_device_->growth_tracker.item<int64_t>() : growth_tracker_;
+}
+
+void GradScaler::to_device(Device device) {
+  if (on_device_) {
+    RG_CHECK(on_device_->device == device, "GradScaler: its scale lives on ",
+             on_device_->device.str(), ", now used with tensors on ", device.str(),
+             " (one scaler per device)");
+    return;
+  }
+  NoGradGuard no_grad;
+  on_device_ = OnDevice{device, full({}, double(scale_), DType::f32, device),
+                        full({}, double(growth_tracker_), DType::i64, device),
+                        Tensor::empty({}, DType::f32, device)};
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
   RG_CHECK(loss.defined(), "GradScaler.scale: the loss is undefined");
   if (!options_.enabled) return loss;
   RG_CHECK(is_floating(loss.dtype()), "GradScaler.scale: expected a floating-point loss, got ",
            dtype_name(loss.dtype()));
   const bool half = is_half(loss.dtype());
-  return mul(half ? loss.to(DType::f32) : loss, double(scale_));
+  const Tensor l = half ? loss.to(DType::f32) : loss;
+  if (!loss.device().is_cuda()) {
+    RG_CHECK(!on_device_, "GradScaler: its scale lives on ", on_device_->device.str(),
+             ", now used with a loss on ", loss.device().str());
+    return mul(l, double(scale_));
+  }
+  to_device(loss.device());
+  // The scale as a tensor: read by the kernel, so a replayed step sees the current one.
+  const Tensor s = l.dtype() == DType::f32 ? on_device_->scale : on_device_->scale.to(l.dtype());
+  return mul(l, s);
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
@@ -69,33 +104,56 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
              "gradients)");
     grads.push_back(g);
   }
-  // 1/scale in f64, then rounded to f32, as PyTorch computes it.
-  const auto inv_scale = static_cast<float>(1.0 / double(scale_));
   NoGradGuard no_grad;
-  bool found = false;
-  // On CUDA: one found-inf flag and one 1/scale per device, read back once at the end.
-  struct DeviceScalars {
-    Tensor found_inf, inv_scale;
-  };
-  std::map<int, DeviceScalars> on_device;
+  if (!grads.empty() && grads.front().device().is_cuda()) to_device(grads.front().device());
+  st.skips_on_device = false;
+  if (!on_device_) {
+    // 1/scale in f64, then rounded to f32, as PyTorch computes it.
+    const auto inv_scale = static_cast<float>(1.0 / double(scale_));
+    bool found = false;
+    for (const Tensor& g : grads) {
+      dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, class B>() {
+        if constexpr (!kOnCuda<B>)
+          found |= kernels::cpu::unscale_check_finite<T>(g.data<T>(), g.numel(), inv_scale);
+      });
+      g.bump_version();
+    }
+    st.found_inf = found;
+    st.stage = Stage::unscaled;
+    return;
+  }
+  // On the device: 1/scale and the optimizer's flag there, no value read back unless the
+  // optimizer cannot skip a step on the device.
+  const OnDevice& d = *on_device_;
+  Tensor& found = found_on_device_[&optimizer];
+  if (!found.defined())
+    found = zeros({1}, DType::f32, d.device);
+  else
+    found.zero_();
+  // (through the dispatch, so that builds without CUDA never reference the CUDA kernels)
+  dispatch_on(d.device, DType::f32, "GradScaler.unscale_", [&]<class T, class B>() {
+    if constexpr (kOnCuda<B> && std::is_same_v<T, float>)
+      kernels::cuda::inverse_scale(d.scale.data<T>(), d.inv_scale.data<T>(), cuda_stream(d.scale));
+  });
   for (const Tensor& g : grads) {
+    RG_CHECK(g.device() == d.device, "GradScaler.unscale_: a gradient on ", g.device().str(),
+             " but the scale lives on ", d.device.str(), " (one scaler per device)");
     dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, class B>() {
-      if constexpr (kOnCuda<B>) {
-        DeviceScalars& d = on_device[g.device().index];
-        if (!d.found_inf.defined()) {
-          d.found_inf = zeros({1}, DType::f32, g.device());
-          d.inv_scale = full({1}, inv_scale, DType::f32, g.device());
-        }
-        kernels::cuda::unscale_check_finite<T>(g.data<T>(), g.numel(), d.found_inf.data<float>(),
+      if constexpr (kOnCuda<B>)
+        kernels::cuda::unscale_check_finite<T>(g.data<T>(), g.numel(), found.data<float>(),
                                                d.inv_scale.data<float>(), cuda_stream(g));
-      } else {
-        found |= kernels::cpu::unscale_check_finite<T>(g.data<T>(), g.numel(), inv_scale);
-      }
     });
     g.bump_version();
   }
-  for (const auto& [index, d] : on_device) found |= d.found_inf.item<float>() != 0.0f;
-  st.found_inf = found;
+  st.skips_on_device = optimizer.can_skip_on_device();
+  decided_on_device_[&optimizer] = st.skips_on_device;
+  if (!st.skips_on_device) {
+    RG_CHECK(cuda::Graph::capturing() == nullptr, "GradScaler: ", optimizer.name(),
+             " cannot skip a step on the device (Adam counts its steps on the host; SGD takes its "
+             "first momentum step), so the overflow check is read back, which a CUDA graph "
+             "capture cannot do");
+    st.found_inf = found.item<float>() != 0.0f;
+  }
   st.stage = Stage::unscaled;
 }
 
@@ -108,6 +166,11 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   RG_CHECK(st.stage != Stage::stepped,
            "GradScaler.step: already called on this optimizer since the last update()");
   if (st.stage == Stage::ready) unscale_(optimizer);
+  if (st.skips_on_device) {
+    optimizer.step_unless(found_on_device_.at(&optimizer));
+    st.stage = Stage::stepped;
+    return true;
+  }
   const bool stepped = !st.found_inf;
   if (stepped) optimizer.step();
   st.stage = Stage::stepped;
@@ -117,15 +180,29 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
 void GradScaler::update() {
   if (!options_.enabled) return;
   bool checked = false, found_inf = false;
+  Tensor found_on_device;  // any optimizer's flag (a sum of them)
   for (const auto& [opt, st] : per_optimizer_) {
     if (st.stage == Stage::ready) continue;
     checked = true;
     found_inf |= st.found_inf;
+    if (on_device_) {
+      const Tensor& f = found_on_device_.at(opt);
+      found_on_device = found_on_device.defined() ? add(found_on_device, f) : f;
+    }
   }
   RG_CHECK(checked,
            "GradScaler.update: no inf/NaN checks were recorded since the last update() "
            "(call step() or unscale_() first)");
-  if (found_inf) {
+  if (on_device_) {
+    const OnDevice& d = *on_device_;
+    dispatch_on(d.device, DType::f32, "GradScaler.update", [&]<class T, class B>() {
+      if constexpr (kOnCuda<B> && std::is_same_v<T, float>)
+        kernels::cuda::update_scale(d.scale.data<T>(), d.growth_tracker.data<int64_t>(),
+                                    found_on_device.data<T>(), options_.growth_factor,
+                                    options_.backoff_factor, options_.growth_interval,
+                                    cuda_stream(d.scale));
+    });
+  } else if (found_inf) {
     scale_ = static_cast<float>(double(scale_) * options_.backoff_factor);
     growth_tracker_ = 0;
   } else if (++growth_tracker_ == options_.growth_interval) {
@@ -142,6 +219,7 @@ void GradScaler::update(double new_scale) {
            "GradScaler.update: the new scale must be positive, finite and within f32, got ",
            new_scale);
   scale_ = static_cast<float>(new_scale);
+  if (on_device_) on_device_->scale.fill_(double(scale_));
   per_optimizer_.clear();
 }
 
@@ -154,6 +232,10 @@ void GradScaler::load_state(const State& state) {
            " is outside [0, growth_interval = ", options_.growth_interval, ")");
   scale_ = static_cast<float>(state.scale);
   growth_tracker_ = state.growth_tracker;
+  if (on_device_) {
+    on_device_->scale.fill_(double(scale_));
+    on_device_->growth_tracker.fill_(double(growth_tracker_));
+  }
   per_optimizer_.clear();
 }
 

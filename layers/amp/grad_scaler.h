@@ -8,12 +8,21 @@
 //
 // The scale is an f32 value (as PyTorch's f32 scale tensor); a growth that would overflow f32 is
 // not applied. Each optimizer moves ready -> unscaled -> stepped once per iteration, and update()
-// starts the next iteration; calls out of that order are clear errors, as in PyTorch. On CUDA the
-// inf/NaN flag is computed on the device and read back once per unscale_ (one synchronization,
-// which PyTorch makes in step()).
+// starts the next iteration; calls out of that order are clear errors, as in PyTorch.
+//
+// On CUDA (from the first scale() or unscale_() that sees CUDA tensors) the scale, the growth
+// tracker, 1/scale and each optimizer's inf/NaN flag live on that one device, as PyTorch's scale
+// tensors, and nothing is read back in a step when the optimizer can skip a step on the device
+// (optim::Optimizer::can_skip_on_device: SGD once its momentum buffers exist): step() queues
+// optimizer.step_unless(flag) and update() adjusts the scale with a kernel (PyTorch's fused
+// optimizers' found_inf and _amp_update_scale_). So a step has no host stall and can be captured
+// into a CUDA graph. Otherwise (Adam, whose step counts live on the host; SGD's first momentum
+// step) unscale_ reads the flag back once, as PyTorch's step() does. get_scale(),
+// growth_tracker() and state() read the device values (a wait).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 
 #include "engine/tensor.h"
@@ -38,12 +47,13 @@ class GradScaler {
 
   // loss * scale; f16/bf16 losses are scaled in f32 (PyTorch promotes them to the f32 scale), so
   // the scaled loss cannot overflow the half type.
-  Tensor scale(const Tensor& loss) const;
+  Tensor scale(const Tensor& loss);
   // Multiplies every gradient of the optimizer's parameters by 1/scale in place and records
   // whether any was inf or NaN. f16 gradients are refused (keep f32 master weights).
   void unscale_(optim::Optimizer& optimizer);
   // Unscales unless unscale_ ran, then calls optimizer.step() unless a gradient was inf or NaN.
-  // Returns whether the optimizer stepped.
+  // Returns whether the optimizer stepped; when the device decides (see above) true: the step is
+  // queued, and skipped there if a gradient overflowed (the scale's backoff in update() shows it).
   bool step(optim::Optimizer& optimizer);
   // Adjusts the scale from this iteration's inf/NaN checks (at least one step or unscale_ must
   // have run) and starts the next iteration.
@@ -51,8 +61,12 @@ class GradScaler {
   // Sets the scale instead (> 0 and finite) and starts the next iteration.
   void update(double new_scale);
 
-  double get_scale() const;                                   // 1.0 when disabled, as in PyTorch
-  int64_t growth_tracker() const { return growth_tracker_; }  // good steps since the last change
+  // Whether the last unscale_ of `optimizer` left the skip decision to the device (no read back);
+  // train::GraphStep captures an f16 step only then (an SGD warm-up step that overflowed before
+  // its momentum buffers existed reads back, and so would the capture).
+  bool decides_on_device(const optim::Optimizer& optimizer) const;
+  double get_scale() const;        // 1.0 when disabled, as in PyTorch
+  int64_t growth_tracker() const;  // good steps since the last change
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -68,13 +82,25 @@ class GradScaler {
   enum class Stage { ready, unscaled, stepped };
   struct PerOptimizer {
     Stage stage = Stage::ready;
-    bool found_inf = false;
+    bool found_inf = false;        // read back (the host decides the step)
+    bool skips_on_device = false;  // the device decides the step
   };
+  // The scalars on the CUDA device (0-d: scale f32, growth_tracker i64, inv_scale f32).
+  struct OnDevice {
+    Device device;
+    Tensor scale, growth_tracker, inv_scale;
+  };
+  void to_device(Device device);
 
   GradScalerOptions options_;
-  float scale_;
+  float scale_;  // on the host (CPU tensors; before the first CUDA use)
   int64_t growth_tracker_ = 0;
+  std::optional<OnDevice> on_device_;
   std::unordered_map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
+  // Each optimizer's inf/NaN flag on the device, kept across iterations (a CUDA graph captures
+  // its address).
+  std::unordered_map<const optim::Optimizer*, Tensor> found_on_device_;
+  std::unordered_map<const optim::Optimizer*, bool> decided_on_device_;  // by the last unscale_
 };
 
 }  // namespace rg::amp

@@ -96,6 +96,12 @@ void Optimizer::follow_layout(Tensor& state, size_t i) const {
   if (state.defined() && state.memory_format() != f) state = state.contiguous(f);
 }
 
+void Optimizer::step_unless(const Tensor&) {
+  RG_FAIL(name(),
+          ": cannot skip a step on the device (its state is counted on the host); read "
+          "the flag and call step()");
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (const Tensor& p : params_) p.zero_grad(set_to_none);
 }
@@ -167,7 +173,27 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
            "sgd: Nesterov momentum requires a momentum > 0 and zero dampening");
 }
 
-void Sgd::step() {
+bool Sgd::can_skip_on_device() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    if (!g.device().is_cuda() || !params_[i].device().is_cuda()) return false;
+    if (options_.momentum != 0 && !momentum_[i].defined()) return false;
+  }
+  return true;
+}
+
+void Sgd::step_unless(const Tensor& skip_if) {
+  RG_CHECK(skip_if.defined() && skip_if.numel() == 1 && skip_if.dtype() == DType::f32 &&
+               skip_if.device().is_cuda(),
+           "sgd.step_unless: the flag must be one f32 on a CUDA device");
+  RG_CHECK(can_skip_on_device(),
+           "sgd.step_unless: a parameter is not on CUDA or takes its "
+           "first momentum step (call step() after reading the flag)");
+  step_impl(&skip_if);
+}
+
+void Sgd::step_impl(const Tensor* skip_if) {
   NoGradGuard no_grad;
   const cuda::OpSpan span("sgd.step", "optimizer", params_device(params_));
   const kernels::SgdParams s{lr_, options_.momentum, options_.dampening, 0.0, options_.nesterov};
@@ -217,6 +243,11 @@ void Sgd::step() {
         T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
         updates.push_back({p.data<T>(), p.grad().data<T>(), buf, nullptr, p.numel(),
                            weight_decay(i), first[i] != 0, 0, lr_slot});
+        if (skip_if != nullptr) {
+          RG_CHECK(skip_if->device() == p.device(), "sgd.step_unless: the flag is on ",
+                   skip_if->device().str(), ", parameter ", i, " on ", p.device().str());
+          updates.back().skip_if = skip_if->data<float>();
+        }
       }
       kernels::Optim<B>::sgd_step_many(updates.data(), int64_t(updates.size()), s,
                                        kernel_ctx(lead));

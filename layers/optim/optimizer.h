@@ -35,6 +35,15 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Updates every parameter that has a gradient; parameters without one are skipped.
   virtual void step() = 0;
+  // For GradScaler on CUDA (layers/amp/grad_scaler.h): whether step_unless can run now, that is
+  // the optimizer takes a step that the device skips when a flag is set, without the host reading
+  // it (SGD; Adam counts its steps on the host), every parameter with a gradient is on CUDA and
+  // has its state (SGD's first step with momentum starts its buffer from the gradient, which a
+  // skipped step must not).
+  virtual bool can_skip_on_device() const { return false; }
+  // step(), skipped on the device when `skip_if` (a one-element f32 tensor on the parameters'
+  // CUDA device, GradScaler's found-inf) is nonzero; only when can_skip_on_device().
+  virtual void step_unless(const Tensor& skip_if);
   void zero_grad(bool set_to_none = true);
   double lr() const { return lr_; }
   void set_lr(double lr);
@@ -98,7 +107,9 @@ class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<Tensor> params, SgdOptions options);
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
-  void step() override;
+  void step() override { step_impl(nullptr); }
+  bool can_skip_on_device() const override;
+  void step_unless(const Tensor& skip_if) override;
   std::string name() const override { return "sgd"; }
   const Tensor& momentum_buffer(size_t i) const { return momentum_[i]; }
   NamedTensors state() const override;
@@ -106,6 +117,7 @@ class Sgd final : public Optimizer {
  private:
   void clear_state() override;
   bool restore_state(size_t index, const std::string& key, const Tensor& value) override;
+  void step_impl(const Tensor* skip_if);
 
   SgdOptions options_;
   std::vector<Tensor> momentum_;  // undefined until a parameter's first step

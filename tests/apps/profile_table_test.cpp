@@ -377,6 +377,22 @@ TEST_F(EmulatedProfile, ResNet18TraceHasForwardOpsLossStepAndCopyOnTheStreamLane
   std::cout << bench.out;
 }
 
+// --amp f16 (issue "ResNet-18 on Hopper", the f16 target): the GradScaler's scale, its overflow
+// flag and SGD's skip stay on the device, so once the momentum buffers exist (the first steps,
+// where the f16 gradients overflow at the initial scale of 2^16, read the flag back) a step reads
+// nothing back.
+TEST_F(EmulatedProfile, AnF16ResNet18StepWithItsGradScalerHasNoHostStall) {
+  constexpr int kSteps = 5;
+  const std::string trace = (dir_ / "resnet_f16.json").string();
+  const auto train = train_resnet18(dir_, kSteps, trace, {"--amp", "f16"});
+  ASSERT_EQ(train.exit_code, 0) << train.out;
+  const Trace t = read_trace(trace);
+  const Profile steady = compute_profile(t, 0, "2:" + std::to_string(kSteps - 1));
+  EXPECT_EQ(steady.stall_calls, 0) << profile_table(steady);
+  EXPECT_GT(compute_profile(t, 0, "1:2").stall_calls, 0)
+      << "step 1 (SGD's first momentum step after an overflow at step 0) reads the flag back";
+}
+
 // --channels-last (issue "ResNet-18 on Hopper", item 4): the weights are NHWC from the start and
 // the loader lays the batches out NHWC on the CPU, so no layout conversion runs on the GPU in
 // any step, forward or backward; every convolution and batch norm runs channels last.

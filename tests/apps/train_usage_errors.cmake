@@ -24,7 +24,12 @@ set(cases
   "--tf32,fast|--tf32: fast not in"
   "--cuda-graphs|--cuda-graphs needs --device cuda (got cpu)"
   "--cuda-graphs,--device,cuda,--grad-accum-steps,2|--cuda-graphs cannot be combined with --grad"
-  "--cuda-graphs,--device,cuda,--amp,f16|--cuda-graphs cannot be combined with --amp f16"
+  "--cuda-graphs,--device,cuda,--amp,f16,--optimizer,adam|--cuda-graphs with --amp f16 needs --optimizer sgd"
+  "--cuda-graphs,--device,cuda,--mode,dp|--cuda-graphs cannot be combined with --mode dp"
+  "--cuda-graphs,--device,cuda,--join|--cuda-graphs cannot be combined with --join"
+  "--cuda-graphs,--device,cuda,--comm-hook,powersgd|--cuda-graphs cannot be combined with --comm-hook powersgd"
+  "--cuda-graphs,--device,cuda,--allreduce,ring|--cuda-graphs cannot be combined with --allreduce ring"
+  "--cuda-graphs,--device,cuda,--find-unused-parameters|--find-unused-parameters needs --static-graph"
   "--channels-last,--sync-bn|--channels-last cannot be combined with --sync-bn")
 foreach(case IN LISTS cases)
   string(REPLACE "|" ";" parts "${case}")

@@ -14,6 +14,7 @@
 
 #include "data/synthetic.h"
 #include "device/device_test_util.h"
+#include "engine/autocast.h"
 #include "engine/cuda/graph.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
@@ -25,6 +26,7 @@
 #include "engine/ops/loss.h"
 #include "engine/ops/reduce.h"
 #include "kernels/error.h"
+#include "layers/amp/grad_scaler.h"
 #include "layers/models/registry.h"
 #include "layers/optim/lr_schedule.h"
 #include "layers/optim/optimizer.h"
@@ -314,6 +316,78 @@ TEST_F(CudaGraphTraining, AReplayedStepHasNoHostStallAndFewSubmissions) {
   EXPECT_GT(eager_submissions, 200) << "every kernel of forward, backward and SGD";
   EXPECT_LE(replayed, 4) << "the batch's two copies, the graph, the checks' read-back";
   checks.flush();
+}
+
+// --amp f16 with SGD: the GradScaler's scale, its inf/NaN flag and the skip stay on the device,
+// so the scaled step is captured (once the warm-up made the momentum buffers) and its replays
+// grow the scale, back off on an overflow and skip that step as the eager steps do, bit for bit,
+// with no host stall in a replayed step. A growth factor of 2^8 every 2 good steps makes the f16
+// gradients overflow in replayed steps.
+TEST_F(CudaGraphTraining, AnF16StepWithItsGradScalerReplaysItsEagerStepsBitForBit) {
+  cuda::Backend& backend = cuda::runtime().backend();
+  const Shape sample{1, 28, 28};
+  std::vector<data::Batch> data = batches(sample, 12);
+  data[4] = data[5];  // no short batch: the dependency decides the warm-up
+  Training eager = make_training("mlp", sample), graphed = make_training("mlp", sample);
+  const amp::GradScalerOptions so{.init_scale = 1024.0,
+                                  .growth_factor = 256.0,
+                                  .backoff_factor = 1.0 / 256,
+                                  .growth_interval = 2};
+  amp::GradScaler eager_scaler(so), graphed_scaler(so);
+  train::GraphStep graph(*graphed.opt, kCuda);
+  graph.add_dependency([&] { return graphed_scaler.decides_on_device(*graphed.opt); },
+                       [] { return uint64_t(0); });
+  DeferredChecks checks;
+  std::vector<double> eager_scales, graphed_scales;
+  int64_t replay_stalls = 0;
+  for (int s = 0; s < 12; ++s) {
+    for (Training* r : {&eager, &graphed}) {
+      amp::GradScaler& scaler = r == &eager ? eager_scaler : graphed_scaler;
+      r->opt->zero_grad();
+      const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
+        Tensor loss;
+        {
+          const AutocastGuard autocast(kCuda, DType::f16);
+          loss = cross_entropy(r->model->forward(x), y);
+        }
+        scaler.scale(loss).backward();
+        scaler.step(*r->opt);
+        scaler.update();
+        return loss;
+      };
+      const data::Batch& b = data[size_t(s)];
+      Tensor loss;
+      if (r == &graphed) {
+        const int64_t replays = graph.replays(), stalls = backend.host_blocking_calls();
+        loss = graph.run(body, b.inputs, b.targets);
+        if (graph.replays() > replays) replay_stalls += backend.host_blocking_calls() - stalls;
+      } else {
+        loss = body(b.inputs, b.targets);
+      }
+      r->losses.push_back(loss.item());
+      (r == &eager ? eager_scales : graphed_scales).push_back(scaler.get_scale());
+    }
+  }
+  checks.flush();
+  EXPECT_EQ(graph.captures(), 1);
+  EXPECT_GE(graph.replays(), 8);
+  EXPECT_EQ(replay_stalls, 0) << "a replayed f16 step read something back";
+  EXPECT_EQ(eager.losses, graphed.losses);
+  EXPECT_EQ(eager_scales, graphed_scales);
+  // The scale grew and backed off during the replays (steps 4 on).
+  bool grew = false, backed_off = false;
+  for (size_t i = 4; i < eager_scales.size(); ++i) {
+    grew = grew || eager_scales[i] > eager_scales[i - 1];
+    backed_off = backed_off || eager_scales[i] < eager_scales[i - 1];
+  }
+  EXPECT_TRUE(grew);
+  EXPECT_TRUE(backed_off) << "no overflow in a replayed step";
+  const auto pe = eager.model->named_parameters(), pg = graphed.model->named_parameters();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    expect_bitwise_equal(pe[i].second, pg[i].second, pe[i].first);
+    expect_bitwise_equal(eager.opt->momentum_buffer(i), graphed.opt->momentum_buffer(i),
+                         pe[i].first + " momentum");
+  }
 }
 
 // A target out of range in a replayed step: the check cross_entropy posted at capture is posted

@@ -110,5 +110,48 @@ TEST(EmuGradScaler, ZeroSizeDoesNothingAndBadArgumentsThrow) {
   EXPECT_THROW(cuda::unscale_check_finite(x.data(), 1, nullptr, &inv, nullptr), rg::Error);
 }
 
+// 1/scale on the device: the f64 reciprocal rounded to f32 once, as GradScaler on the host.
+TEST(EmuGradScaler, InverseScaleIsTheF64ReciprocalRoundedOnce) {
+  for (const float scale : {65536.f, 3.f, 1.f, 1e-30f, 7.5e37f, 0.1f}) {
+    float inv = -1.f;
+    cuda::inverse_scale(&scale, &inv, nullptr);
+    EXPECT_EQ(inv, static_cast<float>(1.0 / double(scale))) << scale;
+  }
+}
+
+// The scale's update on the device against GradScaler::update's host rules, step by step: backoff
+// on an overflow (tracker reset), growth after growth_interval good steps in a row, and no growth
+// past f32 (the tracker still resets).
+TEST(EmuGradScaler, UpdateScaleFollowsTheHostRules) {
+  struct Host {
+    float scale;
+    int64_t tracker = 0;
+    void update(bool found, double growth, double backoff, int64_t interval) {
+      if (found) {
+        scale = static_cast<float>(double(scale) * backoff);
+        tracker = 0;
+      } else if (++tracker == interval) {
+        const auto grown = static_cast<float>(double(scale) * growth);
+        if (std::isfinite(grown)) scale = grown;
+        tracker = 0;
+      }
+    }
+  };
+  const std::vector<bool> founds = {false, false, false, true,  false, false, false, false, true,
+                                    true,  false, false, false, false, false, false, false};
+  for (const float start : {65536.f, 3.f, std::numeric_limits<float>::max() / 3.f}) {
+    Host host{start};
+    float scale = start;
+    int64_t tracker = 0;
+    for (size_t i = 0; i < founds.size(); ++i) {
+      const float found = founds[i] ? 1.f : 0.f;
+      cuda::update_scale(&scale, &tracker, &found, 2.0, 0.5, 3, nullptr);
+      host.update(founds[i], 2.0, 0.5, 3);
+      ASSERT_EQ(scale, host.scale) << "start " << start << ", step " << i;
+      ASSERT_EQ(tracker, host.tracker) << "start " << start << ", step " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rg::emu_kernel_test
