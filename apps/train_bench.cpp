@@ -227,7 +227,12 @@ int run_train_bench(const TrainBenchOptions& o) {
     dist::InitOptions init;
     init.backend = device.is_cuda() ? "nccl" : "gloo";
     pg = dist::init_process_group(init);
-    if (device.is_cuda()) device = pg->tensor_device();
+    if (device.is_cuda()) {
+      RG_CHECK(o.device == "cuda" || device == pg->tensor_device(), "--ddp --device ", o.device,
+               ": each rank runs on its NCCL group's GPU, ", pg->tensor_device().str(), " on rank ",
+               pg->rank(), " (use --device cuda)");
+      device = pg->tensor_device();
+    }
   }
   if (device.is_cuda()) {
     const int n = cuda::runtime().device_count();

@@ -199,7 +199,7 @@ struct ProcessGroupNCCL::Impl {
       captured = std::make_shared<Captured>();
       captured_by = g.id();
       std::weak_ptr<bool> token = alive;
-      std::weak_ptr<Captured> info = captured;
+      std::shared_ptr<Captured> info = captured;  // each graph's own, watched at its replays
       g.on_replay([this, token] {
         RG_CHECK(!token.expired(),
                  "a CUDA graph replays NCCL collectives of a process group "
@@ -211,7 +211,7 @@ struct ProcessGroupNCCL::Impl {
                  broken);
       });
       g.after_replay([this, token, info] {
-        if (auto c = info.lock(); c && !token.expired()) watch_replay(*c);
+        if (!token.expired()) watch_replay(*info);
       });
     }
     captured->ops.push_back(what);
@@ -333,18 +333,20 @@ struct ProcessGroupNCCL::Impl {
       else
         msg += " failed: " +
                kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
-      if (!oldest->replay.empty()) {
-      } else if (auto behind = board->ranks_behind(oldest->seq())) {
-        msg += behind->empty() ? "; every rank had started it"
-                               : "; ranks that have not joined it: " + format_ranks(*behind);
-      }
+      if (oldest->replay.empty())
+        if (auto behind = board->ranks_behind(oldest->seq()))
+          msg += behind->empty() ? "; every rank had started it"
+                                 : "; ranks that have not joined it: " + format_ranks(*behind);
       broken = msg;
-      ncclCommAbort(comm);
-      comm = nullptr;
+      ncclComm_t aborted = std::exchange(comm, nullptr);
       auto failed = std::move(pending);
       pending.clear();
       lock.unlock();
       for (auto& w : failed) w->finish(std::make_exception_ptr(Error(msg)));
+      // Without the lock: NCCL 2.26 and later keep an abort waiting until the CUDA graphs that
+      // captured the communicator's calls are destroyed, which the training thread does only
+      // after its next replay check has seen `broken` (and thrown).
+      ncclCommAbort(aborted);
       lock.lock();
     }
   }
@@ -392,7 +394,8 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   impl_->cv.notify_all();
   impl_->watchdog.join();
   if (impl_->comm) {
-    impl_->stream->synchronize();
+    // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
+    cuda::synchronize(impl_->device);
     ncclCommDestroy(impl_->comm);
   }
 }
@@ -520,6 +523,9 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(const Tensor& output, const Tensor& inp
 }
 
 WorkPtr ProcessGroupNCCL::barrier() {
+  // A captured barrier would not hold the host at its replays.
+  RG_CHECK(cuda::Graph::capturing() == nullptr,
+           "barrier: cannot be captured into a CUDA graph (a replay would not hold the host)");
   Tensor one = Tensor::empty({1}, DType::f32, Device::cuda(impl_->device));
   one.fill_(1.0);
   return impl_->enqueue(

@@ -935,7 +935,9 @@ void Reducer::shadow_iteration(int64_t synced) {
 
 std::string Reducer::not_capturable() const {
   const State& s = *state_;
-  if (!s.pg->tensor_device().is_cuda()) return "DDP reduces on the CPU";
+  if (!s.pg->tensor_device().is_cuda())
+    return detail::cat("DDP's ", s.pg->backend(),
+                       " group reduces on the CPU (CUDA graphs need the nccl backend)");
   if (s.powersgd)
     return "DDP's powersgd comm hook is not captured (its factors and error feedback are new "
            "tensors every iteration)";

@@ -70,7 +70,7 @@ GraphStep::GraphStep(optim::Optimizer& optimizer, Device device, int warmup_step
 GraphStep::~GraphStep() = default;
 
 void GraphStep::add_dependency(std::function<bool()> ready, std::function<uint64_t()> version) {
-  RG_CHECK(c_ == nullptr, "GraphStep::add_dependency after the first capture");
+  RG_CHECK(captures_ == 0, "GraphStep::add_dependency after the first capture");
   deps_.push_back({std::move(ready), std::move(version)});
 }
 
@@ -113,13 +113,15 @@ bool GraphStep::current() const {
   return true;
 }
 
-Tensor GraphStep::run(const Body& body, const Tensor& inputs, const Tensor& targets) {
+Tensor GraphStep::run(const Body& body, const Tensor& inputs, const Tensor& targets,
+                      bool replayable) {
   if (c_ && !current()) {
     c_.reset();  // the graph's pool goes back once the streams it ran on are done with it
     eager_needed_ = eager_ + 1;
   }
   const bool full = full_batch_ <= 0 || (inputs.dim() > 0 && inputs.size(0) == full_batch_);
-  bool eager = c_ ? !c_->matches(inputs, targets) : (eager_ < eager_needed_ || !full);
+  bool eager =
+      !replayable || (c_ ? !c_->matches(inputs, targets) : (eager_ < eager_needed_ || !full));
   const cuda::Stream caller = cuda::current_stream(device_.index);
   const Tensor loss = on_lane(lane_->stream, device_, inputs, targets, [&] {
     if (!eager && !c_)

@@ -52,12 +52,15 @@ class GraphStep {
 
   // The step of this batch (inputs and targets on the device): a replay of the graph (captured
   // first when needed), or the body run eagerly (a warm-up step, a batch of another shape than the
-  // captured one); returns its loss.
-  Tensor run(const Body& body, const Tensor& inputs, const Tensor& targets);
+  // captured one, or `replayable` false); returns its loss. Under DDP every rank must make the same
+  // choice (NCCL requires a collective to be captured on all ranks or on none): the caller passes
+  // `replayable` false where the ranks' batches may differ in shape.
+  Tensor run(const Body& body, const Tensor& inputs, const Tensor& targets, bool replayable = true);
 
-  // Something else the captured step depends on (DDP's reducer): the next step is captured only
-  // when `ready()` says so (it runs eagerly otherwise; `ready` runs on the step's stream and may
-  // do host work that no capture could), and a capture is dropped when `version()` changes.
+  // Something else the captured step depends on (DDP's reducer, f16's GradScaler): the next step is
+  // captured only when `ready()` says so (it runs eagerly otherwise; `ready` runs on the step's
+  // stream and may do host work that no capture could), and a capture is dropped when `version()`
+  // changes.
   void add_dependency(std::function<bool()> ready, std::function<uint64_t()> version);
 
   int64_t captures() const { return captures_; }

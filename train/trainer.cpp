@@ -219,6 +219,7 @@ void Trainer::continue_resplit() {
              saved_world, " ranks or from an epoch end");
     const int64_t from = saved_world != world ? resume_.consumed : resume_.resplit_from;
     const int64_t steps = feeder_.resplit(first, from);
+    resplit_epoch_ = first;
     if (saved_world != world) {
       resume_.epoch_steps = 0;
       const int64_t left = feeder_.dataset_size() - resume_.consumed;
@@ -264,7 +265,13 @@ void Trainer::make_graph_step() {
   RG_CHECK(!distributed_.scatters_host_batch(),
            "--cuda-graphs: DataParallel's replicas are not captured (use --mode ddp)");
   dist::DistributedDataParallel* ddp = distributed_.ddp();
+  RG_CHECK(!options_.distributed.sync_bn,
+           "--cuda-graphs cannot be combined with --sync-bn (SyncBatchNorm's forward copies the "
+           "ranks' counts to the host, which a capture cannot do)");
   if (ddp) {
+    RG_CHECK(!options_.uneven_data,
+             "--cuda-graphs cannot be combined with --uneven-data (a rank out of data shadows the "
+             "others' replayed collectives eagerly)");
     RG_CHECK(!options_.distributed.join,
              "--cuda-graphs cannot be combined with --join (joined ranks shadow each iteration "
              "on the host)");
@@ -394,7 +401,8 @@ bool Trainer::train_step() {
           step_.optimizer_step();
           return l;
         },
-        batch_to_device(batch->inputs, device), batch_to_device(batch->targets, device));
+        batch_to_device(batch->inputs, device), batch_to_device(batch->targets, device),
+        /*replayable=*/s.epoch != resplit_epoch_);
   } else {
     loss = step_.forward_backward(forward, *batch, distributed_.scatters_host_batch(), ddp, s.sync);
   }

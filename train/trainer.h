@@ -94,6 +94,9 @@ class Trainer {
   State state_;
   TrainResult result_;
   int64_t samples_before_ = 0;
+  // The epoch re-split over another world size (its ranks' batches may differ in size), or -1:
+  // with cuda_graphs its steps run eagerly on every rank alike.
+  int resplit_epoch_ = -1;
   // Step losses on their way to the host (read without stalling; collect_losses).
   struct PendingLoss {
     AsyncScalar loss;

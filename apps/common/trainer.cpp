@@ -325,6 +325,12 @@ std::string config_error(const TrainConfig& c) {
   if (c.cuda_graphs && c.mode == "dp")
     return "--cuda-graphs cannot be combined with --mode dp (DataParallel's replicas are not "
            "captured); use --mode ddp";
+  if (c.cuda_graphs && c.sync_bn)
+    return "--cuda-graphs cannot be combined with --sync-bn (SyncBatchNorm's forward copies the "
+           "ranks' counts to the host, which a capture cannot do)";
+  if (c.cuda_graphs && c.uneven_data)
+    return "--cuda-graphs cannot be combined with --uneven-data (a rank out of data shadows the "
+           "others' replayed collectives eagerly)";
   if (c.cuda_graphs && c.join)
     return "--cuda-graphs cannot be combined with --join (joined ranks shadow each iteration on "
            "the host)";

@@ -523,13 +523,22 @@ void enqueue_prepared(cudaStream_t stream, std::string what, std::vector<MemAcce
   // Prepared without the runtime's lock (the preparation may take the library's own locks, which
   // are held around enqueue elsewhere).
   PreparedWork w = prepare();
+  bool queued = false;  // an exception after it (launch blocking's rethrow) abandons nothing
   try {
     std::unique_lock lock(r.mu);
     CUstream_st* s = r.resolve(stream);
     RG_CHECK(s != nullptr && !s->capture, *name, ": the stream began a capture meanwhile");
-    enqueue_and_maybe_wait(r, lock, s, std::move(name), accesses, std::move(w.run), false);
+    ++t_submissions;
+    if (r.launch_blocking) r.last_exception_ = nullptr;
+    const uint64_t position = r.enqueue_locked(s, std::move(name), accesses, std::move(w.run));
+    queued = true;
+    if (r.launch_blocking) {
+      const VectorClock clock = s->clock;
+      r.wait_locked(lock, s, position, clock);
+      if (r.last_exception_) std::rethrow_exception(std::exchange(r.last_exception_, nullptr));
+    }
   } catch (...) {
-    if (w.abandon) w.abandon();
+    if (!queued && w.abandon) w.abandon();
     throw;
   }
 }
@@ -1308,11 +1317,20 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     for (size_t i = 0; i < nodes.size(); ++i)
       if (nodes[i].prepare) prepared[i] = nodes[i].prepare();
     lock.lock();
+    RG_CHECK(r.live_execs.count(exec) != 0 && !s->capture,
+             "cudaGraphLaunch: the graph was destroyed or the stream began a capture meanwhile");
+    // (queued counts what is on the stream: a failure after that abandons nothing of it)
+    uint64_t position = 0;
+    if (r.launch_blocking) r.last_exception_ = nullptr;
     for (; queued < nodes.size(); ++queued) {
       const GraphNode& node = nodes[queued];
-      rg::emu::enqueue_and_maybe_wait(r, lock, s, node.what, node.accesses,
-                                      node.prepare ? prepared[queued].run : node.work, false,
-                                      /*host_submission=*/false);
+      position = r.enqueue_locked(s, node.what, node.accesses,
+                                  node.prepare ? prepared[queued].run : node.work);
+    }
+    if (r.launch_blocking && position > 0) {  // the host waits for the whole graph
+      const VectorClock clock = s->clock;
+      r.wait_locked(lock, s, position, clock);
+      if (r.last_exception_) std::rethrow_exception(std::exchange(r.last_exception_, nullptr));
     }
   } catch (...) {
     if (lock.owns_lock()) lock.unlock();

@@ -27,6 +27,8 @@ set(cases
   "--cuda-graphs,--device,cuda,--amp,f16,--optimizer,adam|--cuda-graphs with --amp f16 needs --optimizer sgd"
   "--cuda-graphs,--device,cuda,--mode,dp|--cuda-graphs cannot be combined with --mode dp"
   "--cuda-graphs,--device,cuda,--join|--cuda-graphs cannot be combined with --join"
+  "--cuda-graphs,--device,cuda,--sync-bn|--cuda-graphs cannot be combined with --sync-bn"
+  "--cuda-graphs,--device,cuda,--uneven-data|--cuda-graphs cannot be combined with --uneven-data"
   "--cuda-graphs,--device,cuda,--comm-hook,powersgd|--cuda-graphs cannot be combined with --comm-hook powersgd"
   "--cuda-graphs,--device,cuda,--allreduce,ring|--cuda-graphs cannot be combined with --allreduce ring"
   "--cuda-graphs,--device,cuda,--find-unused-parameters|--find-unused-parameters needs --static-graph"

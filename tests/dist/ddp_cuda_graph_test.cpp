@@ -18,7 +18,9 @@
 #include "comm/ddp.h"
 #include "comm/init.h"
 #include "data/synthetic.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/runtime.h"
+#include "engine/cuda/stream.h"
 #include "engine/device_checks.h"
 #include "engine/generator.h"
 #include "engine/ops/factory.h"
@@ -295,6 +297,17 @@ TEST_F(DdpCudaGraphs, TheTrainerCapturesDdpStepsAndMatchesEagerDdpTraining) {
                  b = weights[1][i].second.to(Device::cpu());
     EXPECT_TRUE(bitwise_equal(a, b)) << weights[0][i].first;
   }
+}
+
+// A barrier cannot be captured (a replay would not hold the host): refused by name, and the stream
+// is usable after the failed capture.
+TEST_F(DdpCudaGraphs, ABarrierInACaptureIsRefusedByName) {
+  const cuda::Stream side = cuda::pooled_stream(device().index);
+  const cuda::StreamGuard on(side);
+  const std::string e =
+      testing::error_of([&] { cuda::Graph graph(device(), [&] { default_group()->barrier(); }); });
+  EXPECT_NE(e.find("barrier: cannot be captured into a CUDA graph"), std::string::npos) << e;
+  default_group()->barrier()->wait();  // every rank got here; the group still works
 }
 
 // What cannot be captured says so when the step would be: PowerSGD's state changes its tensors
