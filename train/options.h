@@ -72,7 +72,8 @@ struct Options {
   std::string amp = "off";  // off | f16 | bf16
   LossFn loss;              // default: cross-entropy
   // Each step's forward, backward and optimizer step as one replayed CUDA graph after a warm-up
-  // (train/graph_step.h): one device, no accumulation, no f16 GradScaler.
+  // (train/graph_step.h): one device or DDP over NCCL (its collectives captured), no accumulation,
+  // f16's GradScaler with SGD only (train::Trainer refuses the rest by name).
   bool cuda_graphs = false;
   // The model's 4-d parameters and the batches channels last (Module::to(MemoryFormat)):
   // convolutions, batch norm and pooling run in NHWC with no layout conversion per step.

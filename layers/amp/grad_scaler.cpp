@@ -105,13 +105,15 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     grads.push_back(g);
   }
   NoGradGuard no_grad;
-  if (!grads.empty() && grads.front().device().is_cuda()) to_device(grads.front().device());
+  for (const Tensor& g : grads)
+    if (g.device().is_cuda()) to_device(g.device());  // refuses a second device
   st.skips_on_device = false;
   if (!on_device_) {
     // 1/scale in f64, then rounded to f32, as PyTorch computes it.
     const auto inv_scale = static_cast<float>(1.0 / double(scale_));
     bool found = false;
     for (const Tensor& g : grads) {
+      RG_CHECK(!g.device().is_cuda(), "GradScaler.unscale_: a CUDA gradient on the host path");
       dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, class B>() {
         if constexpr (!kOnCuda<B>)
           found |= kernels::cpu::unscale_check_finite<T>(g.data<T>(), g.numel(), inv_scale);
@@ -125,6 +127,17 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   // On the device: 1/scale and the optimizer's flag there, no value read back unless the
   // optimizer cannot skip a step on the device.
   const OnDevice& d = *on_device_;
+  for (const Tensor& g : grads)
+    RG_CHECK(g.device() == d.device, "GradScaler.unscale_: a gradient on ", g.device().str(),
+             " but the scale lives on ", d.device.str(),
+             " (one scaler per CUDA device; gradients on the CPU or on two devices are not "
+             "supported once the scale is on a GPU)");
+  st.skips_on_device = optimizer.can_skip_on_device();
+  RG_CHECK(st.skips_on_device || cuda::Graph::capturing() == nullptr,
+           "GradScaler: ", optimizer.name(),
+           " cannot skip a step on the device (Adam counts its steps on the host; SGD takes its "
+           "first momentum step), so the overflow check is read back, which a CUDA graph capture "
+           "cannot do");
   Tensor& found = found_on_device_[&optimizer];
   if (!found.defined())
     found = zeros({1}, DType::f32, d.device);
@@ -136,8 +149,6 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       kernels::cuda::inverse_scale(d.scale.data<T>(), d.inv_scale.data<T>(), cuda_stream(d.scale));
   });
   for (const Tensor& g : grads) {
-    RG_CHECK(g.device() == d.device, "GradScaler.unscale_: a gradient on ", g.device().str(),
-             " but the scale lives on ", d.device.str(), " (one scaler per device)");
     dispatch_on(g.device(), g.dtype(), "GradScaler.unscale_", [&]<class T, class B>() {
       if constexpr (kOnCuda<B>)
         kernels::cuda::unscale_check_finite<T>(g.data<T>(), g.numel(), found.data<float>(),
@@ -145,15 +156,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     });
     g.bump_version();
   }
-  st.skips_on_device = optimizer.can_skip_on_device();
   decided_on_device_[&optimizer] = st.skips_on_device;
-  if (!st.skips_on_device) {
-    RG_CHECK(cuda::Graph::capturing() == nullptr, "GradScaler: ", optimizer.name(),
-             " cannot skip a step on the device (Adam counts its steps on the host; SGD takes its "
-             "first momentum step), so the overflow check is read back, which a CUDA graph "
-             "capture cannot do");
-    st.found_inf = found.item<float>() != 0.0f;
-  }
+  if (!st.skips_on_device) st.found_inf = found.item<float>() != 0.0f;
   st.stage = Stage::unscaled;
 }
 
@@ -166,6 +170,13 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   RG_CHECK(st.stage != Stage::stepped,
            "GradScaler.step: already called on this optimizer since the last update()");
   if (st.stage == Stage::ready) unscale_(optimizer);
+  if (st.skips_on_device && !optimizer.can_skip_on_device()) {
+    // A gradient appeared since unscale_ on a parameter without state: decided on the host.
+    RG_CHECK(cuda::Graph::capturing() == nullptr, "GradScaler.step: ", optimizer.name(),
+             " can no longer skip this step on the device, inside a CUDA graph capture");
+    st.skips_on_device = false;
+    st.found_inf = found_on_device_.at(&optimizer).item<float>() != 0.0f;
+  }
   if (st.skips_on_device) {
     optimizer.step_unless(found_on_device_.at(&optimizer));
     st.stage = Stage::stepped;
@@ -186,8 +197,13 @@ void GradScaler::update() {
     checked = true;
     found_inf |= st.found_inf;
     if (on_device_) {
-      const Tensor& f = found_on_device_.at(opt);
-      found_on_device = found_on_device.defined() ? add(found_on_device, f) : f;
+      // Every optimizer unscaled since the scale moved to the device has a flag there; one
+      // unscaled on the host before that (its gradients on the CPU) is refused by unscale_.
+      auto f = found_on_device_.find(opt);
+      RG_CHECK(f != found_on_device_.end(), "GradScaler.update: optimizer ", opt->name(),
+               " was unscaled on the host and another on ", on_device_->device.str(),
+               " in one iteration (one scaler per CUDA device)");
+      found_on_device = found_on_device.defined() ? add(found_on_device, f->second) : f->second;
     }
   }
   RG_CHECK(checked,

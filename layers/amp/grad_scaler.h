@@ -18,7 +18,9 @@
 // optimizers' found_inf and _amp_update_scale_). So a step has no host stall and can be captured
 // into a CUDA graph. Otherwise (Adam, whose step counts live on the host; SGD's first momentum
 // step) unscale_ reads the flag back once, as PyTorch's step() does. get_scale(),
-// growth_tracker() and state() read the device values (a wait).
+// growth_tracker() and state() read the device values (a wait). One CUDA device per scaler: once
+// its scale is there, gradients or losses on the CPU or on another device are clear errors
+// (PyTorch keeps a flag per device; a model split over GPUs under one optimizer is refused).
 #pragma once
 
 #include <cstdint>
@@ -75,7 +77,7 @@ class GradScaler {
     double scale;
     int64_t growth_tracker;
   };
-  State state() const { return {get_scale(), growth_tracker_}; }
+  State state() const { return {get_scale(), growth_tracker()}; }
   void load_state(const State& state);
 
  private:

@@ -190,6 +190,10 @@ void Sgd::step_unless(const Tensor& skip_if) {
   RG_CHECK(can_skip_on_device(),
            "sgd.step_unless: a parameter is not on CUDA or takes its "
            "first momentum step (call step() after reading the flag)");
+  for (size_t i = 0; i < params_.size(); ++i)  // before anything is launched
+    RG_CHECK(!params_[i].grad().defined() || params_[i].device() == skip_if.device(),
+             "sgd.step_unless: the flag is on ", skip_if.device().str(), ", parameter ", i, " on ",
+             params_[i].device().str());
   step_impl(&skip_if);
 }
 
@@ -243,11 +247,7 @@ void Sgd::step_impl(const Tensor* skip_if) {
         T* buf = options_.momentum != 0 ? momentum_[i].data<T>() : nullptr;
         updates.push_back({p.data<T>(), p.grad().data<T>(), buf, nullptr, p.numel(),
                            weight_decay(i), first[i] != 0, 0, lr_slot});
-        if (skip_if != nullptr) {
-          RG_CHECK(skip_if->device() == p.device(), "sgd.step_unless: the flag is on ",
-                   skip_if->device().str(), ", parameter ", i, " on ", p.device().str());
-          updates.back().skip_if = skip_if->data<float>();
-        }
+        if (skip_if != nullptr) updates.back().skip_if = skip_if->data<float>();
       }
       kernels::Optim<B>::sgd_step_many(updates.data(), int64_t(updates.size()), s,
                                        kernel_ctx(lead));

@@ -118,6 +118,39 @@ TEST_F(DeviceTraining, GradScalerStepsLikeOnTheCpu) {
   expect_close(dev, cpu, 1e-6, 1e-5, "parameter after the scaled steps");
 }
 
+// On CUDA the scale and the growth tracker live on the device: state() (what checkpoints keep),
+// get_scale() and growth_tracker() read them there, and load_state() and update(new_scale) write
+// them there, also into a scaler whose scale moved to the device before.
+TEST_F(DeviceTraining, GradScalerStateIsTheDevicesValues) {
+  Generator gen(8);
+  Tensor p = random_tensor({100}, gen).to(kCuda).detach();
+  p.set_requires_grad(true);
+  optim::Sgd opt({p}, optim::SgdOptions{0.1, 0.9});
+  amp::GradScaler scaler({.init_scale = 256.0, .growth_interval = 5});
+  for (int it = 0; it < 3; ++it) {
+    p.set_grad((random_tensor({100}, gen) * 256.0).to(kCuda));
+    EXPECT_TRUE(scaler.step(opt));
+    scaler.update();
+  }
+  EXPECT_TRUE(scaler.decides_on_device(opt));
+  EXPECT_EQ(scaler.state().growth_tracker, 3) << "three good steps, read from the device";
+  EXPECT_EQ(scaler.state().scale, 256.0);
+  amp::GradScaler other({.init_scale = 1.0, .growth_interval = 5});
+  (void)other.scale(full({}, 1.0, DType::f32, kCuda));  // its scale moves to the device first
+  other.load_state(scaler.state());
+  EXPECT_EQ(other.growth_tracker(), 3);
+  EXPECT_EQ(other.get_scale(), 256.0);
+  other.update(1024.0);
+  EXPECT_EQ(other.get_scale(), 1024.0);
+  EXPECT_EQ(other.growth_tracker(), 3) << "update(new_scale) leaves the tracker, as PyTorch";
+  // Gradients on the CPU once the scale is on the GPU: a clear error, not a silent host path.
+  Tensor q = zeros({4});
+  q.set_requires_grad(true);
+  q.set_grad(ones({4}));
+  optim::Sgd cpu_opt({q}, optim::SgdOptions{0.1});
+  testing::expect_error([&] { scaler.unscale_(cpu_opt); }, "but the scale lives on cuda:0");
+}
+
 // clip_grad_norm_ (2 and inf norms) and clip_grad_value_ on device gradients: the norm stays on
 // the device and the gradients match the CPU's.
 TEST_F(DeviceTraining, GradientClippingLikeOnTheCpu) {
