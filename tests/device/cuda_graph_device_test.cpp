@@ -390,6 +390,54 @@ TEST_F(CudaGraphTraining, AnF16StepWithItsGradScalerReplaysItsEagerStepsBitForBi
   }
 }
 
+// With a huge initial scale the first f16 steps overflow: SGD has no momentum buffers yet, so the
+// GradScaler reads the flag back and the step stays eager (a capture then would fail) until a step
+// went through; the capture follows, and training matches eager steps bit for bit.
+TEST_F(CudaGraphTraining, AnF16StepIsCapturedOnlyOnceTheScalerDecidesOnTheDevice) {
+  const Shape sample{1, 28, 28};
+  std::vector<data::Batch> data = batches(sample, 10);
+  data[4] = data[5];
+  Training eager = make_training("mlp", sample), graphed = make_training("mlp", sample);
+  const amp::GradScalerOptions so{.init_scale = 1099511627776.0,  // 2^40
+                                  .backoff_factor = 1.0 / 65536};
+  amp::GradScaler eager_scaler(so), graphed_scaler(so);
+  train::GraphStep graph(*graphed.opt, kCuda, /*warmup_steps=*/1);
+  graph.add_dependency([&] { return graphed_scaler.decides_on_device(*graphed.opt); },
+                       [] { return uint64_t(0); });
+  DeferredChecks checks;
+  int first_on_device = -1;
+  for (int s = 0; s < 10; ++s) {
+    for (Training* r : {&eager, &graphed}) {
+      amp::GradScaler& scaler = r == &eager ? eager_scaler : graphed_scaler;
+      r->opt->zero_grad();
+      const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
+        Tensor loss;
+        {
+          const AutocastGuard autocast(kCuda, DType::f16);
+          loss = cross_entropy(r->model->forward(x), y);
+        }
+        scaler.scale(loss).backward();
+        scaler.step(*r->opt);
+        scaler.update();
+        return loss;
+      };
+      const data::Batch& b = data[size_t(s)];
+      const Tensor loss =
+          r == &graphed ? graph.run(body, b.inputs, b.targets) : body(b.inputs, b.targets);
+      r->losses.push_back(loss.item());
+    }
+    if (first_on_device < 0 && graphed_scaler.decides_on_device(*graphed.opt)) first_on_device = s;
+  }
+  checks.flush();
+  ASSERT_GE(first_on_device, 2) << "the first steps overflowed: read back, no momentum yet";
+  EXPECT_EQ(graph.captures(), 1);
+  EXPECT_EQ(graph.eager_steps(), first_on_device + 1) << "captured right after";
+  EXPECT_EQ(eager.losses, graphed.losses);
+  const auto pe = eager.model->named_parameters(), pg = graphed.model->named_parameters();
+  for (size_t i = 0; i < pe.size(); ++i)
+    expect_bitwise_equal(pe[i].second, pg[i].second, pe[i].first);
+}
+
 // A target out of range in a replayed step: the check cross_entropy posted at capture is posted
 // again after each replay and raised by the scope.
 TEST_F(CudaGraphTraining, ABadTargetInAReplayedStepIsRaised) {

@@ -4,7 +4,8 @@
 // with it (the communication stream joins the capture) and every replay runs them again, so
 // replayed DDP steps give the eager DDP steps' losses, parameters, buffers and momentum bit for
 // bit, through the one-time rebuild, a short batch run eagerly, gradient_as_bucket_view, the fp16
-// hook and static_graph; a replayed step queues no host-blocking call; a parameter without a
+// hook, static_graph and f16 autocast with its GradScaler; a replayed step queues no host-blocking
+// call; a parameter without a
 // gradient in the captured iteration, and a rank whose data ends in a replayed one, are still
 // named on every rank, one iteration late.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "comm/ddp.h"
 #include "comm/init.h"
 #include "data/synthetic.h"
+#include "engine/autocast.h"
 #include "engine/cuda/graph.h"
 #include "engine/cuda/runtime.h"
 #include "engine/cuda/stream.h"
@@ -26,6 +28,7 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
 #include "layers/activation.h"
+#include "layers/amp/grad_scaler.h"
 #include "layers/batch_norm.h"
 #include "layers/conv2d.h"
 #include "layers/linear.h"
@@ -87,24 +90,34 @@ struct Result {
 
 constexpr int kSteps = 8;
 
-// kSteps SGD steps with momentum of a DDP Net, eagerly or through a GraphStep.
-Result train(const DdpOptions& options, bool graphs) {
+// kSteps SGD steps with momentum of a DDP Net, eagerly or through a GraphStep; with `f16` under
+// f16 autocast with a GradScaler (captured once it leaves the skip to the device).
+Result train(const DdpOptions& options, bool graphs, bool f16 = false) {
   Generator gen(3);
   auto net = std::make_shared<Net>(gen);
   net->to(device());
   net->train();
   DistributedDataParallel ddp(net, default_group(), options);
   optim::Sgd opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2, .enabled = f16});
   std::optional<train::GraphStep> graph;
   if (graphs) {
     graph.emplace(opt, device(), /*warmup_steps=*/2, /*full_batch=*/kB);
     graph->add_dependency([&] { return ddp.reducer().ready_to_capture(); },
                           [&] { return ddp.reducer().buckets_version(); });
+    if (f16)
+      graph->add_dependency([&] { return scaler.decides_on_device(opt); },
+                            [] { return uint64_t(0); });
   }
   const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(ddp(x), y);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      const AutocastGuard autocast(device(), DType::f16, f16);
+      loss = cross_entropy(ddp(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
     return loss;
   };
   cuda::Backend& backend = cuda::runtime().backend();
@@ -155,7 +168,7 @@ TEST_F(DdpCudaGraphs, ReplayedIterationsEqualEagerDdpIterationsBitForBit) {
     const char* name;
     DdpOptions options;
   };
-  std::vector<Case> cases(4);
+  std::vector<Case> cases(5);
   cases[0].name = "allreduce";
   cases[1].name = "gradient_as_bucket_view";
   cases[1].options.gradient_as_bucket_view = true;
@@ -164,13 +177,15 @@ TEST_F(DdpCudaGraphs, ReplayedIterationsEqualEagerDdpIterationsBitForBit) {
   cases[3].name = "static_graph with find_unused_parameters";
   cases[3].options.static_graph = true;
   cases[3].options.find_unused_parameters = true;
+  cases[4].name = "f16 autocast with its GradScaler";
   for (Case& c : cases) {
+    const bool f16 = std::string(c.name).starts_with("f16");
     SCOPED_TRACE(c.name);
     c.options.bucket_cap_mb = 0.0005;  // several buckets
     c.options.first_bucket_mb = 0.0002;
     c.options.log = nullptr;
-    const Result eager = train(c.options, false);
-    const Result graphed = train(c.options, true);
+    const Result eager = train(c.options, false, f16);
+    const Result graphed = train(c.options, true, f16);
     EXPECT_EQ(graphed.captures, 1);
     EXPECT_EQ(graphed.replays, 5) << "steps 2, 3, 5, 6, 7";
     EXPECT_EQ(graphed.eager, 3) << "two warm-up steps and the short batch";
