@@ -1341,6 +1341,28 @@ Status check_self_p2p(const std::vector<Call>& calls) {
   return {};
 }
 
+// Under g_submit_mu: gives a collective its number; false for a count-0 collective, which NCCL
+// returns from at once (the number stays taken so later calls still match).
+bool number_call(Call& call) {
+  ncclComm& c = *call.comm;
+  if (!is_collective(call.desc.kind)) return true;
+  call.desc.seq = ++c.coll_seq;
+  call.skipped = c.last_skipped;
+  if (call.desc.count != 0) return true;
+  c.last_skipped = call.desc;
+  return false;
+}
+
+// Under g_submit_mu: the next turn of call's communicator for `work`, unless it has one.
+void take_turn(Work& work, const Call& call) {
+  const bool has_turn = std::any_of(work.tickets.begin(), work.tickets.end(),
+                                    [&](const auto& t) { return t.first == call.comm; });
+  if (has_turn) return;
+  std::lock_guard comm_lock(call.comm->mu);
+  work.tickets.emplace_back(call.comm, call.comm->next_ticket++);
+  ++call.comm->outstanding;
+}
+
 // The work of captured calls at one launch of their CUDA graph: numbered and given their
 // communicators' turns now, as calls made at this point would be.
 PreparedWork prepare_captured(const std::vector<Call>& captured) {
@@ -1348,22 +1370,8 @@ PreparedWork prepare_captured(const std::vector<Call>& captured) {
   {
     std::lock_guard lock(g_submit_mu);
     for (Call call : captured) {
-      ncclComm& c = *call.comm;
-      if (is_collective(call.desc.kind)) {
-        call.desc.seq = ++c.coll_seq;
-        call.skipped = c.last_skipped;
-        if (call.desc.count == 0) {
-          c.last_skipped = call.desc;
-          continue;
-        }
-      }
-      const bool has_turn = std::any_of(work->tickets.begin(), work->tickets.end(),
-                                        [&](const auto& t) { return t.first == call.comm; });
-      if (!has_turn) {
-        std::lock_guard comm_lock(c.mu);
-        work->tickets.emplace_back(call.comm, c.next_ticket++);
-        ++c.outstanding;
-      }
+      if (!number_call(call)) continue;
+      take_turn(*work, call);
       work->calls.push_back(std::move(call));
     }
   }
@@ -1430,19 +1438,8 @@ ncclResult_t submit(std::vector<Call> calls) {
   }
   std::lock_guard lock(g_submit_mu);
   std::vector<Call> queued;
-  for (Call& call : calls) {
-    ncclComm& c = *call.comm;
-    if (is_collective(call.desc.kind)) {
-      call.desc.seq = ++c.coll_seq;
-      call.skipped = c.last_skipped;
-      // NCCL returns at once for count 0; the number stays taken so later calls still match.
-      if (call.desc.count == 0) {
-        c.last_skipped = call.desc;
-        continue;
-      }
-    }
-    queued.push_back(std::move(call));
-  }
+  for (Call& call : calls)
+    if (number_call(call)) queued.push_back(std::move(call));
   // Streams, and which of them share a communicator (union-find).
   std::vector<StreamKey> keys;
   std::vector<size_t> key_of_call, parent;
@@ -1484,13 +1481,7 @@ ncclResult_t submit(std::vector<Call> calls) {
       if (std::find(joined.begin(), joined.end(), keys[key_of_call[i]]) == joined.end()) {
         joined.push_back(keys[key_of_call[i]]);
       }
-      const bool has_turn = std::any_of(work->tickets.begin(), work->tickets.end(),
-                                        [&](const auto& t) { return t.first == call.comm; });
-      if (!has_turn) {
-        std::lock_guard comm_lock(call.comm->mu);
-        work->tickets.emplace_back(call.comm, call.comm->next_ticket++);
-        ++call.comm->outstanding;
-      }
+      take_turn(*work, call);
     }
     const std::string what = work_name(*work);
     Status st;

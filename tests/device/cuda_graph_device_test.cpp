@@ -66,6 +66,22 @@ train::GraphStep::Body step_of(nn::Module& model, optim::Optimizer& opt) {
   };
 }
 
+// The same under f16 autocast with `scaler`: the scaled backward, its step and update.
+train::GraphStep::Body f16_step_of(nn::Module& model, optim::Optimizer& opt,
+                                   amp::GradScaler& scaler) {
+  return [&model, &opt, &scaler](const Tensor& x, const Tensor& y) {
+    Tensor loss;
+    {
+      const AutocastGuard autocast(kCuda, DType::f16);
+      loss = cross_entropy(model.forward(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss;
+  };
+}
+
 // Batches of 4 samples, the fifth of 2 (an epoch's short last batch), on the device.
 std::vector<data::Batch> batches(const Shape& sample, int n) {
   data::SyntheticDataset d(64, sample, 10, 5);
@@ -344,17 +360,7 @@ TEST_F(CudaGraphTraining, AnF16StepWithItsGradScalerReplaysItsEagerStepsBitForBi
     for (Training* r : {&eager, &graphed}) {
       amp::GradScaler& scaler = r == &eager ? eager_scaler : graphed_scaler;
       r->opt->zero_grad();
-      const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
-        Tensor loss;
-        {
-          const AutocastGuard autocast(kCuda, DType::f16);
-          loss = cross_entropy(r->model->forward(x), y);
-        }
-        scaler.scale(loss).backward();
-        scaler.step(*r->opt);
-        scaler.update();
-        return loss;
-      };
+      const train::GraphStep::Body body = f16_step_of(*r->model, *r->opt, scaler);
       const data::Batch& b = data[size_t(s)];
       Tensor loss;
       if (r == &graphed) {
@@ -410,17 +416,7 @@ TEST_F(CudaGraphTraining, AnF16StepIsCapturedOnlyOnceTheScalerDecidesOnTheDevice
     for (Training* r : {&eager, &graphed}) {
       amp::GradScaler& scaler = r == &eager ? eager_scaler : graphed_scaler;
       r->opt->zero_grad();
-      const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
-        Tensor loss;
-        {
-          const AutocastGuard autocast(kCuda, DType::f16);
-          loss = cross_entropy(r->model->forward(x), y);
-        }
-        scaler.scale(loss).backward();
-        scaler.step(*r->opt);
-        scaler.update();
-        return loss;
-      };
+      const train::GraphStep::Body body = f16_step_of(*r->model, *r->opt, scaler);
       const data::Batch& b = data[size_t(s)];
       const Tensor loss =
           r == &graphed ? graph.run(body, b.inputs, b.targets) : body(b.inputs, b.targets);

@@ -197,39 +197,54 @@ TEST_F(DdpCudaGraphs, ReplayedIterationsEqualEagerDdpIterationsBitForBit) {
   }
 }
 
+// A DDP Net with plain SGD through a GraphStep (the reducer its dependency), for the errors raised
+// through replays.
+struct GraphedDdp {
+  GraphedDdp() {
+    net->to(device());
+    net->train();
+    DdpOptions options;
+    options.log = nullptr;
+    ddp = std::make_unique<DistributedDataParallel>(net, default_group(), options);
+    opt = std::make_unique<optim::Sgd>(net->parameters(), optim::SgdOptions{.lr = 0.1});
+    graph = std::make_unique<train::GraphStep>(*opt, device(), /*warmup_steps=*/2);
+    graph->add_dependency([this] { return ddp->reducer().ready_to_capture(); },
+                          [this] { return ddp->reducer().buckets_version(); });
+  }
+  // One step on the batch of step `b`; the error it raised, or "".
+  std::string step(int b) {
+    const auto [x, y] = batch(b);
+    opt->zero_grad();
+    const train::GraphStep::Body body = [this](const Tensor& in, const Tensor& target) {
+      Tensor loss = cross_entropy((*ddp)(in), target);
+      loss.backward();
+      opt->step();
+      return loss;
+    };
+    return testing::error_of([&] { graph->run(body, x, y); });
+  }
+  Generator gen{3};
+  std::shared_ptr<Net> net = std::make_shared<Net>(gen);
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<optim::Sgd> opt;
+  std::unique_ptr<train::GraphStep> graph;
+  DeferredChecks checks;
+};
+
 // The captured iteration leaves a parameter without a gradient (the forward stops using it after
 // the warm-up): every replay sends zeros for it and flags it in the status element, which the
 // host reads after the next replay, so every rank throws the same named error, one iteration
 // late, instead of training on or hanging.
 TEST_F(DdpCudaGraphs, AParameterWithoutAGradientInTheCapturedIterationIsNamedOnEveryRank) {
-  Generator gen(3);
-  auto net = std::make_shared<Net>(gen);
-  net->to(device());
-  net->train();
-  DdpOptions options;
-  options.log = nullptr;
-  DistributedDataParallel ddp(net, default_group(), options);
-  optim::Sgd opt(net->parameters(), {.lr = 0.1});
-  train::GraphStep graph(opt, device(), /*warmup_steps=*/2);
-  graph.add_dependency([&] { return ddp.reducer().ready_to_capture(); },
-                       [&] { return ddp.reducer().buckets_version(); });
-  const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(ddp(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  DeferredChecks checks;
+  GraphedDdp t;
   std::string error;
   int failed_at = -1;
   for (int s = 0; s < 6 && error.empty(); ++s) {
-    net->use_spare = s < 2;  // the capture (step 2) and its replays leave `spare` out
-    const auto [x, y] = batch(s == 4 ? 5 : s);
-    opt.zero_grad();
-    error = testing::error_of([&] { graph.run(body, x, y); });
+    t.net->use_spare = s < 2;  // the capture (step 2) and its replays leave `spare` out
+    error = t.step(s == 4 ? 5 : s);
     failed_at = s;
   }
-  EXPECT_EQ(graph.captures(), 1);
+  EXPECT_EQ(t.graph->captures(), 1);
   EXPECT_EQ(failed_at, 3) << "raised after the replay that follows the captured iteration's";
   EXPECT_NE(error.find("reduction could not finish in iteration 3"), std::string::npos) << error;
   EXPECT_NE(error.find("spare.weight, spare.bias got none"), std::string::npos) << error;
@@ -242,35 +257,16 @@ TEST_F(DdpCudaGraphs, AParameterWithoutAGradientInTheCapturedIterationIsNamedOnE
 // status element's value is written before each replay from the host), so the next replay's
 // status check names it on every rank.
 TEST_F(DdpCudaGraphs, ARankWhoseDataEndsInAReplayedIterationIsNamedOnEveryRank) {
-  Generator gen(3);
-  auto net = std::make_shared<Net>(gen);
-  net->to(device());
-  net->train();
-  DdpOptions options;
-  options.log = nullptr;
-  DistributedDataParallel ddp(net, default_group(), options);
-  optim::Sgd opt(net->parameters(), {.lr = 0.1});
-  train::GraphStep graph(opt, device(), /*warmup_steps=*/2);
-  graph.add_dependency([&] { return ddp.reducer().ready_to_capture(); },
-                       [&] { return ddp.reducer().buckets_version(); });
-  const train::GraphStep::Body body = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(ddp(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  DeferredChecks checks;
+  GraphedDdp t;
   std::string error;
   int failed_at = -1;
   for (int s = 0; s < 8 && error.empty(); ++s) {
-    if (s == 5 && default_group()->rank() == 0) ddp.announce_last_iteration();
-    const auto [x, y] = batch(s == 4 ? 5 : s);
-    opt.zero_grad();
-    error = testing::error_of([&] { graph.run(body, x, y); });
+    if (s == 5 && default_group()->rank() == 0) t.ddp->announce_last_iteration();
+    error = t.step(s == 4 ? 5 : s);
     failed_at = s;
   }
-  EXPECT_EQ(graph.captures(), 1);
-  EXPECT_EQ(graph.replays(), 4) << "steps 2 to 5 (step 6's raised after its launch)";
+  EXPECT_EQ(t.graph->captures(), 1);
+  EXPECT_EQ(t.graph->replays(), 4) << "steps 2 to 5 (step 6's raised after its launch)";
   EXPECT_EQ(failed_at, 6);
   EXPECT_NE(error.find("rank 0: ran out of data (its last batch was iteration 6)"),
             std::string::npos)
