@@ -31,6 +31,7 @@
 #include "layers/optim/lr_schedule.h"
 #include "layers/optim/optimizer.h"
 #include "support/errors.h"
+#include "support/graph_training.h"
 #include "train/graph_step.h"
 #include "train/trainer.h"
 
@@ -519,22 +520,7 @@ TEST_F(CudaGraphTraining, WhatCannotBeReplayedIsRefusedByName) {
 TEST_F(CudaGraphTraining, TheTrainerReplaysFullBatchesAndMatchesEagerTraining) {
   const Shape sample{1, 28, 28};
   auto data = std::make_shared<data::SyntheticDataset>(14, sample, 10, 9);
-  std::vector<std::vector<std::pair<std::string, Tensor>>> weights;
-  std::vector<train::TrainResult> results;
-  for (bool graphs : {false, true}) {
-    manual_seed(11);
-    auto model = nn::make_model({.name = "mlp", .sample_shape = sample, .num_classes = 10});
-    auto opt = std::make_shared<optim::Sgd>(model->parameters(),
-                                            optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
-    train::Options o;
-    o.batch_size = 4;
-    o.device = "cuda";
-    o.cuda_graphs = graphs;
-    o.schedule = [](int64_t spe, int) { return std::make_shared<optim::StepLr>(0.05, spe, 0.5); };
-    train::Trainer trainer(model, opt, data, o);
-    results.push_back(trainer.fit(2));
-    weights.push_back(model->named_parameters());
-  }
+  const auto [results, weights] = testing::train_eager_and_graphed(data, sample, 10);
   EXPECT_EQ(results[1].graph_captures, 1) << "epoch 2's decayed rate needs no new capture";
   EXPECT_EQ(results[1].graph_replays, 4) << "epoch 1's third batch, epoch 2's first three";
   EXPECT_EQ(results[1].graph_eager_steps, 4) << "two warm-up steps, then each short batch";

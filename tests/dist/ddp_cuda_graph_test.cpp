@@ -37,6 +37,7 @@
 #include "layers/optim/optimizer.h"
 #include "layers/sequential.h"
 #include "support/errors.h"
+#include "support/graph_training.h"
 #include "train/graph_step.h"
 #include "train/trainer.h"
 
@@ -282,23 +283,7 @@ TEST_F(DdpCudaGraphs, TheTrainerCapturesDdpStepsAndMatchesEagerDdpTraining) {
   const int64_t per_rank = 14;  // 3 batches of 4 and one of 2
   auto data = std::make_shared<data::SyntheticDataset>(per_rank * default_group()->size(), sample,
                                                        kClasses, 9);
-  std::vector<std::vector<std::pair<std::string, Tensor>>> weights;
-  std::vector<train::TrainResult> results;
-  for (bool graphs : {false, true}) {
-    manual_seed(11);
-    auto model = nn::make_model({.name = "mlp", .sample_shape = sample, .num_classes = kClasses});
-    auto opt = std::make_shared<optim::Sgd>(model->parameters(),
-                                            optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
-    train::Options o;
-    o.batch_size = 4;
-    o.device = "cuda";
-    o.cuda_graphs = graphs;
-    o.eval_every = 0;
-    o.schedule = [](int64_t spe, int) { return std::make_shared<optim::StepLr>(0.05, spe, 0.5); };
-    train::Trainer trainer(model, opt, data, o);
-    results.push_back(trainer.fit(2));
-    weights.push_back(model->named_parameters());
-  }
+  const auto [results, weights] = testing::train_eager_and_graphed(data, sample, kClasses);
   EXPECT_EQ(results[1].graph_captures, 1);
   EXPECT_EQ(results[1].graph_replays, 4) << "epoch 1's third batch, epoch 2's first three";
   EXPECT_EQ(results[1].graph_eager_steps, 4) << "two warm-up steps, then each short batch";
