@@ -51,7 +51,8 @@ bool Trace::on_stream(const TraceEvent& e) const {
 std::vector<double> Trace::step_starts(int pid) const {
   std::vector<double> starts;
   for (const TraceEvent& e : events)
-    if (e.pid == pid && e.ph == 'X' && e.cat == "step" && e.name == "forward")
+    if (e.pid == pid && e.ph == 'X' && e.cat == "step" &&
+        (e.name == "forward" || (e.name == "cuda graph replay" && !on_stream(e))))
       starts.push_back(e.ts);
   std::sort(starts.begin(), starts.end());
   return starts;

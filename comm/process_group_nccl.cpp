@@ -244,6 +244,9 @@ struct ProcessGroupNCCL::Impl {
   // returns a Work that the watchdog completes.
   WorkPtr enqueue(const char* op, const std::string& detail, std::vector<Tensor> keep,
                   const std::function<void(cudaStream_t)>& launch, bool blocking = false) {
+    // Captured when the caller's stream is (not merely when a graph captures on this thread):
+    // the collective is then part of `graph`, whose replays the group watches.
+    cuda::Graph* const graph = cuda::Graph::capturing(device);
     std::unique_lock lock(mu);
     const uint64_t seq = next_seq++;
     auto work = std::make_shared<NcclWork>(op, seq, keep, device);
@@ -257,8 +260,6 @@ struct ProcessGroupNCCL::Impl {
       return work;
     }
     cuda::DeviceGuard guard(device);
-    cuda::Graph* graph = cuda::Graph::capturing();
-    if (graph != nullptr && graph->device() != device) graph = nullptr;
     cuda::Event inputs_ready;
     inputs_ready.record(cuda::current_stream(device));
     inputs_ready.wait(*stream);

@@ -141,9 +141,8 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
 
   // The CUDA graph capturing this reducer's work now, or null.
   cuda::Graph* capturing_graph() const {
-    cuda::Graph* g = cuda::Graph::capturing();
     const Device d = pg->tensor_device();
-    return g != nullptr && d.is_cuda() && g->device() == d.index ? g : nullptr;
+    return d.is_cuda() ? cuda::Graph::capturing(d.index) : nullptr;
   }
 
   size_t param_bytes(size_t i) const {

@@ -48,7 +48,7 @@ DeferredChecks* DeferredChecks::current() { return t_current; }
 
 void DeferredChecks::post(const Tensor& flag, int64_t limit,
                           std::function<std::string(int64_t)> describe) {
-  if (flag.device().is_cuda() && cuda::Graph::capturing() != nullptr) {
+  if (flag.device().is_cuda() && cuda::Graph::capturing(flag.device().index) != nullptr) {
     // Reading it back now would be captured, and its event could not be queried.
     captured_.push_back({flag, limit, std::move(describe)});
     return;

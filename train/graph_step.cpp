@@ -6,6 +6,7 @@
 #include "engine/cuda/stream.h"
 #include "engine/cuda/stream_trace.h"
 #include "engine/device_checks.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace rg::train {
@@ -134,6 +135,9 @@ Tensor GraphStep::run(const Body& body, const Tensor& inputs, const Tensor& targ
       ++eager_;
       return body(inputs, targets);
     }
+    // On the host's lane: a replayed step's own span (its body's forward span ran only at the
+    // capture), where the trace's step detection starts the step (apps/trace_file.h).
+    const trace::Scope step_span(c_ ? "cuda graph replay" : "cuda graph capture", "step");
     if (!c_) capture(body, inputs, targets);
     Captured& c = *c_;
     c.inputs.copy_(inputs, /*non_blocking=*/true);

@@ -68,6 +68,9 @@ class Backend {
   virtual GraphHandle end_capture(int device, StreamHandle stream);
   virtual void launch_graph(int device, GraphHandle graph, StreamHandle stream);
   virtual void destroy_graph(int device, GraphHandle graph);
+  // Whether `stream` is capturing now (cudaStreamIsCapturing: it began a capture, or joined one
+  // through an event); false for backends without graphs.
+  virtual bool stream_capturing(int device, StreamHandle stream);
 
   // What the caching allocators know about their blocks, for the emulator's stream-race detector
   // (no-ops on a real GPU): a device block handed out for work on `stream` and taken back, with

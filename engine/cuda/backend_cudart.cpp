@@ -184,6 +184,12 @@ class CudartBackend final : public Backend {
     DeviceScope scope(device);
     RG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_of(stream)));
   }
+  bool stream_capturing(int device, StreamHandle stream) override {
+    DeviceScope scope(device);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    RG_CUDA_CHECK(cudaStreamIsCapturing(stream_of(stream), &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
   void destroy_graph(int device, GraphHandle graph) override {
     DeviceScope scope(device);
     RG_CUDA_CHECK_RELEASE(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));

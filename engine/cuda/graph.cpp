@@ -24,6 +24,7 @@ void Backend::launch_graph(int device, GraphHandle, StreamHandle) {
   RG_FAIL("cuda:", device, ": CUDA graphs are not available with this CUDA backend");
 }
 void Backend::destroy_graph(int, GraphHandle) {}
+bool Backend::stream_capturing(int, StreamHandle) { return false; }
 
 namespace {
 thread_local Graph* t_capturing = nullptr;  // the Graph whose body runs on this thread
@@ -46,6 +47,20 @@ philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device) {
 }
 
 Graph* Graph::capturing() { return t_capturing; }
+
+Graph* Graph::capturing(int device) {
+  const Stream stream = current_stream(device);
+  const bool captured = runtime().backend().stream_capturing(device, stream.handle());
+  if (!captured) return nullptr;
+  Graph* g = t_capturing;
+  RG_CHECK(g != nullptr && g->device_ == device, "cuda:", device,
+           ": the current stream is being captured, but not by a cuda::Graph on this thread and "
+           "device (",
+           g == nullptr ? std::string("none is capturing")
+                        : "one is capturing on cuda:" + std::to_string(g->device_),
+           "); capture through rg::cuda::Graph, whose replays run the hooks this work needs");
+  return g;
+}
 
 Tensor Graph::replay_slots(int64_t n) {
   RG_CHECK(t_capturing == this, "cuda::Graph::replay_slots: only during the graph's capture");

@@ -51,6 +51,12 @@ class Graph {
   // the kernels to read; `on_replay(hook)` runs `hook` at each replay, in registration order,
   // before the graph's work, to write them (on the current stream, without blocking the host).
   static Graph* capturing();
+  // The Graph whose capture `device`'s current stream belongs to now (it began it, or joined it
+  // through an event), or null when that stream is not captured, whatever capturing() says.
+  // Throws rg::Error when the stream is captured by something other than a cuda::Graph of this
+  // thread and device (a raw cudaStreamBeginCapture): work that registers replay hooks (a
+  // captured collective, DDP's status) would be replayed without them.
+  static Graph* capturing(int device);
   Tensor replay_slots(int64_t n);
   void on_replay(std::function<void()> hook);
   // For what the host must do after each replay's work is queued (DDP reads a replay's status,

@@ -393,6 +393,33 @@ TEST_F(EmulatedProfile, AnF16ResNet18StepWithItsGradScalerHasNoHostStall) {
       << "step 1 (SGD's first momentum step after an overflow at step 0) reads the flag back";
 }
 
+// --cuda-graphs: a replayed step runs no forward of its own (its body ran once, at the capture),
+// yet each is a traced step (its host span "cuda graph replay"), the capture's step starts at its
+// forward, and a replayed step neither blocks the host nor makes a cuDNN descriptor.
+TEST_F(EmulatedProfile, EveryStepOfACudaGraphsRunIsATracedStepAndAReplayHasNoHostStall) {
+  constexpr int kSteps = 5;  // 2 eager warm-up steps, the capture (and its replay), 2 replays
+  const std::string trace = (dir_ / "resnet_graphs.json").string();
+  const auto train = train_resnet18(dir_, kSteps, trace, {"--cuda-graphs"});
+  ASSERT_EQ(train.exit_code, 0) << train.out;
+  const Trace t = read_trace(trace);
+  const Profile all = compute_profile(t, 0, "");
+  EXPECT_EQ(all.traced_steps, kSteps) << profile_table(all);
+  const auto host = by_name(all.host);
+  ASSERT_TRUE(host.contains("cuda graph replay")) << profile_table(all);
+  EXPECT_EQ(host.at("cuda graph replay").calls, kSteps - 3);
+  ASSERT_TRUE(host.contains("cuda graph capture")) << profile_table(all);
+  EXPECT_EQ(host.at("cuda graph capture").calls, 1);
+  ASSERT_TRUE(host.contains("forward"));
+  EXPECT_EQ(host.at("forward").calls, 3) << "the warm-up steps' and the capture's";
+  const Profile replayed = compute_profile(t, 0, "3:4");
+  EXPECT_EQ(replayed.stall_calls, 0) << profile_table(replayed);
+  EXPECT_EQ(replayed.descriptor_calls, 0) << profile_table(replayed);
+  const auto gpu = by_name(replayed.ops);
+  ASSERT_TRUE(gpu.contains("cuda graph replay")) << profile_table(replayed);
+  EXPECT_EQ(gpu.at("cuda graph replay").calls, 1);
+  EXPECT_FALSE(gpu.contains("conv2d")) << "a replay's kernels are one span";
+}
+
 // --channels-last (issue "ResNet-18 on Hopper", item 4): the weights are NHWC from the start and
 // the loader lays the batches out NHWC on the CPU, so no layout conversion runs on the GPU in
 // any step, forward or backward; every convolution and batch norm runs channels last.

@@ -52,7 +52,7 @@ class SnapshotRestart : public testing::ScratchDirTest {
                    port,
                    "--max-restarts",
                    std::to_string(max_restarts),
-                   RG_TRAIN_BINARY,
+                   binary_,
                    "--model",
                    "toynet",
                    "--dataset",
@@ -70,7 +70,7 @@ class SnapshotRestart : public testing::ScratchDirTest {
                    "--seed",
                    "5",
                    "--optimizer",
-                   "adamw",
+                   optimizer_,
                    "--lr-schedule",
                    "cosine",
                    "--snapshot",
@@ -81,6 +81,7 @@ class SnapshotRestart : public testing::ScratchDirTest {
       if (!fault.empty()) spec.env.push_back("RG_TEST_FAULT=" + fault);
       if (nodes > 1) spec.env.push_back("RG_STORE_TOKEN=two-nodes");
       spec.env.push_back("RG_NUM_THREADS=1");
+      spec.env.insert(spec.env.end(), env_.begin(), env_.end());
       specs.push_back(spec);
     }
     return testing::run_processes(specs, dir_, 240);
@@ -111,7 +112,10 @@ class SnapshotRestart : public testing::ScratchDirTest {
     return faulted;
   }
 
+  std::string binary_ = RG_TRAIN_BINARY;  // the trainer the workers run
+  std::string optimizer_ = "adamw";
   std::vector<std::string> extra_args_;  // more ringgrad-train flags
+  std::vector<std::string> env_;         // more variables for the launchers and their workers
   // Tensor or metadata names the final snapshot must (true) or must not (false) hold.
   std::vector<std::pair<std::string, bool>> expect_in_snapshot_;
 };
@@ -169,6 +173,24 @@ TEST_F(SnapshotRestart, PowerSgdErrorFeedbackAndFactorsSurviveAKill) {
   expect_identical_after(2, "step:10:1");
   expect_in_snapshot_.push_back({"powersgd.rank3.bucket0.error", true});
   expect_identical_after(4, "step:10:3");
+}
+
+// --cuda-graphs with f16 autocast on 2 emulated GPUs over the emulated NCCL: from step 3 each
+// step (forward with dropout, backward, DDP's all-reduces, the GradScaler's unscale and SGD's
+// update, the cosine schedule's rate) is a replay, with the GradScaler's scale and growth tracker
+// on the device. Rank 1 killed after step 10 resumes from step 8's snapshot (warm-up steps and a
+// new capture) and ends byte-identical, the scaler's state included.
+TEST_F(SnapshotRestart, CudaGraphsWithF16OnEmulatedGpusSurviveAKill) {
+  binary_ = RG_TRAIN_EMU_BINARY;
+  optimizer_ = "sgd";
+  extra_args_ = {"--device", "cuda", "--backend", "nccl", "--cuda-graphs", "--amp", "f16"};
+  env_ = {"RG_EMU_DEVICES=2"};
+  expect_in_snapshot_ = {{"scaler.scale", true}, {"scaler.growth_tracker", true}};
+  const testing::ProcessResult faulted = expect_identical_after(2, "step:10:1");
+  // The restarted workers: steps 9-10 eager, 11 captured and replayed, 12-18 replayed.
+  EXPECT_NE(faulted.out.find("CUDA graphs: 1 capture(s), 8 replayed steps, 2 eager steps"),
+            std::string::npos)
+      << faulted.out;
 }
 
 // Rank 0 killed half-way through writing the snapshot of step 8 (part of the file in its

@@ -306,6 +306,57 @@ TEST_F(DdpCudaGraphs, ABarrierInACaptureIsRefusedByName) {
   default_group()->barrier()->wait();  // every rank got here; the group still works
 }
 
+// A collective queued while the caller's stream is captured by something other than a
+// cuda::Graph (a raw cudaStreamBeginCapture) would be replayed without the group's hooks, its
+// replays unwatched: refused by name before anything is queued, and the group still works.
+TEST_F(DdpCudaGraphs, ACollectiveOnAStreamCapturedOutsideACudaGraphIsRefusedByName) {
+  const int d = device().index;
+  const cuda::Stream side = cuda::pooled_stream(d);
+  const cuda::StreamGuard on(side);
+  Tensor t = Tensor::empty({3}, DType::f32, device());
+  t.fill_(double(default_group()->rank() + 1));
+  cuda::Backend& backend = cuda::runtime().backend();
+  backend.begin_capture(d, side.handle());
+  EXPECT_TRUE(backend.stream_capturing(d, side.handle()));
+  EXPECT_EQ(cuda::Graph::capturing(), nullptr);
+  const std::string e = testing::error_of([&] { default_group()->all_reduce(t); });
+  backend.destroy_graph(d, backend.end_capture(d, side.handle()));
+  EXPECT_FALSE(backend.stream_capturing(d, side.handle()));
+  EXPECT_NE(e.find("the current stream is being captured, but not by a cuda::Graph"),
+            std::string::npos)
+      << e;
+  default_group()->all_reduce(t)->wait();
+  const int n = default_group()->size();
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(t.to(Device::cpu()).data<float>()[i], float(n * (n + 1) / 2));
+}
+
+// Two graphs of one group, each with an all-reduce, replayed alternately and with an eager
+// collective between: every launch runs its collective in the order the host queued it, on every
+// rank (the group watches each graph's replays with hooks of its own).
+TEST_F(DdpCudaGraphs, TwoGraphsOfOneGroupReplayAlternatelyWithEagerCollectivesBetween) {
+  const cuda::Stream side = cuda::pooled_stream(device().index);
+  const cuda::StreamGuard on(side);
+  const int n = default_group()->size(), r = default_group()->rank();
+  Tensor a = Tensor::empty({2}, DType::f32, device()), b = Tensor::empty({5}, DType::f32, device());
+  a.fill_(double(r + 1));
+  b.fill_(double(10 * (r + 1)));
+  cuda::Graph ga(device(), [&] { default_group()->all_reduce(a)->wait(); });
+  cuda::Graph gb(device(), [&] { default_group()->all_reduce(b)->wait(); });
+  ga.replay();                             // a: S = n(n+1)/2 everywhere
+  default_group()->all_reduce(b)->wait();  // b: 10 S
+  gb.replay();                             // b: 10 n S
+  ga.replay();                             // a: n S
+  default_group()->all_reduce(a)->wait();  // a: n^2 S
+  gb.replay();                             // b: 10 n^2 S
+  const float sum = float(n * (n + 1) / 2);
+  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(ha.data<float>()[i], float(n * n) * sum) << "rank " << r;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(hb.data<float>()[i], 10.f * float(n * n) * sum) << "rank " << r;
+  default_group()->barrier()->wait();
+}
+
 // What cannot be captured says so when the step would be: PowerSGD's state changes its tensors
 // every iteration.
 TEST_F(DdpCudaGraphs, AReducerThatCannotBeCapturedSaysWhy) {
