@@ -97,7 +97,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const nn::Module& model, bool g
 
 // The median of the windows' rates, peak memory, and (rank 0, --json) the figures as JSON.
 void report_results(const TrainBenchOptions& o, const std::vector<double>& rates,
-                    const nn::Module& model, Device device, const char* unit, bool print) {
+                    const nn::Module& model, Device device, const char* unit, bool print,
+                    const train::GraphStep* graph) {
   const bool gpt = o.model.starts_with("gpt-");
   std::vector<double> sorted = rates;
   std::sort(sorted.begin(), sorted.end());
@@ -126,6 +127,11 @@ void report_results(const TrainBenchOptions& o, const std::vector<double>& rates
                       {"params", model.parameter_count()},
                       {"peak_rss_mb", rss_mb}};
   if (gpt) j["block_size"] = o.block_size;
+  if (graph != nullptr) {
+    j["cuda_graph_captures"] = graph->captures();
+    j["cuda_graph_replays"] = graph->replays();
+    j["cuda_graph_eager_steps"] = graph->eager_steps();
+  }
   if (device.is_cuda()) {
     const cuda::DeviceMemoryStats mem = cuda::memory_stats(device.index);
     j["device_name"] = device_name(device);
@@ -207,7 +213,7 @@ CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
       ->default_val(true);
   train->add_flag("--cuda-graphs", t.cuda_graphs,
                   "CUDA: capture forward, backward and the optimizer step as one CUDA graph after "
-                  "2 warm-up steps and replay it (f16 with SGD only)");
+                  "2 warm-up steps and replay it");
   train->add_flag("--channels-last", t.channels_last,
                   "the model's 4-d weights and the batches channels last (NHWC, as PyTorch's "
                   "torch.channels_last)");
@@ -282,10 +288,6 @@ int run_train_bench(const TrainBenchOptions& o) {
   };
   std::optional<train::GraphStep> graph;
   if (o.cuda_graphs) {
-    RG_CHECK(o.amp != "f16" || opt->name() == "sgd",
-             "--cuda-graphs with --amp f16 needs SGD: the GradScaler skips an overflowed step on "
-             "the device only for SGD (",
-             opt->name(), " counts its steps on the host)");
     RG_CHECK(o.deferred_checks,
              "--cuda-graphs needs --deferred-checks true (a check read back "
              "at once cannot be captured)");
@@ -350,7 +352,7 @@ int run_train_bench(const TrainBenchOptions& o) {
   if (graph && print)
     fmt::print("cuda graphs: {} capture(s), {} replayed steps, {} eager steps\n", graph->captures(),
                graph->replays(), graph->eager_steps());
-  report_results(o, rates, *model, device, unit, print);
+  report_results(o, rates, *model, device, unit, print, graph ? &*graph : nullptr);
   if (pg) {
     ddp.reset();
     dist::destroy_process_group();

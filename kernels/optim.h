@@ -30,7 +30,10 @@ struct AdamParams {
 // instead of the ones it was launched with (engine/cuda/graph.h's replay slots): SGD's lr; Adam's
 // lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step) and 1 - lr * weight_decay. SGD only:
 // `skip_if`, when set, is an f32 flag in device memory (CUDA) or host memory (CPU): nonzero, the
-// update is skipped (GradScaler's found-inf, read by the kernel instead of the host).
+// update is skipped (GradScaler's found-inf, read by the kernel instead of the host). Adam on CUDA
+// only: `device_values`, when set, points to the three values above as f64 in device memory,
+// written by kernels::cuda::adam_count_steps from step counts kept on the device (the host does
+// not know whether the device skipped a step); Adam takes `skip_if` only with them.
 template <class T>
 struct ParamUpdate {
   T* p;
@@ -43,6 +46,7 @@ struct ParamUpdate {
   int64_t step;
   const void* replay_values = nullptr;
   const float* skip_if = nullptr;
+  const double* device_values = nullptr;
 };
 
 template <class B>
@@ -64,8 +68,8 @@ struct Optim {
   static void sgd_step_many(const ParamUpdate<T>* updates, int64_t count, const SgdParams& params,
                             Ctx ctx);
   template <class T>
-  static void adam_step_many(const ParamUpdate<T>* updates, int64_t count,
-                             const AdamParams& params, Ctx ctx);
+  static void adam_step_many(const ParamUpdate<T>* updates, int64_t count, const AdamParams& params,
+                             Ctx ctx);
 };
 
 namespace detail {

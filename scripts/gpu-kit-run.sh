@@ -350,7 +350,8 @@ resnet18_b64_bf16|resnet18|64|bf16|ResNet-18 b64 bf16
 resnet18_b256|resnet18|256|off|ResNet-18 b256 f32
 resnet18_b256_bf16|resnet18|256|bf16|ResNet-18 b256 bf16
 resnet18_b256_f16|resnet18|256|f16|ResNet-18 b256 f16 + GradScaler
-gpt_nano|gpt-nano|64|off|gpt-nano B64 T128 f32"
+gpt_nano|gpt-nano|64|off|gpt-nano B64 T128 f32
+gpt_nano_f16|gpt-nano|64|f16|gpt-nano B64 T128 f16 + GradScaler (AdamW)"
 WORKLOADS_QUICK="toynet_b64|toynet|64|off|ToyNet b64 f32
 resnet18_b256|resnet18|256|off|ResNet-18 b256 f32
 resnet18_b256_bf16|resnet18|256|bf16|ResNet-18 b256 bf16

@@ -9,6 +9,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/device_checks.h"
 #include "kernels/error.h"
+#include "layers/optim/optimizer.h"
 
 namespace rg::train {
 namespace {
@@ -280,12 +281,16 @@ void Trainer::make_graph_step() {
   }
   RG_CHECK(options_.grad_accum_steps == 1,
            "--cuda-graphs: gradient accumulation is not captured (use --grad-accum-steps 1)");
-  RG_CHECK(options_.amp != "f16" || optimizer_->name() == "sgd",
-           "--cuda-graphs with --amp f16 needs SGD: the GradScaler skips an overflowed step on the "
-           "device only for SGD (",
+  const auto* adam = dynamic_cast<const optim::Adam*>(optimizer_.get());
+  RG_CHECK(options_.amp != "f16" || dynamic_cast<const optim::Sgd*>(optimizer_.get()) != nullptr ||
+               (adam != nullptr && adam->counts_fit_on_device()),
+           "--cuda-graphs with --amp f16 needs SGD, Adam or AdamW, whose overflowed steps the "
+           "device skips without the host reading the flag (",
            optimizer_->name(),
-           " counts its steps on the host, so its overflow check is read back at every step); use "
-           "--amp bf16 or off");
+           adam != nullptr ? " with these betas: its bias corrections take more than 2^20 steps to "
+                             "reach 1, so its step counts stay on the host"
+                           : " does not",
+           "); use --amp bf16 or off");
   graph_step_ =
       std::make_unique<GraphStep>(*optimizer_, distributed_.device(), 2, options_.batch_size);
   // f16: captured once the GradScaler leaves the skip to the device (SGD's momentum buffers made).

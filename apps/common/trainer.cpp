@@ -19,6 +19,7 @@
 #include "engine/tf32.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
+#include "layers/optim/optimizer.h"
 #include "layers/optim/param_groups.h"
 #include "train/trainer.h"
 
@@ -343,10 +344,13 @@ std::string config_error(const TrainConfig& c) {
   if (c.cuda_graphs && c.find_unused_parameters && !c.static_graph)
     return "--cuda-graphs with --find-unused-parameters needs --static-graph (otherwise the used "
            "parameters are all-reduced and read back every iteration)";
-  if (c.cuda_graphs && c.amp == "f16" && c.optimizer != "sgd")
-    return "--cuda-graphs with --amp f16 needs --optimizer sgd (the GradScaler skips an "
-           "overflowed step on the device only for SGD; Adam counts its steps on the host, so its "
-           "overflow check is read back at every step); or use --amp bf16";
+  if (c.cuda_graphs && c.amp == "f16" && c.optimizer != "sgd" && c.adam_beta1 < 1 &&
+      c.adam_beta2 < 1 && optim::adam_bias_table(c.adam_beta1, c.adam_beta2).empty())
+    return fmt::format(
+        "--cuda-graphs with --amp f16 and --optimizer {} needs betas whose bias corrections reach "
+        "1 within 2^20 steps (--adam-beta1 {} --adam-beta2 {} do not: the step counts stay on the "
+        "host, so the overflow check is read back at every step); or use --amp bf16",
+        c.optimizer, c.adam_beta1, c.adam_beta2);
   // A joined rank shadows DDP's collectives and the progress output's loss sums; the collectives
   // below run at steps it cannot follow (SyncBatchNorm's in the forward, the checks' and the
   // mid-epoch snapshots' at optimizer steps), and PowerSGD's error feedback cannot send zeros.

@@ -7,9 +7,9 @@
 // before each replay. A tensor the callable frees that was made before the capture stays reserved
 // until the graph is destroyed. Host code in the callable runs once, at capture: host values that
 // change per step reach the replays only through replay slots written by on_replay hooks (random
-// ops' offsets, the optimizers' learning rates and Adam's step counts do); host-blocking calls fail
-// the capture. Other streams may join the capture through events (ProcessGroupNCCL's stream does),
-// and must be joined back before it ends (kernels/emu emulates both).
+// ops' offsets, the optimizers' learning rates and Adam's host-counted steps do); host-blocking
+// calls fail the capture. Other streams may join the capture through events (ProcessGroupNCCL's
+// stream does), and must be joined back before it ends (kernels/emu emulates both).
 #pragma once
 
 #include <cstdint>

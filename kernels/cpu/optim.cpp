@@ -87,8 +87,8 @@ void Optim<Cpu>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
     const ParamUpdate<T>& u = updates[i];
     RG_CHECK(u.replay_values == nullptr,
              "adam_step_many: replay values (a CUDA graph's) on the CPU");
-    RG_CHECK(u.skip_if == nullptr,
-             "adam_step_many: a skip flag (Adam's step counts live on the host)");
+    RG_CHECK(u.skip_if == nullptr && u.device_values == nullptr,
+             "adam_step_many: a skip flag or step counts in device memory on the CPU");
     a.weight_decay = u.weight_decay;
     adam_step(u.p, u.g, u.state1, u.state2, u.n, a, u.step, ctx);
   }

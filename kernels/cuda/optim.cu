@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise_common.cuh"
+#include "kernels/cuda/optim.h"
 #include "kernels/error.h"
 #include "kernels/optim.h"
 
@@ -33,6 +34,8 @@ struct AdamArgs {
   A step_size, inv_sqrt_bc2, beta1, beta2, eps, weight_decay, decay;  // decay = 1 - lr * wd
   bool has_weight_decay, decoupled;
   const A* replay = nullptr;  // step_size, inv_sqrt_bc2 and decay in device memory (a graph's)
+  const double* computed = nullptr;  // the same as f64, from the device's step counts
+  const float* skip = nullptr;       // nonzero: no update (GradScaler's found-inf)
 #if defined(RG_CUDA_EMU)
   static constexpr int kReplayValues = 3;  // what the race detector sees read at `replay`
 #endif
@@ -59,13 +62,13 @@ template <class D>
 __device__ __forceinline__ void adam_element(D* p, const D* g, D* m, D* v, int64_t i,
                                              const AdamArgs<compute_t<D>>& a) {
   using A = compute_t<D>;
-  const A step_size = a.replay ? a.replay[0] : a.step_size;
-  const A inv_sqrt_bc2 = a.replay ? a.replay[1] : a.inv_sqrt_bc2;
+  const A step_size = a.replay ? a.replay[0] : a.computed ? A(a.computed[0]) : a.step_size;
+  const A inv_sqrt_bc2 = a.replay ? a.replay[1] : a.computed ? A(a.computed[1]) : a.inv_sqrt_bc2;
   A pi = load(p[i]);
   A grad = load(g[i]);
   if (a.has_weight_decay) {
     if (a.decoupled) {
-      pi *= a.replay ? a.replay[2] : a.decay;
+      pi *= a.replay ? a.replay[2] : a.computed ? A(a.computed[2]) : a.decay;
     } else {
       grad += a.weight_decay * pi;
     }
@@ -113,6 +116,8 @@ struct TensorList {
         out.push_back({args[t].replay, Args::kReplayValues * sizeof(*args[t].replay), false});
       if constexpr (requires { args[t].skip; })
         if (args[t].skip) out.push_back({args[t].skip, sizeof(float), false});
+      if constexpr (requires { args[t].computed; })
+        if (args[t].computed) out.push_back({args[t].computed, 3 * sizeof(double), false});
     }
   }
 #endif
@@ -130,9 +135,27 @@ __global__ void sgd_many_kernel(TensorList<D, SgdArgs<compute_t<D>>> list) {
 template <class D>
 __global__ void adam_many_kernel(TensorList<D, AdamArgs<compute_t<D>>> list) {
   const int t = int(blockIdx.y);
+  if (list.args[t].skip != nullptr && *list.args[t].skip != 0.0f) return;  // uniform per block
   const int64_t n = list.n[t];
   for (int64_t i = grid_start(); i < n; i += grid_stride())
     adam_element(list.p[t], list.g[t], list.s1[t], list.s2[t], i, list.args[t]);
+}
+
+// Adam's step counts on the device (kernels/cuda/optim.h): one thread per listed parameter.
+__global__ void adam_count_steps_kernel(AdamStepList list, int64_t* counts, double* values,
+                                        const double* weight_decay, const double* table,
+                                        int64_t last, const double* lr, const float* skip) {
+  const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= list.count) return;
+  const int32_t i = list.index[t];
+  int64_t c = counts[i];
+  if (skip == nullptr || *skip == 0.0f) counts[i] = ++c;
+  const int64_t k = c < last ? c : last;
+  const double l = *lr;
+  // As the host computes them: lr / bc1 (IEEE division), 1 - lr * wd rounded twice (no FMA).
+  values[3 * i] = l / table[2 * k];
+  values[3 * i + 1] = table[2 * k + 1];
+  values[3 * i + 2] = __dadd_rn(1.0, -__dmul_rn(l, weight_decay[i]));
 }
 
 // Launches `kernel` over `updates` in lists of at most kMaxTensors, skipping empty tensors; args(u)
@@ -253,8 +276,9 @@ void Optim<Cuda>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
   using A = compute_t<D>;
   for (int64_t i = 0; i < count; ++i) {
     kernels::detail::check_adam(updates[i].n, updates[i].step);
-    RG_CHECK(updates[i].skip_if == nullptr,
-             "adam_step_many: a device-side skip flag (Adam's step counts live on the host)");
+    RG_CHECK(updates[i].skip_if == nullptr || updates[i].device_values != nullptr,
+             "adam_step_many: a device-side skip flag needs the step counts on the device "
+             "(device_values)");
   }
   cuda::launch_many(
       cuda::adam_many_kernel<D>, updates, count,
@@ -270,9 +294,23 @@ void Optim<Cuda>::adam_step_many(const ParamUpdate<T>* updates, int64_t count,
                                  A(1.0 - params.lr * u.weight_decay),
                                  u.weight_decay != 0,
                                  params.decoupled_weight_decay,
-                                 static_cast<const A*>(u.replay_values)};
+                                 static_cast<const A*>(u.replay_values),
+                                 u.device_values,
+                                 u.skip_if};
       },
       ctx.stream, "adam_step_many");
+}
+
+void cuda::adam_count_steps(const AdamStepList& list, int64_t* counts, double* values,
+                            const double* weight_decay, const double* table, int64_t last,
+                            const double* lr, const float* skip, void* stream) {
+  RG_CHECK(list.count >= 0 && list.count <= AdamStepList::kMax, "adam_count_steps: list of ",
+           list.count, " parameters");
+  RG_CHECK(last >= 1, "adam_count_steps: the table needs entries 0 to >= 1, got last ", last);
+  if (list.count == 0) return;
+  using namespace cuda::detail;
+  RG_LAUNCH(cuda::adam_count_steps_kernel, unsigned((list.count + 255) / 256), 256, 0,
+            as_stream(stream), list, counts, values, weight_decay, table, last, lr, skip);
 }
 
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).

@@ -135,9 +135,9 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   st.skips_on_device = optimizer.can_skip_on_device();
   RG_CHECK(st.skips_on_device || cuda::Graph::capturing() == nullptr,
            "GradScaler: ", optimizer.name(),
-           " cannot skip a step on the device (Adam counts its steps on the host; SGD takes its "
-           "first momentum step), so the overflow check is read back, which a CUDA graph capture "
-           "cannot do");
+           " cannot skip a step on the device now (SGD's first momentum step, Adam's betas too "
+           "close to 1, or parameters off the scale's GPU), so the overflow check is read back, "
+           "which a CUDA graph capture cannot do");
   Tensor& found = found_on_device_[&optimizer];
   if (!found.defined())
     found = zeros({1}, DType::f32, d.device);

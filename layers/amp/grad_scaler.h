@@ -13,11 +13,12 @@
 // On CUDA (from the first scale() or unscale_() that sees CUDA tensors) the scale, the growth
 // tracker, 1/scale and each optimizer's inf/NaN flag live on that one device, as PyTorch's scale
 // tensors, and nothing is read back in a step when the optimizer can skip a step on the device
-// (optim::Optimizer::can_skip_on_device: SGD once its momentum buffers exist): step() queues
+// (optim::Optimizer::can_skip_on_device: SGD once its momentum buffers exist, Adam and AdamW,
+// whose step counts then move to the device): step() queues
 // optimizer.step_unless(flag) and update() adjusts the scale with a kernel (PyTorch's fused
 // optimizers' found_inf and _amp_update_scale_). So a step has no host stall and can be captured
-// into a CUDA graph. Otherwise (Adam, whose step counts live on the host; SGD's first momentum
-// step) unscale_ reads the flag back once, as PyTorch's step() does. get_scale(),
+// into a CUDA graph. Otherwise (SGD's first momentum step; Adam with betas too close to 1, whose
+// counts stay on the host) unscale_ reads the flag back once, as PyTorch's step() does. get_scale(),
 // growth_tracker() and state() read the device values (a wait). One CUDA device per scaler: once
 // its scale is there, gradients or losses on the CPU or on another device are clear errors
 // (PyTorch keeps a flag per device; a model split over GPUs under one optimizer is refused).

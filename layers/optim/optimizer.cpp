@@ -15,6 +15,7 @@
 #include "engine/dispatch.h"
 #include "engine/ops/check.h"
 #include "engine/ops/factory.h"
+#include "kernels/cuda/optim.h"
 #include "kernels/error.h"
 #include "kernels/optim.h"
 
@@ -292,17 +293,133 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_w
   RG_CHECK(options.weight_decay >= 0, name(), ": invalid weight_decay ", options.weight_decay);
 }
 
-void Adam::step() {
+namespace {
+constexpr int64_t kMaxBiasTable = int64_t(1) << 20;  // steps
+}  // namespace
+
+struct Adam::OnDevice {
+  Device device;
+  Tensor counts;        // i64 [params]: each parameter's steps so far
+  Tensor weight_decay;  // f64 [params]
+  Tensor table;         // f64 [2 (last + 1)]: Adam::bias_table_
+  int64_t last = 0;
+  Tensor lr;      // f64 [1]
+  Tensor values;  // f64 [3 params]: ParamUpdate::device_values, written by the counting kernel
+  std::optional<double> lr_written;
+  std::vector<double> weight_decay_written;
+};
+
+std::vector<double> adam_bias_table(double beta1, double beta2) {
+  // 1 - beta^t rounds to 1 once beta^t < 2^-54, and beta^t only falls: from `last` on both stay 1.
+  std::vector<double> table;
+  for (int64_t t = 0; t <= kMaxBiasTable; ++t) {
+    const double bc1 = 1.0 - std::pow(beta1, double(t));
+    const double bc2 = 1.0 - std::pow(beta2, double(t));
+    const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+    table.push_back(bc1);
+    table.push_back(inv_sqrt_bc2);
+    if (t >= 1 && bc1 == 1.0 && inv_sqrt_bc2 == 1.0) return table;
+  }
+  return {};
+}
+
+const std::vector<double>& Adam::bias_table() const {
+  if (!bias_table_done_) bias_table_ = adam_bias_table(options_.beta1, options_.beta2);
+  bias_table_done_ = true;
+  return bias_table_;
+}
+
+bool Adam::can_skip_on_device() const {
+  if (bias_table().empty()) return false;
+  std::optional<Device> device;
+  if (on_device_) device = on_device_->device;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    if (!g.device().is_cuda() || !params_[i].device().is_cuda()) return false;
+    if (device && params_[i].device() != *device) return false;
+    device = params_[i].device();
+  }
+  return true;
+}
+
+void Adam::step_unless(const Tensor& skip_if) {
+  RG_CHECK(skip_if.defined() && skip_if.numel() == 1 && skip_if.dtype() == DType::f32 &&
+               skip_if.device().is_cuda(),
+           name(), ".step_unless: the flag must be one f32 on a CUDA device");
+  RG_CHECK(can_skip_on_device(), name(),
+           ".step_unless: a parameter is not on CUDA, the parameters are on several devices, or "
+           "the betas' bias corrections take more than 2^20 steps to reach 1 (call step() after "
+           "reading the flag)");
+  for (size_t i = 0; i < params_.size(); ++i)  // before anything is launched
+    RG_CHECK(!params_[i].grad().defined() || params_[i].device() == skip_if.device(), name(),
+             ".step_unless: the flag is on ", skip_if.device().str(), ", parameter ", i, " on ",
+             params_[i].device().str());
+  if (!on_device_) {
+    // The counts move to the device: from now on only the device knows which steps it took.
+    RG_CHECK(cuda::Graph::capturing() == nullptr, name(),
+             ".step_unless: its first call moves the step counts to the device, which cannot be "
+             "captured: call it once before capturing");
+    NoGradGuard no_grad;
+    auto d = std::make_shared<OnDevice>();
+    d->device = skip_if.device();
+    const auto n = int64_t(params_.size());
+    Tensor counts = Tensor::empty_pinned({n}, DType::i64);
+    std::copy(steps_.begin(), steps_.end(), counts.data<int64_t>());
+    d->counts = Tensor::empty({n}, DType::i64, d->device);
+    d->counts.copy_(counts, /*non_blocking=*/true);
+    const std::vector<double>& bias = bias_table();
+    Tensor table = Tensor::empty_pinned({int64_t(bias.size())}, DType::f64);
+    std::copy(bias.begin(), bias.end(), table.data<double>());
+    d->table = Tensor::empty(table.shape(), DType::f64, d->device);
+    d->table.copy_(table, /*non_blocking=*/true);
+    d->last = int64_t(bias.size()) / 2 - 1;
+    d->weight_decay = Tensor::empty({n}, DType::f64, d->device);
+    d->lr = Tensor::empty({1}, DType::f64, d->device);
+    d->values = Tensor::empty({3 * n}, DType::f64, d->device);
+    on_device_ = std::move(d);
+    ++state_version_;  // a graph captured before counts on the host (train::GraphStep drops it)
+  }
+  step_impl(&skip_if);
+}
+
+// What the counting kernel reads besides the counts, written when it changed (on the current
+// stream, without blocking the host).
+void Adam::write_hyperparameters(OnDevice& d) const {
+  if (d.lr_written != lr_) {
+    d.lr.fill_(lr_);
+    d.lr_written = lr_;
+  }
+  std::vector<double> wd(params_.size());
+  for (size_t i = 0; i < wd.size(); ++i) wd[i] = weight_decay(i);
+  if (wd != d.weight_decay_written) {
+    Tensor host = Tensor::empty_pinned({int64_t(wd.size())}, DType::f64);
+    std::copy(wd.begin(), wd.end(), host.data<double>());
+    d.weight_decay.copy_(host, /*non_blocking=*/true);
+    d.weight_decay_written = std::move(wd);
+  }
+}
+
+std::vector<int64_t> Adam::step_counts() const {
+  if (!on_device_) return steps_;
+  const Tensor host = on_device_->counts.to(Device::cpu());
+  return {host.data<int64_t>(), host.data<int64_t>() + host.numel()};
+}
+
+void Adam::step_impl(const Tensor* skip_if) {
   NoGradGuard no_grad;
   const cuda::OpSpan span(decoupled_ ? "adamw.step" : "adam.step", "optimizer",
                           params_device(params_));
   const kernels::AdamParams a{lr_, options_.beta1, options_.beta2, options_.eps, 0.0, decoupled_};
   cuda::Graph* const graph = cuda::Graph::capturing();
+  OnDevice* const d = on_device_.get();
   std::vector<size_t> live;  // the parameters with a gradient
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     check_grad(params_[i], g, i);
+    RG_CHECK(d == nullptr || params_[i].device() == d->device, name(), ": parameter ", i, " on ",
+             params_[i].device().str(), "; its step counts are on ", d ? d->device.str() : "");
     if (!m_[i].defined()) {
       // Zeroed by the capture's kernels, the moments would restart at every replay.
       RG_CHECK(graph == nullptr, name(), ": parameter ", i,
@@ -313,24 +430,45 @@ void Adam::step() {
     }
     follow_layout(m_[i], i);
     follow_layout(v_[i], i);
-    ++steps_[i];
+    if (d == nullptr) ++steps_[i];
     live.push_back(i);
   }
-  // In a capture the step counts, the learning rate and the values made of them are the replays':
-  // each replay counts its step and writes them to the graph's replay slots first.
-  Tensor slots;  // three per live parameter, in `live` order
-  if (graph != nullptr && !live.empty()) {
+  if (live.empty()) return;
+  std::vector<const void*> values(params_.size(), nullptr);
+  if (d != nullptr) {
+    // The device counts the step unless the flag says skip, and computes the values from the
+    // counts; in a capture the learning rate is the replay's (written before each one).
+    if (graph != nullptr)
+      graph->on_replay([this, keep = on_device_] { write_hyperparameters(*keep); });
+    else
+      write_hyperparameters(*d);
+    const float* skip = skip_if != nullptr ? skip_if->data<float>() : nullptr;
+    dispatch_on(d->device, DType::f64, name().c_str(), [&]<class T, class B>() {
+      if constexpr (kOnCuda<B> && std::is_same_v<T, double>) {
+        for (size_t first = 0; first < live.size(); first += kernels::cuda::AdamStepList::kMax) {
+          kernels::cuda::AdamStepList list;
+          for (size_t k = first; k < live.size() && list.count < list.kMax; ++k)
+            list.index[list.count++] = int32_t(live[k]);
+          kernels::cuda::adam_count_steps(list, d->counts.data<int64_t>(), d->values.data<double>(),
+                                          d->weight_decay.data<double>(), d->table.data<double>(),
+                                          d->last, d->lr.data<double>(), skip,
+                                          cuda_stream(d->counts));
+        }
+      }
+    });
+  } else if (graph != nullptr) {
+    // In a capture the step counts, the learning rate and the values made of them are the
+    // replays': each replay counts its step and writes them to the graph's replay slots first.
     for (size_t i : live) {
       RG_CHECK(params_[i].device().is_cuda(), name(), ": parameter ", i, " on ",
                params_[i].device().str(), " in a CUDA graph capture");
       --steps_[i];  // the capture runs nothing
     }
-    slots = graph->replay_slots(3 * int64_t(live.size()));
+    const Tensor slots = graph->replay_slots(3 * int64_t(live.size()));  // three per parameter
     graph->on_replay([this, live, slots] { write_replay_values(live, slots); });
+    for (size_t k = 0; k < live.size(); ++k)
+      values[live[k]] = static_cast<const char*>(slots.raw_data()) + 24 * k;
   }
-  std::vector<const void*> values(params_.size(), nullptr);
-  for (size_t k = 0; slots.defined() && k < live.size(); ++k)
-    values[live[k]] = static_cast<const char*>(slots.raw_data()) + 24 * k;
   // All parameters of one device and dtype in one multi-tensor call (a few kernel launches).
   for (const std::vector<size_t>& group : update_groups(params_, live)) {
     const Tensor& lead = params_[group.front()];
@@ -340,10 +478,14 @@ void Adam::step() {
       for (size_t i : group) {
         Tensor& p = params_[i];
         // (in a capture the launch checks the next replay's step number; the kernel reads the
-        // replay's values)
-        const int64_t step = graph != nullptr ? steps_[i] + 1 : steps_[i];
+        // replay's values; with the counts on the device it reads theirs)
+        const int64_t step = d != nullptr ? 1 : graph != nullptr ? steps_[i] + 1 : steps_[i];
         updates.push_back({p.data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(),
                            p.numel(), weight_decay(i), false, step, values[i]});
+        if (d != nullptr) {
+          updates.back().device_values = d->values.data<double>() + 3 * i;
+          if (skip_if != nullptr) updates.back().skip_if = skip_if->data<float>();
+        }
       }
       kernels::Optim<B>::adam_step_many(updates.data(), int64_t(updates.size()), a,
                                         kernel_ctx(lead));
@@ -376,17 +518,19 @@ void Adam::write_replay_values(const std::vector<size_t>& live, const Tensor& sl
 
 NamedTensors Adam::state() const {
   NamedTensors out;
+  const std::vector<int64_t> steps = step_counts();
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (steps_[i] == 0) continue;
+    if (steps[i] == 0) continue;
     const std::string prefix = std::to_string(i) + ".";
     out.emplace_back(prefix + "exp_avg", m_[i]);
     out.emplace_back(prefix + "exp_avg_sq", v_[i]);
-    out.emplace_back(prefix + "step", full({}, double(steps_[i]), DType::i64));
+    out.emplace_back(prefix + "step", full({}, double(steps[i]), DType::i64));
   }
   return out;
 }
 
 void Adam::clear_state() {
+  on_device_.reset();  // the counts are the host's again (a graph using these is dropped)
   for (size_t i = 0; i < params_.size(); ++i) {
     m_[i] = Tensor();
     v_[i] = Tensor();

@@ -176,16 +176,19 @@ TEST_F(SnapshotRestart, PowerSgdErrorFeedbackAndFactorsSurviveAKill) {
 }
 
 // --cuda-graphs with f16 autocast on 2 emulated GPUs over the emulated NCCL: from step 3 each
-// step (forward with dropout, backward, DDP's all-reduces, the GradScaler's unscale and SGD's
+// step (forward with dropout, backward, DDP's all-reduces, the GradScaler's unscale and AdamW's
 // update, the cosine schedule's rate) is a replay, with the GradScaler's scale and growth tracker
-// on the device. Rank 1 killed after step 10 resumes from step 8's snapshot (warm-up steps and a
-// new capture) and ends byte-identical, the scaler's state included.
+// and AdamW's step counts on the device. Rank 1 killed after step 10 resumes from step 8's
+// snapshot (warm-up steps and a new capture) and ends byte-identical, the scaler's state and the
+// step counts included.
 TEST_F(SnapshotRestart, CudaGraphsWithF16OnEmulatedGpusSurviveAKill) {
   binary_ = RG_TRAIN_EMU_BINARY;
-  optimizer_ = "sgd";
   extra_args_ = {"--device", "cuda", "--backend", "nccl", "--cuda-graphs", "--amp", "f16"};
   env_ = {"RG_EMU_DEVICES=2"};
-  expect_in_snapshot_ = {{"scaler.scale", true}, {"scaler.growth_tracker", true}};
+  expect_in_snapshot_ = {{"scaler.scale", true},
+                         {"scaler.growth_tracker", true},
+                         {"optimizer.0.step", true},  // read back from the device
+                         {"optimizer.0.exp_avg", true}};
   const testing::ProcessResult faulted = expect_identical_after(2, "step:10:1");
   // The restarted workers: steps 9-10 eager, 11 captured and replayed, 12-18 replayed.
   EXPECT_NE(faulted.out.find("CUDA graphs: 1 capture(s), 8 replayed steps, 2 eager steps"),

@@ -24,7 +24,7 @@ set(cases
   "--tf32,fast|--tf32: fast not in"
   "--cuda-graphs|--cuda-graphs needs --device cuda (got cpu)"
   "--cuda-graphs,--device,cuda,--grad-accum-steps,2|--cuda-graphs cannot be combined with --grad"
-  "--cuda-graphs,--device,cuda,--amp,f16,--optimizer,adam|--cuda-graphs with --amp f16 needs --optimizer sgd"
+  "--cuda-graphs,--device,cuda,--amp,f16,--optimizer,adam,--adam-beta2,0.99999|--cuda-graphs with --amp f16 and --optimizer adam needs betas whose bias corrections reach 1 within 2^20 steps (--adam-beta1 0.9 --adam-beta2 0.99999 do not"
   "--cuda-graphs,--device,cuda,--mode,dp|--cuda-graphs cannot be combined with --mode dp"
   "--cuda-graphs,--device,cuda,--join|--cuda-graphs cannot be combined with --join"
   "--cuda-graphs,--device,cuda,--sync-bn|--cuda-graphs cannot be combined with --sync-bn"

@@ -397,6 +397,113 @@ TEST_F(CudaGraphTraining, AnF16StepWithItsGradScalerReplaysItsEagerStepsBitForBi
   }
 }
 
+// An optimizer whose steps the host decides: GradScaler reads the flag back and calls step() (the
+// reference for one that decides on the device).
+class HostDecided final : public optim::Optimizer {
+ public:
+  explicit HostDecided(std::unique_ptr<optim::Optimizer> inner)
+      : Optimizer({{inner->params(), std::nullopt}}, inner->lr(), 0.0), inner_(std::move(inner)) {}
+  void step() override {
+    inner_->set_lr(lr());
+    inner_->step();
+  }
+  std::string name() const override { return inner_->name(); }
+  NamedTensors state() const override { return inner_->state(); }
+
+ private:
+  void clear_state() override {}
+  bool restore_state(size_t, const std::string&, const Tensor&) override { return false; }
+  std::unique_ptr<optim::Optimizer> inner_;
+};
+
+// --amp f16 with AdamW: its step counts move to the device (GradScaler::step's step_unless), where
+// a kernel counts the steps the overflow flag does not skip and computes the bias corrections;
+// eagerly and replayed from a graph (with a new learning rate at every step), the parameters,
+// moments and step counts are those of AdamW stepped by the host after reading the flag, bit for
+// bit, through growth, overflows and skipped steps, and no replayed step reads anything back.
+TEST_F(CudaGraphTraining, AnF16AdamWStepDecidedOnTheDeviceIsTheHostDecidedOneBitForBit) {
+  cuda::Backend& backend = cuda::runtime().backend();
+  const Shape sample{1, 28, 28};
+  std::vector<data::Batch> data = batches(sample, 12);
+  data[4] = data[5];
+  Training host = make_training("mlp", sample), eager = make_training("mlp", sample),
+           graphed = make_training("mlp", sample);
+  const optim::AdamOptions ao{.lr = 1e-3, .weight_decay = 0.1};
+  std::unique_ptr<optim::Optimizer> host_opt =
+      std::make_unique<HostDecided>(optim::make_adamw(host.model->parameters(), ao));
+  std::unique_ptr<optim::Optimizer> eager_opt = optim::make_adamw(eager.model->parameters(), ao);
+  std::unique_ptr<optim::Optimizer> graph_opt = optim::make_adamw(graphed.model->parameters(), ao);
+  EXPECT_FALSE(host_opt->can_skip_on_device());
+  EXPECT_TRUE(eager_opt->can_skip_on_device());
+  const amp::GradScalerOptions so{.init_scale = 1024.0,
+                                  .growth_factor = 256.0,
+                                  .backoff_factor = 1.0 / 256,
+                                  .growth_interval = 2};
+  amp::GradScaler host_scaler(so), eager_scaler(so), graphed_scaler(so);
+  train::GraphStep graph(*graph_opt, kCuda);
+  graph.add_dependency([&] { return graphed_scaler.decides_on_device(*graph_opt); },
+                       [] { return uint64_t(0); });
+  DeferredChecks checks;
+  std::vector<std::vector<double>> scales(3);
+  int64_t replay_stalls = 0, host_stalls = 0, eager_stalls = 0, skipped = 0;
+  for (int s = 0; s < 12; ++s) {
+    for (int k = 0; k < 3; ++k) {
+      Training& r = k == 0 ? host : k == 1 ? eager : graphed;
+      optim::Optimizer& o = k == 0 ? *host_opt : k == 1 ? *eager_opt : *graph_opt;
+      amp::GradScaler& scaler = k == 0 ? host_scaler : k == 1 ? eager_scaler : graphed_scaler;
+      o.set_lr(1e-3 / double(s + 1));
+      o.zero_grad();
+      const train::GraphStep::Body body = f16_step_of(*r.model, o, scaler);
+      const data::Batch& b = data[size_t(s)];
+      Tensor loss;
+      if (k == 2) {
+        const int64_t replays = graph.replays(), stalls = backend.host_blocking_calls();
+        loss = graph.run(body, b.inputs, b.targets);
+        if (graph.replays() > replays) replay_stalls += backend.host_blocking_calls() - stalls;
+      } else {
+        const int64_t stalls = backend.host_blocking_calls();
+        loss = body(b.inputs, b.targets);
+        (k == 0 ? host_stalls : eager_stalls) += backend.host_blocking_calls() - stalls;
+      }
+      r.losses.push_back(loss.item());
+      scales[size_t(k)].push_back(scaler.get_scale());
+    }
+    if (s > 0 && scales[0][size_t(s)] < scales[0][size_t(s) - 1]) ++skipped;
+  }
+  checks.flush();
+  EXPECT_EQ(graph.captures(), 1);
+  EXPECT_GE(graph.replays(), 8);
+  EXPECT_EQ(replay_stalls, 0) << "a replayed f16 AdamW step read something back";
+  if (backend.host_blocking_calls() >= 0) {  // the emulated runtime counts them
+    EXPECT_EQ(eager_stalls, 0) << "an eager f16 AdamW step decided on the device read back";
+    EXPECT_GE(host_stalls, 12) << "the host-decided steps read the flag back";
+  }
+  EXPECT_GE(skipped, 2) << "no overflow (a skipped step) after the first steps";
+  EXPECT_EQ(host.losses, eager.losses);
+  EXPECT_EQ(host.losses, graphed.losses);
+  EXPECT_EQ(scales[0], scales[1]);
+  EXPECT_EQ(scales[0], scales[2]);
+  const auto ph = host.model->named_parameters(), pe = eager.model->named_parameters(),
+             pg = graphed.model->named_parameters();
+  for (size_t i = 0; i < ph.size(); ++i) {
+    expect_bitwise_equal(ph[i].second, pe[i].second, ph[i].first + " eager");
+    expect_bitwise_equal(ph[i].second, pg[i].second, ph[i].first + " replayed");
+  }
+  // The states (the step counts read back from the device): equal, and fewer than the steps.
+  const NamedTensors sh = host_opt->state(), se = eager_opt->state(), sg = graph_opt->state();
+  ASSERT_EQ(sh.size(), se.size());
+  ASSERT_EQ(sh.size(), sg.size());
+  for (size_t i = 0; i < sh.size(); ++i) {
+    EXPECT_EQ(sh[i].first, se[i].first);
+    expect_bitwise_equal(sh[i].second, se[i].second, sh[i].first + " eager");
+    expect_bitwise_equal(sh[i].second, sg[i].second, sh[i].first + " replayed");
+    if (sh[i].first.ends_with(".step")) {
+      EXPECT_LT(sh[i].second.item(), 12.0) << sh[i].first;
+      EXPECT_GE(sh[i].second.item(), 12.0 - double(skipped) - 1) << sh[i].first;
+    }
+  }
+}
+
 // With a huge initial scale the first f16 steps overflow: SGD has no momentum buffers yet, so the
 // GradScaler reads the flag back and the step stays eager (a capture then would fail) until a step
 // went through; the capture follows, and training matches eager steps bit for bit.

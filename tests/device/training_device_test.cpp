@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -149,6 +150,64 @@ TEST_F(DeviceTraining, GradScalerStateIsTheDevicesValues) {
   q.set_grad(ones({4}));
   optim::Sgd cpu_opt({q}, optim::SgdOptions{0.1});
   testing::expect_error([&] { scaler.unscale_(cpu_opt); }, "but the scale lives on cuda:0");
+}
+
+// AdamW whose step counts live on the device (step_unless: the device skips a flagged step and
+// counts the others) against AdamW stepped by the host, on f32 and f64 parameters and one that
+// never has a gradient: bit for bit for 100 steps with betas (0.5, 0.6), whose bias corrections
+// reach exactly 1 before step 100 (so the table's last entry is used), a new rate at step 50,
+// every 7th step skipped, and a state() / load_state() round trip at step 60 (the counts come
+// back to the host, and move to the device again at the next step_unless).
+TEST_F(DeviceTraining, AdamCountingItsStepsOnTheDeviceIsTheHostCountedAdam) {
+  const optim::AdamOptions ao{.lr = 0.01, .beta1 = 0.5, .beta2 = 0.6, .weight_decay = 0.01};
+  const int64_t last = int64_t(optim::adam_bias_table(ao.beta1, ao.beta2).size()) / 2 - 1;
+  ASSERT_GT(last, 1);
+  ASSERT_LT(last, 90) << "the steps must pass the table's end";
+  Generator gen(5);
+  const Tensor a0 = random_tensor({300}, gen), b0 = random_tensor({50}, gen, DType::f64);
+  auto make = [&] {
+    std::vector<Tensor> ps = {a0.to(kCuda).detach(), b0.to(kCuda).detach(),
+                              zeros({10}, DType::f32, kCuda)};
+    for (Tensor& p : ps) p.set_requires_grad(true);
+    return ps;
+  };
+  std::vector<Tensor> host_params = make(), dev_params = make();
+  std::unique_ptr<optim::Optimizer> host = optim::make_adamw(host_params, ao),
+                                    dev = optim::make_adamw(dev_params, ao);
+  Tensor flag = zeros({1}, DType::f32, kCuda);
+  for (int s = 1; s <= 100; ++s) {
+    if (s == 50) {
+      host->set_lr(0.003);
+      dev->set_lr(0.003);
+    }
+    for (int i = 0; i < 2; ++i) {
+      const Tensor g = random_tensor({i == 0 ? 300 : 50}, gen, host_params[size_t(i)].dtype());
+      host_params[size_t(i)].set_grad(g.to(kCuda));
+      dev_params[size_t(i)].set_grad(g.to(kCuda));
+    }
+    const bool skip = s % 7 == 0;
+    flag.fill_(skip ? 1.0 : 0.0);
+    if (!skip) host->step();
+    ASSERT_TRUE(dev->can_skip_on_device());
+    dev->step_unless(flag);
+    if (s == 60) dev->load_state(dev->state());
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    const Tensor h = host_params[i].to(Device::cpu()), d = dev_params[i].to(Device::cpu());
+    ASSERT_EQ(h.nbytes(), d.nbytes());
+    EXPECT_EQ(std::memcmp(h.raw_data(), d.raw_data(), size_t(h.nbytes())), 0) << "parameter " << i;
+  }
+  const NamedTensors sh = host->state(), sd = dev->state();
+  ASSERT_EQ(sh.size(), sd.size());
+  for (size_t i = 0; i < sh.size(); ++i) {
+    EXPECT_EQ(sh[i].first, sd[i].first);
+    const Tensor h = sh[i].second.to(Device::cpu()), d = sd[i].second.to(Device::cpu());
+    EXPECT_EQ(std::memcmp(h.raw_data(), d.raw_data(), size_t(h.nbytes())), 0) << sh[i].first;
+    if (sh[i].first.ends_with(".step")) {
+      EXPECT_EQ(d.item(), 100.0 - 14) << sh[i].first;
+    }
+  }
+  EXPECT_EQ(sd.size(), 6u) << "the parameter without a gradient has no state";
 }
 
 // clip_grad_norm_ (2 and inf norms) and clip_grad_value_ on device gradients: the norm stays on
