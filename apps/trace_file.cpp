@@ -49,11 +49,23 @@ bool Trace::on_stream(const TraceEvent& e) const {
 }
 
 std::vector<double> Trace::step_starts(int pid) const {
-  std::vector<double> starts;
+  // Host spans of category "step": forwards, and --cuda-graphs' replays and captures (a capture's
+  // span starts its step, before the forward the capture runs inside it).
+  auto host_step = [&](const TraceEvent& e, const char* name) {
+    return e.pid == pid && e.ph == 'X' && e.cat == "step" && e.name == name && !on_stream(e);
+  };
+  std::vector<std::pair<double, double>> captures;
   for (const TraceEvent& e : events)
-    if (e.pid == pid && e.ph == 'X' && e.cat == "step" &&
-        (e.name == "forward" || (e.name == "cuda graph replay" && !on_stream(e))))
+    if (host_step(e, "cuda graph capture")) captures.emplace_back(e.ts, e.ts + e.dur);
+  std::vector<double> starts;
+  for (const TraceEvent& e : events) {
+    const bool in_capture = std::any_of(captures.begin(), captures.end(), [&](const auto& c) {
+      return e.ts >= c.first && e.ts <= c.second;
+    });
+    if (host_step(e, "cuda graph replay") || host_step(e, "cuda graph capture") ||
+        (host_step(e, "forward") && !in_capture))
       starts.push_back(e.ts);
+  }
   std::sort(starts.begin(), starts.end());
   return starts;
 }

@@ -27,9 +27,10 @@ struct Trace {
   const std::string& lane_name(const TraceEvent& e) const;
   // A span on a CUDA stream's lane ("cuda:0/default stream", "cuda:0 NCCL stream"): GPU time.
   bool on_stream(const TraceEvent& e) const;
-  // The trainer's steps of process `pid`: the start of each "forward" span of category "step"
-  // and of each host span "cuda graph replay" (a --cuda-graphs step replayed: its forward ran
-  // only at the capture, whose step starts at its forward), in time order. Step s runs from starts[s] to starts[s + 1] (the last one to the trace's end).
+  // The trainer's steps of process `pid`: the start of each host span of category "step" named
+  // "forward", "cuda graph replay" (a --cuda-graphs step replayed: its forward ran only at the
+  // capture) or "cuda graph capture" (the step that captures, whose forward inside it does not
+  // start another), in time order. Step s runs from starts[s] to starts[s + 1] (the last one to the trace's end).
   std::vector<double> step_starts(int pid) const;
 };
 

@@ -422,7 +422,7 @@ void hold_stream(void* arg) {
 
 WorkPtr ProcessGroupNCCL::modelled_all_reduce(const Tensor& t, double us) {
   impl_->check_tensor(t, "all_reduce", "input");
-  RG_CHECK(cuda::Graph::capturing() == nullptr,
+  RG_CHECK(cuda::Graph::capturing() == nullptr && cuda::Graph::capturing(impl_->device) == nullptr,
            "all_reduce: a modelled transfer cannot be captured into a CUDA graph");
   RG_CHECK(us >= 0, "modelled_all_reduce: the time must be non-negative, got ", us);
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], modelled ",
@@ -450,7 +450,7 @@ WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
   // Our ring: every exchange, reduction and the average's division queued on the communication
   // stream, with the receive buffer allocated for that stream (outside the capture's pool, so
   // not capturable).
-  RG_CHECK(cuda::Graph::capturing() == nullptr,
+  RG_CHECK(cuda::Graph::capturing() == nullptr && cuda::Graph::capturing(impl_->device) == nullptr,
            "all_reduce: algorithm ring cannot be captured into a CUDA graph (its receive buffer "
            "is allocated for the communication stream); use the native algorithm");
   Tensor scratch;
@@ -525,7 +525,7 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(const Tensor& output, const Tensor& inp
 
 WorkPtr ProcessGroupNCCL::barrier() {
   // A captured barrier would not hold the host at its replays.
-  RG_CHECK(cuda::Graph::capturing() == nullptr,
+  RG_CHECK(cuda::Graph::capturing() == nullptr && cuda::Graph::capturing(impl_->device) == nullptr,
            "barrier: cannot be captured into a CUDA graph (a replay would not hold the host)");
   Tensor one = Tensor::empty({1}, DType::f32, Device::cuda(impl_->device));
   one.fill_(1.0);

@@ -411,6 +411,14 @@ TEST_F(EmulatedProfile, EveryStepOfACudaGraphsRunIsATracedStepAndAReplayHasNoHos
   EXPECT_EQ(host.at("cuda graph capture").calls, 1);
   ASSERT_TRUE(host.contains("forward"));
   EXPECT_EQ(host.at("forward").calls, 3) << "the warm-up steps' and the capture's";
+  // The capture's span (and the forward captured inside it) belong to step 2, not to step 1.
+  const auto capture_step = by_name(compute_profile(t, 0, "2:3").host);
+  EXPECT_EQ(
+      capture_step.contains("cuda graph capture") ? capture_step.at("cuda graph capture").calls : 0,
+      1);
+  EXPECT_EQ(capture_step.contains("forward") ? capture_step.at("forward").calls : 0, 1);
+  const auto warm_up = by_name(compute_profile(t, 0, "1:2").host);
+  EXPECT_FALSE(warm_up.contains("cuda graph capture"));
   const Profile replayed = compute_profile(t, 0, "3:4");
   EXPECT_EQ(replayed.stall_calls, 0) << profile_table(replayed);
   EXPECT_EQ(replayed.descriptor_calls, 0) << profile_table(replayed);
