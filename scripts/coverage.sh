@@ -25,7 +25,8 @@ fi
 
 # The programs behind the tests selected below, and nothing else.
 TARGETS=(rg_emu_runtime_tests rg_emu_engine_tests rg_emu_nccl_group_tests rg_emu_dist_tests
-  rg_emu_dist_collectives_tests ringgrad-run rg_emu_kernel_tests)
+  rg_emu_dist_collectives_tests rg_emu_sync_batch_norm_tests ringgrad-run ringgrad-bench-emu
+  ringgrad-train-emu rg_emu_kernel_tests)
 cmake --preset coverage
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 

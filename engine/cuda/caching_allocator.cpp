@@ -166,17 +166,18 @@ void CachingAllocator::deallocate(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   GraphPool* capture = capturing_pool();
   auto it = live_.find(ptr);
-  if (capture != nullptr && it != live_.end() &&
-      std::this_thread::get_id() == capture->thread) {
+  if (capture != nullptr && it != live_.end()) {
     const Block* b = it->second;
-    if (b->graph_pool != capturing_id_) {
+    if (std::this_thread::get_id() == capture->thread && b->graph_pool != capturing_id_) {
       // The capture may have used it (the allocator's own block, or another graph's output): it
       // stays out of reach until the graph is destroyed.
       capture->held.push_back(ptr);
       return;
     }
     if (!b->stream_uses.empty()) {
-      // Its events would be recorded into the capture: freed when it ends.
+      // Its events could be recorded into the capture (a stream of theirs may have joined it),
+      // and querying them would then fail for good: freed when it ends. Also from other threads
+      // (the NCCL watchdog dropping a finished collective's tensors).
       capture->deferred.push_back(ptr);
       return;
     }
@@ -305,16 +306,15 @@ void CachingAllocator::release_graph_pool(uint64_t id,
     // Reused only after the replays queued on other streams are done with it.
     Block* b = live_.at(ptr);
     for (StreamHandle s : replayed_on)
-      if (s != b->stream && std::find(b->stream_uses.begin(), b->stream_uses.end(), s) ==
-                                b->stream_uses.end())
+      if (s != b->stream &&
+          std::find(b->stream_uses.begin(), b->stream_uses.end(), s) == b->stream_uses.end())
         b->stream_uses.push_back(s);
     deallocate_locked(ptr);
   }
   release_unused_graph_segments();
   // Erased by the last segment's release; a pool without segments goes now.
   auto again = graph_pools_.find(id);
-  if (again != graph_pools_.end() && again->second.segment_bytes == 0 &&
-      again->second.held.empty())
+  if (again != graph_pools_.end() && again->second.segment_bytes == 0 && again->second.held.empty())
     graph_pools_.erase(again);
 }
 

@@ -529,7 +529,7 @@ TEST_F(EngineCudaRuntime, AGraphAllocatesFromItsPrivatePoolAndItsOutputsAreStati
   const void* first = nullptr;
   const void* second = nullptr;
   auto graph = std::make_unique<cuda::Graph>(Device::cuda(0), [&] {
-    dropped = Tensor();  // made before the capture: held by the graph
+    dropped = Tensor();            // made before the capture: held by the graph
     first = add(x, x).raw_data();  // freed at once: the next allocation of its size reuses it
     const Tensor t = add(x, x);
     second = t.raw_data();
@@ -587,6 +587,37 @@ TEST_F(EngineCudaRuntime, AFailedCaptureLeavesTheAllocatorAndStreamUsable) {
   const Tensor w = add(x, x);
   stream.synchronize();
   EXPECT_TRUE(all_equal(w, 4.0f));
+}
+
+// A tensor used on a second stream (record_stream), freed by another thread while that stream has
+// joined a capture (as the NCCL watchdog drops a finished collective's tensors): the event its
+// free records would be captured and fail every later query (found by scripts/coverage.sh's slow
+// build: every later allocation threw "operation not permitted on an event last recorded in a
+// capturing stream"); it is freed when the capture ends instead.
+TEST_F(EngineCudaRuntime, AFreeFromAnotherThreadDuringACaptureWaitsForItsEnd) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  const cuda::Stream side = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  Tensor used = full({kN}, 1.0, DType::f32, Device::cuda(0));
+  cuda::record_stream(used, side);
+  stream.synchronize();
+  Tensor out;
+  cuda::Graph graph(Device::cuda(0), [&] {
+    cuda::Event fork;
+    fork.record(stream);
+    fork.wait(side);  // the side stream joins the capture
+    std::thread([&] { used = Tensor(); }).join();
+    cuda::Event join;
+    join.record(side);
+    join.wait(stream);
+    out = add(x, x);
+  });
+  graph.replay();
+  const Tensor after = add(x, x);  // the allocator processes its pending frees
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(after, 4.0f));
+  EXPECT_TRUE(all_equal(out, 4.0f));
 }
 
 // A free still waiting for another stream's event when a capture starts: the allocator queries
