@@ -147,6 +147,7 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
     std::string name, cat;
     double ts, dur;
     int64_t bytes;
+    bool host;  // not a GPU stream's span
   };
   std::vector<Ev> evs;
   const int ranks = trace.processes;
@@ -156,13 +157,18 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
     RG_CHECK(
         bytes == e.args.end() || (bytes->second >= 0 && bytes->second <= double(kMaxGradBytes)),
         file, ": '", e.name, "' has ", bytes->second, " bytes, beyond 2^50");
-    evs.push_back(
-        {e.name, e.cat, e.ts, e.dur, bytes == e.args.end() ? int64_t(0) : int64_t(bytes->second)});
+    evs.push_back({e.name, e.cat, e.ts, e.dur,
+                   bytes == e.args.end() ? int64_t(0) : int64_t(bytes->second),
+                   !trace.on_stream(e)});
   }
   const std::vector<double> forwards = trace.step_starts(rank);
   RG_CHECK(rank < ranks, file, " has ", ranks, " ranks; --rank ", rank, " is not one of them");
   // One step: from its forward to the next forward (or the end of the trace).
+  // The step extract() looked at last is a --cuda-graphs capture (its spans time the host queuing
+  // work that did not run) or replay (one launch, nothing traced apart): not a profile.
+  bool graph_step = false;
   auto extract = [&](size_t s, StepProfile& p) {
+    graph_step = false;
     const double t0 = forwards[s];
     const double t1 = s + 1 < forwards.size() ? forwards[s + 1] : 1e300;
     const Ev *fwd = nullptr, *bwd = nullptr, *wait = nullptr;
@@ -171,6 +177,9 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
     for (const Ev& e : evs) {
       if (e.ts < t0 || e.ts >= t1) continue;
       if (e.cat == "step" && e.name == "forward") fwd = &e;
+      if (e.host && e.cat == "step" &&
+          (e.name == "cuda graph replay" || e.name == "cuda graph capture"))
+        graph_step = true;
       if (e.cat == "step" && e.name == "backward") bwd = &e;
       // Clipping belongs to the update: it runs after the gradients are final.
       if (e.cat == "step" && (e.name == "optimizer step" || e.name == "clip gradients"))
@@ -179,7 +188,7 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
       if (e.cat == "ddp" && e.name.starts_with("bucket ") && e.name.ends_with(" ready"))
         buckets.push_back({e.name.substr(0, e.name.size() - 6), e.bytes, e.ts});
     }
-    if (!fwd || !bwd || opt < 0 || buckets.empty()) return false;
+    if (graph_step || !fwd || !bwd || opt < 0 || buckets.empty()) return false;
     p.forward_ms = fwd->dur / 1000;
     // Backward's span also holds DDP's final wait; its compute ends where that wait begins.
     p.backward_ms = ((wait ? wait->ts : bwd->ts + bwd->dur) - bwd->ts) / 1000;
@@ -202,6 +211,11 @@ StepProfile profile_from_trace(const std::string& text, const std::string& file,
     RG_CHECK(size_t(step) < forwards.size(), file, " has ", forwards.size(),
              " traced steps on rank ", rank, "; --step must be below that");
     found = extract(size_t(step), p);
+    RG_CHECK(found || !graph_step, file, ": step ", step, " of rank ", rank,
+             " is a CUDA graph capture or replay (--cuda-graphs): a replay runs its forward, "
+             "backward, buckets and optimizer step as one launch, not traced apart, and the "
+             "capture's spans time queuing work that did not run; pick a step before the "
+             "capture (the first ones) or trace a run without --cuda-graphs");
     RG_CHECK(found, file, ": step ", step, " of rank ", rank,
              " lacks a forward, backward, optimizer step or DDP bucket (a trace of a DDP run "
              "under ringgrad-run is needed)");

@@ -272,13 +272,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       b.comm = Tensor();
       b.powersgd = false;
     }
-    {
-      // A fresh timeline, keeping its two device events (created once, recorded each time).
-      IterationTimeline fresh;
-      fresh.device_wait_start = std::move(timeline.device_wait_start);
-      fresh.device_wait_end = std::move(timeline.device_wait_end);
-      timeline = std::move(fresh);
-    }
+    reset_timeline(false);
     timeline.buckets.resize(buckets.size());
   }
 
@@ -519,6 +513,15 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     data_end = kHasMore;
   }
 
+  // A fresh timeline, keeping its two device events (created once, recorded each time).
+  void reset_timeline(bool replayed) {
+    IterationTimeline fresh;
+    fresh.device_wait_start = std::move(timeline.device_wait_start);
+    fresh.device_wait_end = std::move(timeline.device_wait_end);
+    fresh.replayed = replayed;
+    timeline = std::move(fresh);
+  }
+
   // An iteration captured into a CUDA graph (its forward, backward and finalize ran on the host
   // once, recording their device work): each replay is one synchronized iteration. Before it, the
   // status source gets this iteration's host values (findings, the end of this rank's data);
@@ -541,6 +544,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       if (s == nullptr) return;
       s->end_status();
       ++s->synced;
+      s->reset_timeline(/*replayed=*/true);
     });
   }
 

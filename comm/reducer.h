@@ -72,6 +72,10 @@ struct IterationTimeline {
   std::shared_ptr<cuda::Event> device_wait_start, device_wait_end;
   std::vector<BucketTimeline> buckets;
   std::vector<int> launch_order;  // bucket indices in the order they were issued
+  // The iteration was a CUDA graph replay (cuda::Graph, --cuda-graphs): one launch, nothing timed
+  // apart; the times are empty, `buckets` and `launch_order` too, and the device events keep an
+  // earlier eager iteration's marks.
+  bool replayed = false;
 };
 
 // The parameters are on one device, the one `pg` reduces (tensor_device()); a clear rg::Error

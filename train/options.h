@@ -73,7 +73,8 @@ struct Options {
   LossFn loss;              // default: cross-entropy
   // Each step's forward, backward and optimizer step as one replayed CUDA graph after a warm-up
   // (train/graph_step.h): one device or DDP over NCCL (its collectives captured), no accumulation,
-  // f16's GradScaler with SGD only (train::Trainer refuses the rest by name).
+  // f16's GradScaler with SGD, Adam or AdamW (train::Trainer refuses the rest by name:
+  // cuda_graphs_refusal below, then the optimizer and DDP when it starts).
   bool cuda_graphs = false;
   // The model's 4-d parameters and the batches channels last (Module::to(MemoryFormat)):
   // convolutions, batch norm and pooling run in NHWC with no layout conversion per step.
@@ -104,6 +105,13 @@ struct Options {
   std::string trace;    // Chrome trace of the first trace_steps steps; "" = off
   int64_t trace_steps = 30;
 };
+
+// Why a replayed CUDA graph step cannot run with these options (o.cuda_graphs is not read), as a
+// message naming the ringgrad-train flags; "" when nothing stands in the way. What depends on the
+// objects built later is checked when the Trainer starts: the optimizer (f16 needs SGD, or
+// Adam/AdamW whose step counts fit on the device) and DDP's own (dist::Reducer::not_capturable).
+// ringgrad-train calls it for its usage errors, the Trainer before it captures.
+std::string cuda_graphs_refusal(const Options& o);
 
 struct EpochSummary {
   int epoch = 0;

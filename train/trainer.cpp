@@ -261,26 +261,47 @@ void Trainer::wrap_model() {
                           state_.world, *out_);
 }
 
+std::string cuda_graphs_refusal(const Options& o) {
+  const DistributedOptions& d = o.distributed;
+  if (!o.device.starts_with("cuda"))
+    return "--cuda-graphs needs --device cuda (got " + o.device + ")";
+  if (o.grad_accum_steps > 1)
+    return "--cuda-graphs cannot be combined with --grad-accum-steps (one step, one replay)";
+  if (d.mode == "dp")
+    return "--cuda-graphs cannot be combined with --mode dp (DataParallel's replicas are not "
+           "captured); use --mode ddp";
+  if (d.sync_bn)
+    return "--cuda-graphs cannot be combined with --sync-bn (SyncBatchNorm's forward copies the "
+           "ranks' counts to the host, which a capture cannot do)";
+  if (o.uneven_data)
+    return "--cuda-graphs cannot be combined with --uneven-data (a rank out of data shadows the "
+           "others' replayed collectives eagerly)";
+  if (d.join)
+    return "--cuda-graphs cannot be combined with --join (joined ranks shadow each iteration on "
+           "the host)";
+  if (d.comm_hook == "powersgd")
+    return "--cuda-graphs cannot be combined with --comm-hook powersgd (its factors and error "
+           "feedback are new tensors every iteration)";
+  if (d.allreduce == "ring")
+    return "--cuda-graphs cannot be combined with --allreduce ring (its receive buffer is "
+           "allocated for the communication stream); use native";
+  if (d.find_unused_parameters && !d.static_graph)
+    return "--cuda-graphs with --find-unused-parameters needs --static-graph (otherwise the used "
+           "parameters are all-reduced and read back every iteration)";
+  return "";
+}
+
 // What a replayed step cannot do is refused here, by name; the rest GraphStep refuses.
 void Trainer::make_graph_step() {
+  const std::string refused = cuda_graphs_refusal(options_);
+  RG_CHECK(refused.empty(), refused);
   RG_CHECK(!distributed_.scatters_host_batch(),
            "--cuda-graphs: DataParallel's replicas are not captured (use --mode ddp)");
   dist::DistributedDataParallel* ddp = distributed_.ddp();
-  RG_CHECK(!options_.distributed.sync_bn,
-           "--cuda-graphs cannot be combined with --sync-bn (SyncBatchNorm's forward copies the "
-           "ranks' counts to the host, which a capture cannot do)");
   if (ddp) {
-    RG_CHECK(!options_.uneven_data,
-             "--cuda-graphs cannot be combined with --uneven-data (a rank out of data shadows the "
-             "others' replayed collectives eagerly)");
-    RG_CHECK(!options_.distributed.join,
-             "--cuda-graphs cannot be combined with --join (joined ranks shadow each iteration "
-             "on the host)");
     const std::string why = ddp->reducer().not_capturable();
     RG_CHECK(why.empty(), "--cuda-graphs: ", why);
   }
-  RG_CHECK(options_.grad_accum_steps == 1,
-           "--cuda-graphs: gradient accumulation is not captured (use --grad-accum-steps 1)");
   const auto* adam = dynamic_cast<const optim::Adam*>(optimizer_.get());
   RG_CHECK(options_.amp != "f16" || dynamic_cast<const optim::Sgd*>(optimizer_.get()) != nullptr ||
                (adam != nullptr && adam->counts_fit_on_device()),

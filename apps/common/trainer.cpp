@@ -317,33 +317,13 @@ std::string config_error(const TrainConfig& c) {
   if (c.channels_last && c.sync_bn)
     return "--channels-last cannot be combined with --sync-bn (SyncBatchNorm takes contiguous "
            "tensors only)";
-  // What a replayed CUDA graph cannot do (train/graph_step.h, dist::Reducer::not_capturable);
-  // the rest is refused when the trainer starts and at the capture.
-  if (c.cuda_graphs && !c.device.starts_with("cuda"))
-    return "--cuda-graphs needs --device cuda (got " + c.device + ")";
-  if (c.cuda_graphs && c.grad_accum_steps > 1)
-    return "--cuda-graphs cannot be combined with --grad-accum-steps (one step, one replay)";
-  if (c.cuda_graphs && c.mode == "dp")
-    return "--cuda-graphs cannot be combined with --mode dp (DataParallel's replicas are not "
-           "captured); use --mode ddp";
-  if (c.cuda_graphs && c.sync_bn)
-    return "--cuda-graphs cannot be combined with --sync-bn (SyncBatchNorm's forward copies the "
-           "ranks' counts to the host, which a capture cannot do)";
-  if (c.cuda_graphs && c.uneven_data)
-    return "--cuda-graphs cannot be combined with --uneven-data (a rank out of data shadows the "
-           "others' replayed collectives eagerly)";
-  if (c.cuda_graphs && c.join)
-    return "--cuda-graphs cannot be combined with --join (joined ranks shadow each iteration on "
-           "the host)";
-  if (c.cuda_graphs && c.comm_hook == "powersgd")
-    return "--cuda-graphs cannot be combined with --comm-hook powersgd (its factors and error "
-           "feedback are new tensors every iteration)";
-  if (c.cuda_graphs && c.allreduce == "ring")
-    return "--cuda-graphs cannot be combined with --allreduce ring (its receive buffer is "
-           "allocated for the communication stream); use native";
-  if (c.cuda_graphs && c.find_unused_parameters && !c.static_graph)
-    return "--cuda-graphs with --find-unused-parameters needs --static-graph (otherwise the used "
-           "parameters are all-reduced and read back every iteration)";
+  // What a replayed CUDA graph cannot do (the Trainer's own refusals, train/options.h; the
+  // optimizer's below); the rest is refused when the trainer starts and at the capture.
+  if (c.cuda_graphs) {
+    std::ostream no_output(nullptr);
+    const std::string why = train::cuda_graphs_refusal(trainer_options(c, no_output));
+    if (!why.empty()) return why;
+  }
   if (c.cuda_graphs && c.amp == "f16" && c.optimizer != "sgd" && c.adam_beta1 < 1 &&
       c.adam_beta2 < 1 && optim::adam_bias_table(c.adam_beta1, c.adam_beta2).empty())
     return fmt::format(

@@ -112,8 +112,12 @@ class CudartBackend final : public Backend {
   }
   void* malloc_host(size_t nbytes) override {
     void* p = nullptr;
-    // Portable: usable by every device's copies, not only the current one's.
+    // Relaxed for this call, as malloc_device: pinning a block during a capture is not part of
+    // the graph. Portable: usable by every device's copies, not only the current one's.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t status = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+    RG_CUDA_CHECK_RELEASE(cudaThreadExchangeStreamCaptureMode(&mode));
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       return nullptr;

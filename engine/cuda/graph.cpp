@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <mutex>
+#include <set>
 #include <utility>
 
 #include "engine/cuda/memory.h"
@@ -28,6 +30,9 @@ bool Backend::stream_capturing(int, StreamHandle) { return false; }
 
 namespace {
 thread_local Graph* t_capturing = nullptr;  // the Graph whose body runs on this thread
+// The devices a cuda::Graph captures on now, from any thread (for capturing(device)'s message).
+std::mutex g_capturing_mu;
+std::set<int> g_capturing_devices;
 }  // namespace
 
 philox::Offset philox_offset(Generator& gen, uint64_t groups, Device device) {
@@ -53,13 +58,22 @@ Graph* Graph::capturing(int device) {
   const bool captured = runtime().backend().stream_capturing(device, stream.handle());
   if (!captured) return nullptr;
   Graph* g = t_capturing;
-  RG_CHECK(g != nullptr && g->device_ == device, "cuda:", device,
+  if (g != nullptr && g->device_ == device) return g;
+  bool elsewhere = false;
+  {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    elsewhere = g_capturing_devices.count(device) > 0;
+  }
+  RG_CHECK(g == nullptr && elsewhere, "cuda:", device,
            ": the current stream is being captured, but not by a cuda::Graph on this thread and "
            "device (",
            g == nullptr ? std::string("none is capturing")
                         : "one is capturing on cuda:" + std::to_string(g->device_),
            "); capture through rg::cuda::Graph, whose replays run the hooks this work needs");
-  return g;
+  RG_FAIL("cuda:", device,
+          ": the current stream joined the capture of a cuda::Graph on another thread; queue "
+          "this work from the capturing thread (its replays run the hooks the work needs, "
+          "registered there)");
 }
 
 Tensor Graph::replay_slots(int64_t n) {
@@ -91,19 +105,30 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
   CachingAllocator& allocator = runtime().device_allocator(device_);
   const StreamHandle stream = current_stream(device_).handle();
   slots_ = Tensor::empty({kReplaySlots}, DType::i64, device);
+  PinnedAllocator& pinned = runtime().pinned_allocator();
   pool_ = allocator.begin_graph_pool(stream);
   try {
+    pinned.begin_capture(id_, device_);
     backend.begin_capture(device_, stream);
   } catch (...) {
+    pinned.release_graph(id_, {});
     allocator.release_graph_pool(pool_);
     throw;
   }
   std::exception_ptr failed;
   Graph* const outer = std::exchange(t_capturing, this);
+  {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    g_capturing_devices.insert(device_);
+  }
   try {
     body();
   } catch (...) {
     failed = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    g_capturing_devices.erase(device_);
   }
   t_capturing = outer;
   // The capture ran nothing: each generator is where it was, one replay takes what it reserved.
@@ -111,16 +136,22 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
     r.count = r.gen->offset() - r.start;
     r.gen->set_state(r.seed, r.start);
   }
+  // Every step of the ending runs whatever the others throw; the first error is the capture's.
+  const auto attempt = [&failed](const std::function<void()>& step) {
+    try {
+      step();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  };
   GraphHandle graph = nullptr;
-  try {
-    graph = backend.end_capture(device_, stream);
-  } catch (...) {
-    if (!failed) failed = std::current_exception();
-  }
-  allocator.end_graph_pool(stream);
+  attempt([&] { graph = backend.end_capture(device_, stream); });
+  attempt([&] { pinned.end_capture(id_); });  // before the device's next capture may begin
+  attempt([&] { allocator.end_graph_pool(stream); });
   if (failed) {
-    if (graph != nullptr) backend.destroy_graph(device_, graph);
-    allocator.release_graph_pool(pool_);
+    if (graph != nullptr) attempt([&] { backend.destroy_graph(device_, graph); });
+    attempt([&] { pinned.release_graph(id_, {}); });
+    attempt([&] { allocator.release_graph_pool(pool_); });
     try {
       std::rethrow_exception(failed);
     } catch (const Error& e) {
@@ -136,6 +167,10 @@ Graph::~Graph() {
   try {
     runtime().device_allocator(device_).release_graph_pool(pool_, replayed_on_);
   } catch (...) {  // a destructor cannot report; the pool's memory stays cached
+  }
+  try {
+    runtime().pinned_allocator().release_graph(id_, replayed_on_);
+  } catch (...) {  // the pinned blocks it used stay out of reach
   }
 }
 

@@ -5,11 +5,13 @@
 // loss, the gradients) keep their memory, and each replay writes the same addresses, so they are
 // the graph's static outputs; its inputs are tensors made before the capture, refilled in place
 // before each replay. A tensor the callable frees that was made before the capture stays reserved
-// until the graph is destroyed. Host code in the callable runs once, at capture: host values that
-// change per step reach the replays only through replay slots written by on_replay hooks (random
-// ops' offsets, the optimizers' learning rates and Adam's host-counted steps do); host-blocking
-// calls fail the capture. Other streams may join the capture through events (ProcessGroupNCCL's
-// stream does), and must be joined back before it ends (kernels/emu emulates both).
+// until the graph is destroyed, and so does pinned host memory that a captured copy reads or
+// writes (engine/cuda/pinned_allocator.h), whenever it is freed. Host code in the callable runs
+// once, at capture: host values that change per step reach the replays only through replay slots
+// written by on_replay hooks (random ops' offsets, the optimizers' learning rates and Adam's
+// host-counted steps do); host-blocking calls fail the capture. Other streams may join the capture
+// through events (ProcessGroupNCCL's stream does), and must be joined back before it ends
+// (kernels/emu emulates both).
 #pragma once
 
 #include <cstdint>
@@ -54,8 +56,9 @@ class Graph {
   // The Graph whose capture `device`'s current stream belongs to now (it began it, or joined it
   // through an event), or null when that stream is not captured, whatever capturing() says.
   // Throws rg::Error when the stream is captured by something other than a cuda::Graph of this
-  // thread and device (a raw cudaStreamBeginCapture): work that registers replay hooks (a
-  // captured collective, DDP's status) would be replayed without them.
+  // thread and device (a raw cudaStreamBeginCapture, or a Graph of another thread whose capture
+  // the stream joined; the message says which): work that registers replay hooks (a captured
+  // collective, DDP's status) would be replayed without them.
   static Graph* capturing(int device);
   Tensor replay_slots(int64_t n);
   void on_replay(std::function<void()> hook);

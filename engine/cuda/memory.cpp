@@ -71,12 +71,11 @@ void copy_bytes(const Storage& dst, size_t dst_offset, const Storage& src, size_
   }
 
   const Storage& host = dst.device().is_cpu() ? dst : src;
+  // Noted before the copy is queued: a stream under a raw capture is refused with nothing queued.
+  const bool pinned_use = non_blocking && host.pinned();
+  if (pinned_use) rt.pinned_allocator().record_stream(host.data(), device, stream.handle());
   rt.backend().copy_async(d, s, nbytes, device, stream.handle());
-  if (!non_blocking) {
-    stream.synchronize();
-  } else if (host.pinned()) {
-    rt.pinned_allocator().record_stream(host.data(), device, stream.handle());
-  }
+  if (!non_blocking) stream.synchronize();
 }
 
 void zero_bytes(const Storage& dst, size_t offset, size_t nbytes) {

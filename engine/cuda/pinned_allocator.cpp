@@ -34,7 +34,7 @@ void* PinnedAllocator::allocate(size_t nbytes) {
            " bytes is impossibly large");
   const size_t cls = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
-  process_events();
+  if (captures_ == 0) process_events();  // (querying events would fail a capture)
   Block* b = nullptr;
   auto it = free_.find(cls);
   if (it != free_.end() && !it->second.empty()) {
@@ -42,12 +42,14 @@ void* PinnedAllocator::allocate(size_t nbytes) {
     it->second.pop_back();
   } else {
     void* p = backend_.malloc_host(cls);
-    if (p == nullptr) {
+    if (p == nullptr && captures_ == 0) {  // unpinning the cache would fail a capture
       release_cached();
       p = backend_.malloc_host(cls);
     }
     RG_CHECK(p != nullptr, "out of pinned host memory allocating ", nbytes, " bytes (",
-             stats_.reserved_bytes, " bytes pinned already)");
+             stats_.reserved_bytes, " bytes pinned already",
+             captures_ > 0 ? ", during a CUDA graph capture, which cannot unpin the cache" : "",
+             ")");
     ++stats_.num_host_allocs;
     stats_.reserved_bytes += int64_t(cls);
     b = &blocks_[p];
@@ -71,6 +73,18 @@ void PinnedAllocator::deallocate(void* ptr) {
   Block* b = &it->second;
   b->allocated = false;
   stats_.allocated_bytes -= int64_t(b->size);
+  if (b->graphs > 0 || (captures_ > 0 && !b->stream_uses.empty())) {
+    // Its graph's replays use it, or its events could be captured: it waits (release_graph,
+    // end_capture), still in use as far as the race detector knows.
+    b->waiting = true;
+    ++stats_.pending_free_blocks;
+    if (b->graphs == 0) deferred_.push_back(b);
+    return;
+  }
+  free_locked(b);
+}
+
+void PinnedAllocator::free_locked(Block* b) {
   backend_.annotate_host_block_freed(b->ptr, b->size, b->stream_uses);
   if (b->stream_uses.empty()) {
     free_[b->size].push_back(b);
@@ -91,9 +105,72 @@ void PinnedAllocator::record_stream(void* ptr, int device, StreamHandle stream) 
   auto it = blocks_.find(ptr);
   RG_CHECK(it != blocks_.end() && it->second.allocated, "pinned record_stream: ", ptr,
            " is not the start of a live pinned block");
-  auto& uses = it->second.stream_uses;
+  Block* b = &it->second;
+  if (backend_.stream_capturing(device, stream)) {
+    // Used by a capture: by the capture of this device's cuda::Graph (one per device at a time).
+    auto g = std::find_if(graphs_.begin(), graphs_.end(), [&](const auto& kv) {
+      return kv.second.capturing && kv.second.device == device;
+    });
+    RG_CHECK(g != graphs_.end(), "pinned memory used on a stream of cuda:", device,
+             " that is captured by something other than rg::cuda::Graph (a raw stream capture); "
+             "the allocator could not keep the block for the graph's replays");
+    std::vector<Block*>& used = g->second.used;
+    if (std::find(used.begin(), used.end(), b) == used.end()) {
+      used.push_back(b);
+      ++b->graphs;
+    }
+  }
   const std::pair<int, StreamHandle> use{device, stream};
-  if (std::find(uses.begin(), uses.end(), use) == uses.end()) uses.push_back(use);
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), use) == b->stream_uses.end())
+    b->stream_uses.push_back(use);
+}
+
+void PinnedAllocator::begin_capture(uint64_t graph, int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, g] : graphs_)
+    RG_CHECK(!(g.capturing && g.device == device), "pinned allocator: graph ", graph,
+             " begins capturing on cuda:", device, " while graph ", id, " captures there");
+  auto [it, inserted] = graphs_.try_emplace(graph);
+  RG_CHECK(inserted, "pinned allocator: graph ", graph, " began capturing twice");
+  it->second.device = device;
+  ++captures_;
+}
+
+void PinnedAllocator::end_capture(uint64_t graph) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = graphs_.find(graph);
+  if (it == graphs_.end() || !it->second.capturing) return;
+  it->second.capturing = false;
+  if (--captures_ == 0) free_deferred();
+}
+
+void PinnedAllocator::free_deferred() {
+  for (Block* b : std::exchange(deferred_, {})) {
+    --stats_.pending_free_blocks;
+    b->waiting = false;
+    free_locked(b);
+  }
+}
+
+void PinnedAllocator::release_graph(uint64_t graph, const std::vector<StreamHandle>& replayed_on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = graphs_.find(graph);
+  if (it == graphs_.end()) return;
+  GraphUse g = std::move(it->second);
+  graphs_.erase(it);
+  if (g.capturing) --captures_;  // a capture that failed without end_capture
+  for (Block* b : g.used) {
+    --b->graphs;
+    // Reused only after the replays queued on other streams are done with it.
+    for (StreamHandle s : replayed_on) {
+      const std::pair<int, StreamHandle> use{g.device, s};
+      if (std::find(b->stream_uses.begin(), b->stream_uses.end(), use) == b->stream_uses.end())
+        b->stream_uses.push_back(use);
+    }
+    // Free and no other graph's: back after those streams (a live one's free will wait for them).
+    if (b->waiting && b->graphs == 0) deferred_.push_back(b);
+  }
+  if (captures_ == 0) free_deferred();
 }
 
 void PinnedAllocator::process_events() {
@@ -135,6 +212,9 @@ void PinnedAllocator::release_cached() {
 
 void PinnedAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  RG_CHECK(captures_ == 0,
+           "pinned empty_cache during a CUDA graph capture (it would wait for "
+           "events and unpin memory)");
   release_cached();
 }
 

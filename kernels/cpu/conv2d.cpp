@@ -602,6 +602,21 @@ void conv2d_bias_grad(const Conv2dGeometry& g, const T* gy, T* gb) {
   });
 }
 
+// The same sums for channels-last gy ([n, ho, wo, o]): each channel's terms in the same order
+// (sample by sample, pixel by pixel), so the same bits as conv2d_bias_grad on the NCHW copy.
+template <class T>
+void conv2d_bias_grad_channels_last(const Conv2dGeometry& g, const T* gy, T* gb) {
+  const int64_t rows = g.n * g.ho * g.wo;
+  parallel_for(0, g.o, 64, [&](int64_t lo, int64_t hi) {
+    std::vector<double> acc(size_t(hi - lo), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = gy + r * g.o;
+      for (int64_t oc = lo; oc < hi; ++oc) acc[size_t(oc - lo)] += double(row[oc]);
+    }
+    for (int64_t oc = lo; oc < hi; ++oc) gb[oc] = T(acc[size_t(oc - lo)]);
+  });
+}
+
 // Our Winograd convolution takes the layers it applies to unless oneDNN runs them with its own
 // Winograd (AVX-512 machines): where oneDNN would run a direct convolution (AVX2 and older, or
 // oneDNN switched off), ours is faster (docs/architecture.md, "CPU convolutions").
@@ -671,7 +686,11 @@ template <>
 template <class T>
 void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
                           bool allow_tf32, Workspace workspace, Ctx ctx) {
-  if (g.channels_last) {  // converted at the boundary: the convolutions below are NCHW
+  if (g.channels_last) {
+    if constexpr (std::is_same_v<T, float>) {  // oneDNN's NHWC convolution, on our arrays
+      if (cpu::onednn_conv2d_forward(g, x, w, bias, y)) return;
+    }
+    // Otherwise converted at the boundary: the convolutions below are NCHW.
     Conv2dGeometry f = g;
     f.channels_last = false;
     const std::vector<T> xs = cpu::to_channels_first(x, g.n, g.c, g.h * g.w, ctx),
@@ -696,6 +715,12 @@ template <class T>
 void Conv2d<Cpu>::backward(const Conv2dGeometry& g, const T* x, const T* w, const T* gy, T* gx,
                            T* gw, T* gb, bool, Workspace, Ctx ctx) {
   if (g.channels_last) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (cpu::onednn_conv2d_backward(g, x, w, gy, gx, gw)) {
+        if (gb) cpu::conv2d_bias_grad_channels_last(g, gy, gb);
+        return;
+      }
+    }
     Conv2dGeometry f = g;
     f.channels_last = false;
     const int64_t hw = g.h * g.w, k = g.kh * g.kw, hwo = g.ho * g.wo;

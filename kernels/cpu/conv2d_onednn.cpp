@@ -51,10 +51,10 @@ bool usable(const Conv2dGeometry& g) {
 }
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, bool>;
+                       int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, bool, bool>;
 Key key_of(const Conv2dGeometry& g, bool bias, int pass, bool winograd) {
-  return {g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw, g.sh,
-          g.sw, g.ph, g.pw, g.dh, g.dw, bias, pass, winograd};
+  return {g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw,     g.sh,           g.sw,
+          g.ph, g.pw, g.dh, g.dw, bias, pass, winograd, g.channels_last};
 }
 
 // convolution_auto lets oneDNN use Winograd (F(4x4, 3x3) on AVX-512 machines) where it has it,
@@ -76,6 +76,16 @@ Dims dims_of(const Conv2dGeometry& g) {
 
 memory::desc any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
 memory::desc plain(const memory::dims& d, tag t) { return memory::desc(d, dt::f32, t); }
+
+// Our arrays' layouts: NCHW/OIHW, or with channels_last NHWC/OHWI (kernels/conv2d.h).
+tag activation_tag(const Conv2dGeometry& g) { return g.channels_last ? tag::nhwc : tag::nchw; }
+tag weight_tag(const Conv2dGeometry& g) { return g.channels_last ? tag::ohwi : tag::oihw; }
+// What the primitive is asked to take for an activation: NCHW lets oneDNN choose its blocked
+// layout (a reorder in and out); NHWC is given as is, so oneDNN runs its NHWC kernels on our
+// arrays with no reorder (as PyTorch's channels_last convolutions do).
+memory::desc activation(const Conv2dGeometry& g, const memory::dims& d) {
+  return g.channels_last ? plain(d, tag::nhwc) : any(d);
+}
 
 // Per-thread, grow-only buffers for what oneDNN's layouts need besides our arrays: the reordered
 // copies of inputs and outputs and the scratchpad. Shared by every geometry, so memory stays at
@@ -171,13 +181,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dGeometry& g, bo
                                                      bool winograd) {
   const Dims d = dims_of(g);
   const auto desc =
-      bias
-          ? dnnl::convolution_forward::desc(
-                dnnl::prop_kind::forward_training, conv_algorithm(winograd), any(d.src), any(d.wei),
-                plain(d.bias, tag::x), any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r)
-          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                            conv_algorithm(winograd), any(d.src), any(d.wei),
-                                            any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+      bias ? dnnl::convolution_forward::desc(
+                 dnnl::prop_kind::forward_training, conv_algorithm(winograd), activation(g, d.src),
+                 any(d.wei), plain(d.bias, tag::x), activation(g, d.dst), d.strides, d.dilates,
+                 d.pad_l, d.pad_r)
+           : dnnl::convolution_forward::desc(
+                 dnnl::prop_kind::forward_training, conv_algorithm(winograd), activation(g, d.src),
+                 any(d.wei), activation(g, d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
@@ -201,9 +211,9 @@ Forward& forward_for(const Conv2dGeometry& g, bool bias, bool winograd) {
     return std::unique_ptr<Forward>(
         new Forward{pd,
                     dnnl::convolution_forward(pd),
-                    {plain(d.src, tag::nchw), pd.src_desc(), kSrc},
-                    {plain(d.wei, tag::oihw), pd.weights_desc(), kWeights},
-                    {plain(d.dst, tag::nchw), pd.dst_desc(), kDst},
+                    {plain(d.src, activation_tag(g)), pd.src_desc(), kSrc},
+                    {plain(d.wei, weight_tag(g)), pd.weights_desc(), kWeights},
+                    {plain(d.dst, activation_tag(g)), pd.dst_desc(), kDst},
                     plain(d.bias, tag::x)});
   });
 }
@@ -219,26 +229,26 @@ Backward& backward_for(const Conv2dGeometry& g, bool want_gx, bool want_gw, bool
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (want_gx) {
-      b->data_pd.emplace(
-          dnnl::convolution_backward_data::desc(conv_algorithm(winograd), any(d.src), any(d.wei),
-                                                any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
-          attr, cpu_engine(), hint);
+      b->data_pd.emplace(dnnl::convolution_backward_data::desc(
+                             conv_algorithm(winograd), activation(g, d.src), any(d.wei),
+                             activation(g, d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
+                         attr, cpu_engine(), hint);
       const auto& pd = *b->data_pd;
       b->data.emplace(pd);
-      b->data_wei = {plain(d.wei, tag::oihw), pd.weights_desc(), kWeights};
-      b->data_dy = {plain(d.dst, tag::nchw), pd.diff_dst_desc(), kDst};
-      b->data_dx = {plain(d.src, tag::nchw), pd.diff_src_desc(), kSrc};
+      b->data_wei = {plain(d.wei, weight_tag(g)), pd.weights_desc(), kWeights};
+      b->data_dy = {plain(d.dst, activation_tag(g)), pd.diff_dst_desc(), kDst};
+      b->data_dx = {plain(d.src, activation_tag(g)), pd.diff_src_desc(), kSrc};
     }
     if (want_gw) {
       b->weights_pd.emplace(dnnl::convolution_backward_weights::desc(
-                                conv_algorithm(winograd), any(d.src), any(d.wei), any(d.dst),
-                                d.strides, d.dilates, d.pad_l, d.pad_r),
+                                conv_algorithm(winograd), activation(g, d.src), any(d.wei),
+                                activation(g, d.dst), d.strides, d.dilates, d.pad_l, d.pad_r),
                             attr, cpu_engine(), hint);
       const auto& pd = *b->weights_pd;
       b->weights.emplace(pd);
-      b->w_src = {plain(d.src, tag::nchw), pd.src_desc(), kSrc};
-      b->w_dy = {plain(d.dst, tag::nchw), pd.diff_dst_desc(), kDst};
-      b->w_dw = {plain(d.wei, tag::oihw), pd.diff_weights_desc(), kWeights};
+      b->w_src = {plain(d.src, activation_tag(g)), pd.src_desc(), kSrc};
+      b->w_dy = {plain(d.dst, activation_tag(g)), pd.diff_dst_desc(), kDst};
+      b->w_dw = {plain(d.wei, weight_tag(g)), pd.diff_weights_desc(), kWeights};
     }
     return b;
   });

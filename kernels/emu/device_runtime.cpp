@@ -941,6 +941,10 @@ cudaError_t cudaFree(void* ptr) {
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
   Runtime& r = Runtime::get();
   if (r.devices == 0) return fail(cudaErrorNoDevice);
+  {
+    std::lock_guard lock(r.mu);  // an unsafe call during a capture, as cudaMalloc
+    if (r.refuse_during_capture(true)) return fail(cudaErrorStreamCaptureUnsupported);
+  }
   void* p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(4096), std::nothrow);
   if (p == nullptr) return fail(cudaErrorMemoryAllocation);
   std::lock_guard lock(r.mu);

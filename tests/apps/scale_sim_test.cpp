@@ -208,6 +208,41 @@ TEST(ScaleSim, ReadsAHandWrittenTrace) {
   }
 }
 
+// A --cuda-graphs run: the first step is eager (forward, backward, buckets), the next is the
+// capture (its host span "cuda graph capture" around a forward, backward and buckets that only
+// queued work), the later ones are replays (one host span "cuda graph replay" each). The last
+// complete step is the eager one; a capture or replay asked for by number is named as such.
+TEST(ScaleSim, CudaGraphCaptureAndReplayStepsAreNotProfiles) {
+  const std::string trace = R"({"traceEvents": [
+    {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "rank 0"}},
+    {"ph": "X", "cat": "step", "name": "forward", "pid": 0, "ts": 0, "dur": 5000},
+    {"ph": "X", "cat": "step", "name": "backward", "pid": 0, "ts": 5000, "dur": 9000},
+    {"ph": "i", "cat": "ddp", "name": "bucket 0 ready", "pid": 0, "ts": 6000,
+     "args": {"bucket": 0, "bytes": 1000, "params": 2}},
+    {"ph": "X", "cat": "step", "name": "optimizer step", "pid": 0, "ts": 14000, "dur": 500},
+    {"ph": "X", "cat": "step", "name": "cuda graph capture", "pid": 0, "ts": 15000, "dur": 4000},
+    {"ph": "X", "cat": "step", "name": "forward", "pid": 0, "ts": 15100, "dur": 1000},
+    {"ph": "X", "cat": "step", "name": "backward", "pid": 0, "ts": 16100, "dur": 2000},
+    {"ph": "i", "cat": "ddp", "name": "bucket 0 ready", "pid": 0, "ts": 17000,
+     "args": {"bucket": 0, "bytes": 1000, "params": 2}},
+    {"ph": "X", "cat": "step", "name": "optimizer step", "pid": 0, "ts": 18200, "dur": 100},
+    {"ph": "X", "cat": "step", "name": "cuda graph replay", "pid": 0, "ts": 20000, "dur": 300},
+    {"ph": "X", "cat": "step", "name": "cuda graph replay", "pid": 0, "ts": 21000, "dur": 300}]})";
+  const StepProfile last = profile_from_trace(trace, "g.json", -1, 0);
+  EXPECT_DOUBLE_EQ(last.forward_ms, 5);
+  EXPECT_EQ(last.total_bytes(), 1000);
+  for (int step : {1, 2}) {
+    try {
+      profile_from_trace(trace, "g.json", step, 0);
+      FAIL() << "no error for step " << step;
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), "g.json: step " + std::to_string(step) +
+                                    " of rank 0 is a CUDA graph capture or replay (--cuda-graphs)"))
+          << e.what();
+    }
+  }
+}
+
 TEST(ScaleSim, BadInputIsAClearErrorWithExitCode2) {
   auto message = [](const std::string& text) {
     try {

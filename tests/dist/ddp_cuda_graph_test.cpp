@@ -87,6 +87,9 @@ struct Result {
   std::vector<Tensor> state;  // parameters, buffers and momentum, on the host
   int64_t captures = 0, replays = 0, eager = 0;
   uint64_t replay_blocking = 0;  // host-blocking calls inside the replayed steps
+  // Per step, DDP's last_timeline(): marked replayed, and its buckets (none for a replay).
+  std::vector<bool> timeline_replayed;
+  std::vector<size_t> timeline_buckets;
 };
 
 constexpr int kSteps = 8;
@@ -134,6 +137,8 @@ Result train(const DdpOptions& options, bool graphs, bool f16 = false) {
     if (graph && graph->replays() > replays)
       r.replay_blocking += uint64_t(backend.host_blocking_calls() - blocking);
     losses.back() = losses.back().clone();  // a replay's loss is rewritten by the next one
+    r.timeline_replayed.push_back(ddp.reducer().last_timeline().replayed);
+    r.timeline_buckets.push_back(ddp.reducer().last_timeline().buckets.size());
   }
   checks.flush();
   for (const Tensor& l : losses) r.losses.push_back(l.item());
@@ -191,6 +196,15 @@ TEST_F(DdpCudaGraphs, ReplayedIterationsEqualEagerDdpIterationsBitForBit) {
     EXPECT_EQ(graphed.replays, 5) << "steps 2, 3, 5, 6, 7";
     EXPECT_EQ(graphed.eager, 3) << "two warm-up steps and the short batch";
     EXPECT_EQ(graphed.replay_blocking, 0u) << "a replayed DDP step waited for the device";
+    // last_timeline(): an eager iteration's buckets, or a replay marked as such (nothing timed).
+    const std::vector<bool> replayed = {false, false, true, true, false, true, true, true};
+    EXPECT_EQ(graphed.timeline_replayed, replayed) << "steps 2, 3, 5, 6, 7 replayed";
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_FALSE(eager.timeline_replayed[size_t(s)]);
+      EXPECT_EQ(graphed.timeline_buckets[size_t(s)],
+                replayed[size_t(s)] ? 0u : eager.timeline_buckets[size_t(s)])
+          << "step " << s;
+    }
     EXPECT_EQ(eager.losses, graphed.losses);
     ASSERT_EQ(eager.state.size(), graphed.state.size());
     for (size_t i = 0; i < eager.state.size(); ++i)

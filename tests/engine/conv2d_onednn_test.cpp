@@ -1,11 +1,12 @@
 // The f32 convolution through oneDNN (kernels/cpu/conv2d_onednn.h) against the im2col + GEMM path
 // it replaces, on geometries that exercise its padding arithmetic (floored last windows: oneDNN's
-// right padding), strides, dilation, 1x1 kernels, a missing bias and missing gradients.
+// right padding), strides, dilation, 1x1 kernels, a missing bias and missing gradients, in NCHW
+// and channels last.
 #include "kernels/cpu/conv2d_onednn.h"
-#include "kernels/cpu/conv2d_winograd.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/conv2d.h"
+#include "kernels/cpu/conv2d_winograd.h"
 #include "support/scaled_error.h"
 
 namespace rg::kernels {
@@ -84,6 +86,67 @@ TEST(Conv2dOneDnn, MatchesTheGemmPathOnAwkwardGeometries) {
   check(geometry(2, 8, 5, 5, 16, 1, 1, 0, 1), true);    // 1x1
   check(geometry(2, 1, 28, 28, 32, 3, 1, 0, 1), true);  // ToyNet's conv1
   check(geometry(1, 3, 4, 4, 2, 5, 1, 2, 1), true);     // kernel larger than the image
+}
+
+// [a, b, hw] -> [a, hw, b]: NCHW to NHWC (and OIHW to OHWI); `back` the other way.
+std::vector<float> to_last(const std::vector<float>& v, int64_t a, int64_t b, int64_t hw,
+                           bool back = false) {
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j)
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t first = (i * b + j) * hw + p, last = (i * hw + p) * b + j;
+        out[size_t(back ? first : last)] = v[size_t(back ? last : first)];
+      }
+  return out;
+}
+
+// Channels last: oneDNN's NHWC convolution on our NHWC/OHWI arrays against the NCHW GEMM path on
+// the same numbers; the bias gradient (ours, f64 sums in the same order) has the same bits.
+TEST(Conv2dOneDnn, ChannelsLastRunsOnNhwcArraysAndMatchesTheGemmPath) {
+  for (const Conv2dGeometry& g :
+       {geometry(2, 3, 9, 7, 5, 3, 1, 1, 1), geometry(2, 3, 9, 7, 5, 3, 2, 1, 1),
+        geometry(3, 2, 12, 12, 4, 3, 1, 2, 2), geometry(2, 8, 5, 5, 16, 1, 1, 0, 1),
+        geometry(2, 16, 8, 8, 70, 3, 1, 1, 1)}) {  // 70 channels: two bias chunks
+    SCOPED_TRACE(::testing::Message() << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w
+                                      << " o" << g.o << " k" << g.kh << " s" << g.sh);
+    const int64_t hw = g.h * g.w, hwo = g.ho * g.wo, k = g.kh * g.kw;
+    const auto x = random(g.n * g.c * hw, 1), w = random(g.o * g.c * k, 2);
+    const auto b = random(g.o, 3), gy = random(g.n * g.o * hwo, 4);
+    std::vector<float> y(gy.size()), gx(x.size()), gw(w.size()), gb(b.size());
+    cpu::set_onednn_enabled(false);
+    Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), b.data(), y.data(), false, {}, {});
+    Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data(),
+                                 false, {}, {});
+    cpu::set_onednn_enabled(true);
+    Conv2dGeometry last = g;
+    last.channels_last = true;
+    const auto xl = to_last(x, g.n, g.c, hw), wl = to_last(w, g.o, g.c, k);
+    const auto gyl = to_last(gy, g.n, g.o, hwo);
+    std::vector<float> yl(y.size()), gxl(x.size()), gwl(w.size()), gbl(b.size());
+    ASSERT_TRUE(cpu::onednn_conv2d_forward(last, xl.data(), wl.data(), b.data(), yl.data()))
+        << "oneDNN took no channels-last convolution";
+    std::fill(yl.begin(), yl.end(), 0.0f);
+    Conv2d<Cpu>::forward<float>(last, xl.data(), wl.data(), b.data(), yl.data(), false, {}, {});
+    Conv2d<Cpu>::backward<float>(last, xl.data(), wl.data(), gyl.data(), gxl.data(), gwl.data(),
+                                 gbl.data(), false, {}, {});
+    expect_close(to_last(yl, g.n, g.o, hwo, true), y, "y");
+    expect_close(to_last(gxl, g.n, g.c, hw, true), gx, "gx");
+    expect_close(to_last(gwl, g.o, g.c, k, true), gw, "gw");
+    EXPECT_EQ(gbl, gb);
+    // Without a bias, and each gradient alone (other primitives).
+    std::vector<float> y0(y.size()), gx_only(x.size()), gw_only(w.size());
+    Conv2d<Cpu>::forward<float>(last, xl.data(), wl.data(), nullptr, y0.data(), false, {}, {});
+    Conv2d<Cpu>::backward<float>(last, xl.data(), wl.data(), gyl.data(), gx_only.data(), nullptr,
+                                 nullptr, false, {}, {});
+    Conv2d<Cpu>::backward<float>(last, xl.data(), wl.data(), gyl.data(), nullptr, gw_only.data(),
+                                 nullptr, false, {}, {});
+    std::vector<float> y_biased = to_last(y0, g.n, g.o, hwo, true);
+    for (size_t i = 0; i < y_biased.size(); ++i) y_biased[i] += b[i / size_t(hwo) % size_t(g.o)];
+    expect_close(y_biased, y, "y without bias, plus the bias");
+    EXPECT_EQ(gx_only, gxl);
+    EXPECT_EQ(gw_only, gwl);
+  }
 }
 
 // Every output of Conv2d<Cpu> in f32 for one geometry, with the path of `mode` ("gemm": oneDNN

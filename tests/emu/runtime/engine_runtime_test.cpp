@@ -447,6 +447,155 @@ TEST_F(EngineCudaRuntime, EmptyCacheWaitsForACopyThatStillUsesAPinnedBlock) {
   EXPECT_FALSE(gate.timed_out());
 }
 
+// ---- Pinned memory and CUDA graphs ----
+
+// A captured copy reads its pinned source at every replay: the block belongs to the graph until
+// the graph is destroyed, whether it is freed during the capture or after it (a block reused
+// meanwhile would feed the replays someone else's data), then it comes back once the replay's
+// stream has passed.
+TEST_F(EngineCudaRuntime, APinnedBlockACapturedCopyReadsIsKeptUntilTheGraphIsDestroyed) {
+  for (const bool free_in_capture : {true, false}) {
+    SCOPED_TRACE(free_in_capture ? "freed during the capture" : "freed after the capture");
+    const cuda::Stream stream = cuda::pooled_stream(0);
+    cuda::StreamGuard on(stream);
+    constexpr int64_t kPinned = 3000;  // 12000 bytes: a size class no other test here uses
+    Tensor h = Tensor::empty_pinned({kPinned}, DType::f32);
+    h.fill_(1.0);
+    void* const held = h.raw_data();
+    Tensor d;
+    auto graph = std::make_unique<cuda::Graph>(Device::cuda(0), [&] {
+      d = h.to(Device::cuda(0), /*non_blocking=*/true);
+      if (free_in_capture) h = Tensor();
+    });
+    h = Tensor();
+    stream.synchronize();  // an event recorded on the capture's stream would have been reached
+    Tensor other = Tensor::empty_pinned({kPinned}, DType::f32);  // queries the pinned events
+    EXPECT_NE(other.raw_data(), held) << "the graph's pinned block was handed out again";
+    other.fill_(7.0);
+    graph->replay();
+    stream.synchronize();
+    EXPECT_TRUE(all_equal(d, 1.0f)) << "the replay read another tensor's data";
+    other = Tensor();
+    graph.reset();
+    stream.synchronize();  // the events its release recorded on the replay's stream
+    const Tensor after = Tensor::empty_pinned({kPinned}, DType::f32);
+    const Tensor again = Tensor::empty_pinned({kPinned}, DType::f32);
+    EXPECT_TRUE(after.raw_data() == held || again.raw_data() == held)
+        << "the block did not come back after the graph";
+  }
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+}
+
+// One pinned block read by the captured copies of two graphs: it is the graphs' until both are
+// destroyed (the second's replays still read it after the first is gone).
+TEST_F(EngineCudaRuntime, APinnedBlockTwoGraphsReadIsKeptUntilBothAreDestroyed) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  constexpr int64_t kPinned = 7000;  // 28000 bytes: its own size class
+  Tensor h = Tensor::empty_pinned({kPinned}, DType::f32);
+  h.fill_(5.0);
+  void* const held = h.raw_data();
+  Tensor da, db;
+  auto a = std::make_unique<cuda::Graph>(
+      Device::cuda(0), [&] { da = h.to(Device::cuda(0), /*non_blocking=*/true); });
+  auto b = std::make_unique<cuda::Graph>(
+      Device::cuda(0), [&] { db = h.to(Device::cuda(0), /*non_blocking=*/true); });
+  h = Tensor();
+  a.reset();
+  stream.synchronize();
+  {
+    Tensor other = Tensor::empty_pinned({kPinned}, DType::f32);
+    EXPECT_NE(other.raw_data(), held) << "handed out while the second graph still reads it";
+    other.fill_(9.0);
+    b->replay();
+    stream.synchronize();
+  }
+  EXPECT_TRUE(all_equal(db, 5.0f));
+  b.reset();
+  stream.synchronize();
+  const Tensor x = Tensor::empty_pinned({kPinned}, DType::f32);
+  const Tensor y = Tensor::empty_pinned({kPinned}, DType::f32);
+  EXPECT_TRUE(x.raw_data() == held || y.raw_data() == held) << "not back after both graphs";
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+}
+
+// A pinned block a side stream used, freed by another thread while that stream has joined a
+// capture: the event its free would record could be captured and fail every later query, so it
+// waits for the capture's end; and allocating pinned memory in a capture while frees are still
+// pending queries no event (that would invalidate the capture).
+TEST_F(EngineCudaRuntime, PinnedFreesAndAllocationsDuringACaptureQueryNoEvent) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  const cuda::Stream side = cuda::pooled_stream(0);
+  const cuda::Stream copier = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  constexpr int64_t kPinned = 5000;  // 20000 bytes: its own size class
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  Tensor used = Tensor::empty_pinned({kPinned}, DType::f32);
+  cuda::record_stream(used, side);
+  StreamGate gate;
+  Tensor pending_copy = Tensor::empty({kPinned}, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  {
+    Tensor pending = Tensor::empty_pinned({kPinned}, DType::f32);
+    pending.fill_(3.0);
+    ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(copier.handle())), cudaSuccess);
+    cuda::StreamGuard on_copier(copier);
+    pending_copy.copy_(pending, /*non_blocking=*/true);  // waits behind the gate
+  }
+  ASSERT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 1);
+  Tensor out;
+  std::string empty_cache_error;
+  cuda::Graph graph(Device::cuda(0), [&] {
+    const Tensor made = Tensor::empty_pinned({kPinned}, DType::f32);  // no event is queried
+    empty_cache_error = error_of([] { cuda::runtime().pinned_allocator().empty_cache(); });
+    cuda::Event fork;
+    fork.record(stream);
+    fork.wait(side);  // the side stream joins the capture
+    std::thread([&] { used = Tensor(); }).join();
+    cuda::Event join;
+    join.record(side);
+    join.wait(stream);
+    out = add(x, x);
+  });
+  EXPECT_NE(empty_cache_error.find("pinned empty_cache during a CUDA graph capture"),
+            std::string::npos)
+      << empty_cache_error;
+  gate.release();
+  graph.replay();
+  copier.synchronize();
+  side.synchronize();
+  stream.synchronize();
+  const Tensor after = Tensor::empty_pinned({kPinned}, DType::f32);  // processes the events
+  EXPECT_TRUE(all_equal(out, 4.0f));
+  EXPECT_TRUE(all_equal(pending_copy, 3.0f));
+  EXPECT_FALSE(gate.timed_out());
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+  cuda::runtime().pinned_allocator().empty_cache();  // usable again after the capture
+}
+
+// Pinned memory used on a stream captured by something other than a cuda::Graph: the allocator
+// could not keep the block for that capture's replays, so the copy is refused before it is queued.
+TEST_F(EngineCudaRuntime, APinnedCopyOnARawStreamCaptureIsRefusedByName) {
+  const cuda::Stream side = cuda::pooled_stream(0);
+  cuda::StreamGuard on(side);
+  Tensor h = Tensor::empty_pinned({kN}, DType::f32);
+  h.fill_(2.0);
+  Tensor d = Tensor::empty({kN}, DType::f32, Device::cuda(0));
+  cuda::Backend& backend = cuda::runtime().backend();
+  Tensor refused = Tensor::empty_pinned({kN}, DType::f32);
+  backend.begin_capture(0, side.handle());
+  const std::string e = error_of([&] { d.copy_(refused, /*non_blocking=*/true); });
+  refused = Tensor();  // had its use been noted, this free would record an event into the capture
+  const cuda::GraphHandle raw = backend.end_capture(0, side.handle());
+  backend.destroy_graph(0, raw);
+  EXPECT_NE(e.find("captured by something other than rg::cuda::Graph"), std::string::npos) << e;
+  d.copy_(h, /*non_blocking=*/true);
+  side.synchronize();
+  const Tensor later = Tensor::empty_pinned({kN}, DType::f32);  // queries the pinned events
+  EXPECT_TRUE(all_equal(d, 2.0f));
+}
+
 TEST_F(EngineCudaRuntime, PinnedOutOfMemoryUnpinsTheCacheAndSaysHowMuchIsPinned) {
   cuda::empty_cache();
   void* cached = nullptr;
@@ -618,6 +767,43 @@ TEST_F(EngineCudaRuntime, AFreeFromAnotherThreadDuringACaptureWaitsForItsEnd) {
   stream.synchronize();
   EXPECT_TRUE(all_equal(after, 4.0f));
   EXPECT_TRUE(all_equal(out, 4.0f));
+}
+
+// Graph::capturing(device) names the Graph whose capture the device's current stream is in: the
+// one of this thread, or an error saying that the stream joined the capture of another thread's
+// Graph (work that registers replay hooks must be queued by the capturing thread).
+TEST_F(EngineCudaRuntime, CapturingOfADeviceNamesTheThreadWhoseGraphTheStreamJoined) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  const cuda::Stream side = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  EXPECT_EQ(cuda::Graph::capturing(0), nullptr);
+  cuda::Graph* seen = nullptr;
+  std::string from_other_thread, on_side_stream_elsewhere = "not run";
+  cuda::Graph graph(Device::cuda(0), [&] {
+    seen = cuda::Graph::capturing(0);
+    cuda::Event fork;
+    fork.record(stream);
+    fork.wait(side);
+    std::thread([&] {
+      cuda::StreamGuard on_side(side);
+      from_other_thread = error_of([] { cuda::Graph::capturing(0); });
+      const cuda::StreamGuard idle(cuda::pooled_stream(0));
+      on_side_stream_elsewhere = error_of([] { cuda::Graph::capturing(0); });
+    }).join();
+    cuda::Event join;
+    join.record(side);
+    join.wait(stream);
+    mul_(x, 2.0);
+  });
+  EXPECT_EQ(seen, &graph);
+  EXPECT_NE(from_other_thread.find("the current stream joined the capture of a cuda::Graph on "
+                                   "another thread"),
+            std::string::npos)
+      << from_other_thread;
+  EXPECT_EQ(on_side_stream_elsewhere, "") << "a stream outside the capture is not captured";
+  EXPECT_EQ(cuda::Graph::capturing(0), nullptr);
 }
 
 // A free still waiting for another stream's event when a capture starts: the allocator queries
