@@ -106,21 +106,36 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
   const StreamHandle stream = current_stream(device_).handle();
   slots_ = Tensor::empty({kReplaySlots}, DType::i64, device);
   PinnedAllocator& pinned = runtime().pinned_allocator();
+  std::exception_ptr failed;
+  // Every step of undoing a capture runs whatever the others throw; the first error is the one
+  // reported.
+  const auto attempt = [&failed](const std::function<void()>& step) {
+    try {
+      step();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  };
   pool_ = allocator.begin_graph_pool(stream);
+  bool began = false;
   try {
     pinned.begin_capture(id_, device_);
     backend.begin_capture(device_, stream);
-  } catch (...) {
-    pinned.release_graph(id_, {});
-    allocator.release_graph_pool(pool_);
-    throw;
-  }
-  std::exception_ptr failed;
-  Graph* const outer = std::exchange(t_capturing, this);
-  {
+    began = true;
     std::lock_guard<std::mutex> lock(g_capturing_mu);
     g_capturing_devices.insert(device_);
+  } catch (...) {
+    failed = std::current_exception();
+    attempt([&] {
+      if (!began) return;  // (the stream may be another capture's)
+      const GraphHandle g = backend.end_capture(device_, stream);
+      if (g != nullptr) backend.destroy_graph(device_, g);
+    });
+    attempt([&] { pinned.release_graph(id_, {}); });
+    attempt([&] { allocator.release_graph_pool(pool_); });
+    std::rethrow_exception(failed);
   }
+  Graph* const outer = std::exchange(t_capturing, this);
   try {
     body();
   } catch (...) {
@@ -136,14 +151,6 @@ Graph::Graph(Device device, const std::function<void()>& body) : device_(device.
     r.count = r.gen->offset() - r.start;
     r.gen->set_state(r.seed, r.start);
   }
-  // Every step of the ending runs whatever the others throw; the first error is the capture's.
-  const auto attempt = [&failed](const std::function<void()>& step) {
-    try {
-      step();
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  };
   GraphHandle graph = nullptr;
   attempt([&] { graph = backend.end_capture(device_, stream); });
   attempt([&] { pinned.end_capture(id_); });  // before the device's next capture may begin

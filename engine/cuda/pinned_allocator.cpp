@@ -34,7 +34,10 @@ void* PinnedAllocator::allocate(size_t nbytes) {
            " bytes is impossibly large");
   const size_t cls = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
-  if (captures_ == 0) process_events();  // (querying events would fail a capture)
+  if (captures_ == 0) {  // (querying events would fail a capture)
+    free_deferred();     // blocks that a raw capture held up may be free now
+    process_events();
+  }
   Block* b = nullptr;
   auto it = free_.find(cls);
   if (it != free_.end() && !it->second.empty()) {
@@ -73,31 +76,58 @@ void PinnedAllocator::deallocate(void* ptr) {
   Block* b = &it->second;
   b->allocated = false;
   stats_.allocated_bytes -= int64_t(b->size);
-  if (b->graphs > 0 || (captures_ > 0 && !b->stream_uses.empty())) {
-    // Its graph's replays use it, or its events could be captured: it waits (release_graph,
-    // end_capture), still in use as far as the race detector knows.
+  if (b->graphs > 0) {
+    // Its graph's replays use it: it waits for release_graph, still in use as far as the race
+    // detector knows.
     b->waiting = true;
     ++stats_.pending_free_blocks;
-    if (b->graphs == 0) deferred_.push_back(b);
+    return;
+  }
+  if (captures_ > 0 && !b->stream_uses.empty()) {
+    defer(b);  // its events could be captured
     return;
   }
   free_locked(b);
 }
 
+void PinnedAllocator::defer(Block* b) {
+  b->waiting = true;
+  ++stats_.pending_free_blocks;
+  deferred_.push_back(b);
+}
+
 void PinnedAllocator::free_locked(Block* b) {
+  for (const auto& [device, stream] : b->stream_uses) {
+    // A stream captured by a raw cudaStreamBeginCapture since its copy was queued: an event
+    // recorded on it now would be captured and fail every later query. The block waits for an
+    // allocation after that capture (free_deferred).
+    if (backend_.stream_capturing(device, stream)) {
+      defer(b);
+      return;
+    }
+  }
+  std::vector<PendingEvent> recorded;
+  recorded.reserve(b->stream_uses.size());
+  try {
+    for (const auto& [device, stream] : b->stream_uses) {
+      recorded.push_back({device, events_.get(device), b});
+      backend_.record_event(device, recorded.back().event, stream);
+    }
+  } catch (...) {
+    // Nothing changed: the block waits to be freed again, the events go back to the pool.
+    for (const PendingEvent& pe : recorded) events_.put(pe.device, pe.event);
+    defer(b);
+    throw;
+  }
   backend_.annotate_host_block_freed(b->ptr, b->size, b->stream_uses);
-  if (b->stream_uses.empty()) {
+  b->stream_uses.clear();
+  if (recorded.empty()) {
     free_[b->size].push_back(b);
     return;
   }
   ++stats_.pending_free_blocks;
-  for (const auto& [device, stream] : b->stream_uses) {
-    EventHandle e = events_.get(device);
-    backend_.record_event(device, e, stream);
-    ++b->pending_events;
-    pending_.push_back({device, e, b});
-  }
-  b->stream_uses.clear();
+  b->pending_events = int(recorded.size());
+  pending_.insert(pending_.end(), recorded.begin(), recorded.end());
 }
 
 void PinnedAllocator::record_stream(void* ptr, int device, StreamHandle stream) {
@@ -113,7 +143,8 @@ void PinnedAllocator::record_stream(void* ptr, int device, StreamHandle stream) 
     });
     RG_CHECK(g != graphs_.end(), "pinned memory used on a stream of cuda:", device,
              " that is captured by something other than rg::cuda::Graph (a raw stream capture); "
-             "the allocator could not keep the block for the graph's replays");
+             "the allocator could not keep the block for the graph's replays: capture through "
+             "rg::cuda::Graph (engine/cuda/graph.h)");
     std::vector<Block*>& used = g->second.used;
     if (std::find(used.begin(), used.end(), b) == used.end()) {
       used.push_back(b);
@@ -145,10 +176,18 @@ void PinnedAllocator::end_capture(uint64_t graph) {
 }
 
 void PinnedAllocator::free_deferred() {
-  for (Block* b : std::exchange(deferred_, {})) {
-    --stats_.pending_free_blocks;
-    b->waiting = false;
-    free_locked(b);
+  const std::vector<Block*> blocks = std::exchange(deferred_, {});
+  size_t i = 0;
+  try {
+    for (; i < blocks.size(); ++i) {
+      --stats_.pending_free_blocks;
+      blocks[i]->waiting = false;
+      free_locked(blocks[i]);  // may defer it again
+    }
+  } catch (...) {
+    // blocks[i] is deferred again by free_locked; the ones after it were not looked at.
+    deferred_.insert(deferred_.end(), blocks.begin() + std::ptrdiff_t(i) + 1, blocks.end());
+    throw;
   }
 }
 

@@ -42,7 +42,9 @@ struct HostMemoryStats {
 // blocks freed with stream uses wait for the last capture's end, and empty_cache() is an error.
 // A stream captured by something other than a cuda::Graph (a raw cudaStreamBeginCapture) cannot
 // use pinned blocks: record_stream refuses it. (record_stream is called before the copy is
-// queued: a stream that another thread joins to a capture between the two is not seen.)
+// queued: a stream that another thread joins to a capture between the two is not seen.) A block
+// freed while a stream it was used on is under such a capture (begun after its copy) waits for
+// the first allocation after that capture.
 class PinnedAllocator {
  public:
   explicit PinnedAllocator(Backend& backend);
@@ -86,8 +88,11 @@ class PinnedAllocator {
     EventHandle event;
     Block* block;
   };
-  void free_locked(Block* b);  // back to the cache, after events on the streams that used it
-  void free_deferred();        // the waiting blocks of deferred_, once no capture runs
+  // Back to the cache, after events on the streams that used it; deferred while one of those
+  // streams is captured. On an error (recording an event) the block is deferred.
+  void free_locked(Block* b);
+  void defer(Block* b);  // freed, waits in deferred_
+  void free_deferred();  // the waiting blocks of deferred_, once no Graph capture runs
   void process_events();
   void synchronize_and_process_events();
   void release_cached();

@@ -158,6 +158,12 @@ __global__ void adam_count_steps_kernel(AdamStepList list, int64_t* counts, doub
   values[3 * i + 2] = __dadd_rn(1.0, -__dmul_rn(l, weight_decay[i]));
 }
 
+// Each thread of a list's launch strides over about this many elements of the list's largest
+// tensor, so that its smaller tensors leave fewer blocks with nothing to do (PyTorch's
+// multi_tensor_apply gives a thread 128). The results do not depend on it: every element is
+// updated alone.
+constexpr int64_t kManyElementsPerThread = 16;
+
 // Launches `kernel` over `updates` in lists of at most kMaxTensors, skipping empty tensors; args(u)
 // gives a tensor's hyperparameters.
 template <class D, class Args, class T, class MakeArgs>
@@ -167,7 +173,8 @@ void launch_many(void (*kernel)(TensorList<D, Args>), const ParamUpdate<T>* upda
   int64_t largest = 0;
   auto flush = [&] {
     if (list.count == 0) return;
-    const dim3 grid(blocks_for(largest), unsigned(list.count));
+    const dim3 grid(blocks_for((largest + kManyElementsPerThread - 1) / kManyElementsPerThread),
+                    unsigned(list.count));
     RG_LAUNCH(kernel, grid, kThreads, 0, as_stream(stream), list);
     list.count = 0;
     largest = 0;

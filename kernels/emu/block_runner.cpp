@@ -156,11 +156,19 @@ void BlockRunner::run(const Launch& launch, uint64_t block_linear) {
     stack_request_ = stack_bytes;
   }
   if (threads_.size() < n_) threads_.resize(n_);
+  uint3 idx{0, 0, 0};  // x fastest, counted rather than divided out (this runs for every thread)
   for (unsigned int i = 0; i < n_; ++i) {
     Thread& t = threads_[i];
     t.state = State::kReady;
     t.started = false;
-    t.idx = uint3{i % b.x, i / b.x % b.y, i / (b.x * b.y)};
+    t.idx = idx;
+    if (++idx.x == b.x) {
+      idx.x = 0;
+      if (++idx.y == b.y) {
+        idx.y = 0;
+        ++idx.z;
+      }
+    }
   }
   done_ = 0;
   failure_ = nullptr;
@@ -197,36 +205,57 @@ void BlockRunner::schedule() {
       if (t.state != State::kReady) continue;
       current_ = i;
       ::threadIdx = t.idx;
+      boost::context::fiber resumed;
       if (!t.started) {
-        t.started = true;
-        t.fiber = ctx::fiber(std::allocator_arg, PooledStack{stacks_.get()},
+        // A fiber starting here runs threads i, i+1, ... one after the other for as long as each
+        // finishes without waiting: a block without barriers costs one fiber, not one per thread.
+        resumed = ctx::fiber(std::allocator_arg, PooledStack{stacks_.get()},
                              [this, i](ctx::fiber&& s) { return thread_main(i, std::move(s)); });
+      } else {
+        resumed = std::move(t.fiber);
       }
-      t.fiber = std::move(t.fiber).resume();
-      // Boost's ucontext fibers (checked build) keep a finished fiber's stack until the handle
-      // goes; let it go now, so the next thread reuses the stack.
-      if (t.state == State::kDone) t.fiber = ctx::fiber{};
+      resumed = std::move(resumed).resume();
+      // The fiber stopped in the thread it ran last (current_): one that waits keeps it; once it
+      // has finished its last thread the fiber is gone (Boost's ucontext fibers, in the checked
+      // build, keep a finished fiber's stack until the handle goes: let it go now, so the next
+      // fiber reuses the stack).
+      Thread& last = threads_[current_];
+      if (last.state == State::kDone) {
+        resumed = ctx::fiber{};
+      } else {
+        last.fiber = std::move(resumed);
+      }
       if (failure_) std::rethrow_exception(failure_);
+      i = std::max(i, current_);
     }
     if (done_ == n_) return;
     if (!release_warps() && !release_block_barrier()) report_stuck();
   }
 }
 
-ctx::fiber BlockRunner::thread_main(unsigned int index, ctx::fiber&& scheduler) {
+ctx::fiber BlockRunner::thread_main(unsigned int first, ctx::fiber&& scheduler) {
   scheduler_ = std::move(scheduler);
-  try {
-    launch_->thunk(launch_->bound);
-  } catch (const ctx::detail::forced_unwind&) {
-    throw;  // the block is being abandoned: let Boost.Context unwind this fiber
-  } catch (...) {
-    if (!failure_) {
-      failure_ = std::current_exception();
-      failed_thread_ = index;
+  // Runs thread `first`, then each next thread not started yet, until one has to wait (wait()
+  // switches to the scheduler with this fiber; when released, that thread goes on here) or one
+  // fails.
+  for (unsigned int index = first; index < n_ && !threads_[index].started && !failure_; ++index) {
+    Thread& t = threads_[index];
+    t.started = true;
+    current_ = index;
+    ::threadIdx = t.idx;
+    try {
+      launch_->thunk(launch_->bound);
+    } catch (const ctx::detail::forced_unwind&) {
+      throw;  // the block is being abandoned: let Boost.Context unwind this fiber
+    } catch (...) {
+      if (!failure_) {
+        failure_ = std::current_exception();
+        failed_thread_ = index;
+      }
     }
+    t.state = State::kDone;
+    ++done_;
   }
-  threads_[index].state = State::kDone;
-  ++done_;
   return std::move(scheduler_);
 }
 

@@ -87,7 +87,7 @@ class BlockRunner {
   };
 
   void schedule();
-  boost::context::fiber thread_main(unsigned int index, boost::context::fiber&& scheduler);
+  boost::context::fiber thread_main(unsigned int first, boost::context::fiber&& scheduler);
   void wait();
   bool release_warps();
   void complete_warp_group(unsigned int base, unsigned int lanes, WarpOp op);

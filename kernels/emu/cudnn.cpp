@@ -213,10 +213,9 @@ using ConvCpu = kernels::Conv2d<kernels::Cpu>;
 using Dims = std::array<int64_t, 4>;
 
 // The values of a packed tensor of dimensions d (NCHW order) moved from NHWC order to NCHW
-// (to_nchw) or back.
+// (to_nchw) or back, from `in` to `out`.
 template <class C>
-std::vector<C> relayout(const std::vector<C>& v, const Dims& d, bool to_nchw) {
-  std::vector<C> out(v.size());
+void relayout(const C* in, C* out, const Dims& d, bool to_nchw) {
   size_t nchw = 0;
   for (int64_t i0 = 0; i0 < d[0]; ++i0) {
     for (int64_t i1 = 0; i1 < d[1]; ++i1) {
@@ -224,15 +223,24 @@ std::vector<C> relayout(const std::vector<C>& v, const Dims& d, bool to_nchw) {
         for (int64_t i3 = 0; i3 < d[3]; ++i3, ++nchw) {
           const size_t nhwc = size_t(((i0 * d[2] + i2) * d[3] + i3) * d[1] + i1);
           if (to_nchw) {
-            out[nchw] = v[nhwc];
+            out[nchw] = in[nhwc];
           } else {
-            out[nhwc] = v[nchw];
+            out[nhwc] = in[nchw];
           }
         }
       }
     }
   }
-  return out;
+}
+
+// n values of buffer `slot` of the stream worker running a pass, kept from one pass to the next:
+// activations are large, and fresh pages for every pass cost more than the convolution.
+template <class C>
+C* scratch(int slot, int64_t n) {
+  thread_local std::array<std::vector<C>, 4> buffers;
+  std::vector<C>& v = buffers[size_t(slot)];
+  if (v.size() < size_t(n)) v.resize(size_t(n));
+  return v.data();
 }
 
 // Runs one pass in the compute type C on operands of storage type T: the half types are widened
@@ -248,34 +256,55 @@ void run(const ConvCall& p) {
   const Dims& db = p.pass == Pass::forward ? w : y;
   const Dims& dout = p.pass == Pass::forward ? y : p.pass == Pass::data ? x : w;
   const auto count = [](const Dims& d) { return d[0] * d[1] * d[2] * d[3]; };
-  std::vector<C> av = widen<T, C>(p.a, count(da)), bv = widen<T, C>(p.b, count(db));
   const bool nhwc = p.layout == Layout::nhwc;
-  if (nhwc) {
-    av = relayout(av, da, true);
-    bv = relayout(bv, db, true);
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    if (p.tf32) {
-      round_to_tf32(av.data(), av.size());
-      round_to_tf32(bv.data(), bv.size());
+  bool tf32 = false;
+  if constexpr (std::is_same_v<T, float>) tf32 = p.tf32;
+  const auto pass = [&](const C* a, const C* b, C* out) {
+    switch (p.pass) {
+      case Pass::forward:
+        ConvCpu::forward<C>(g, a, b, nullptr, out, false, {}, {});
+        break;
+      case Pass::data:
+        ConvCpu::backward<C>(g, nullptr, a, b, out, nullptr, nullptr, false, {}, {});
+        break;
+      case Pass::weight:
+        ConvCpu::backward<C>(g, a, nullptr, b, nullptr, out, nullptr, false, {}, {});
+        break;
+    }
+  };
+  if constexpr (std::is_same_v<T, C>) {
+    if (!nhwc && !tf32) {  // nothing to convert: the device arrays themselves
+      pass(static_cast<const C*>(p.a), static_cast<const C*>(p.b), static_cast<C*>(p.out));
+      return;
     }
   }
-  std::vector<C> o(static_cast<size_t>(count(dout)));
-  switch (p.pass) {
-    case Pass::forward:
-      ConvCpu::forward<C>(g, av.data(), bv.data(), nullptr, o.data(), false, {}, {});
-      break;
-    case Pass::data:
-      ConvCpu::backward<C>(g, nullptr, av.data(), bv.data(), o.data(), nullptr, nullptr, false, {},
-                           {});
-      break;
-    case Pass::weight:
-      ConvCpu::backward<C>(g, av.data(), nullptr, bv.data(), nullptr, o.data(), nullptr, false, {},
-                           {});
-      break;
+  // An operand in the compute type, NCHW, rounded to TF32 if asked, in buffer `slot`.
+  const auto operand = [&](int slot, const void* in, const Dims& d) {
+    const int64_t n = count(d);
+    C* v = scratch<C>(slot, n);
+    if (nhwc) {
+      C* t = scratch<C>(3, n);
+      kernels::cpu::cast<T, C>(static_cast<const T*>(in), t, n);
+      relayout(t, v, d, true);
+    } else {
+      kernels::cpu::cast<T, C>(static_cast<const T*>(in), v, n);
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (tf32) round_to_tf32(v, size_t(n));
+    }
+    return v;
+  };
+  const C* av = operand(0, p.a, da);
+  const C* bv = operand(1, p.b, db);
+  const int64_t nout = count(dout);
+  C* o = scratch<C>(2, nout);
+  pass(av, bv, o);
+  if (nhwc) {
+    C* t = scratch<C>(3, nout);
+    relayout(o, t, dout, false);
+    o = t;
   }
-  if (nhwc) o = relayout(o, dout, false);
-  kernels::cpu::cast<C, T>(o.data(), static_cast<T*>(p.out), count(dout));
+  kernels::cpu::cast<C, T>(o, static_cast<T*>(p.out), nout);
 }
 
 }  // namespace
@@ -771,11 +800,10 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
               invstd = inverse_std(var, epsilon);
             }
             std::vector<P> gx(static_cast<size_t>(total));
-            BatchNorm<Cpu>::backward<P>(gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(),
-                                        invstd.data(), static_cast<const P*>(scale), nullptr,
-                                        nullptr, true, false, gx.data(),
-                                        static_cast<P*>(scale_diff), static_cast<P*>(bias_diff),
-                                        nullptr, {}, {});
+            BatchNorm<Cpu>::backward<P>(
+                gyv.data(), xv.data(), s.n, s.c, s.hw, mean.data(), invstd.data(),
+                static_cast<const P*>(scale), nullptr, nullptr, true, false, gx.data(),
+                static_cast<P*>(scale_diff), static_cast<P*>(bias_diff), nullptr, {}, {});
             cpu::cast<P, T>(gx.data(), static_cast<T*>(dx), total);
           });
     return CUDNN_STATUS_SUCCESS;

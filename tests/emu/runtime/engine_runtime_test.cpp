@@ -596,6 +596,31 @@ TEST_F(EngineCudaRuntime, APinnedCopyOnARawStreamCaptureIsRefusedByName) {
   EXPECT_TRUE(all_equal(d, 2.0f));
 }
 
+// A raw capture begun on a stream after a pinned copy was queued there: the block's free must not
+// record its event into that capture (the event would fail every later query, and so every
+// pinned allocation); it waits, and the first allocation after the capture frees it.
+TEST_F(EngineCudaRuntime, APinnedBlockFreedDuringARawCaptureOfItsStreamWaitsForItsEnd) {
+  const cuda::Stream side = cuda::pooled_stream(0);
+  cuda::StreamGuard on(side);
+  Tensor h = Tensor::empty_pinned({kN}, DType::f32);
+  h.fill_(5.0);
+  Tensor d = Tensor::empty({kN}, DType::f32, Device::cuda(0));
+  d.copy_(h, /*non_blocking=*/true);
+  side.synchronize();
+  cuda::Backend& backend = cuda::runtime().backend();
+  const int64_t pending = cuda::pinned_memory_stats().pending_free_blocks;
+  backend.begin_capture(0, side.handle());
+  h = Tensor();
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, pending + 1);
+  const cuda::GraphHandle raw = backend.end_capture(0, side.handle());
+  backend.destroy_graph(0, raw);
+  const Tensor next = Tensor::empty_pinned({kN}, DType::f32);  // frees it: records its event
+  side.synchronize();
+  const Tensor later = Tensor::empty_pinned({kN}, DType::f32);  // queries it
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, pending);
+  EXPECT_TRUE(all_equal(d, 5.0f));
+}
+
 TEST_F(EngineCudaRuntime, PinnedOutOfMemoryUnpinsTheCacheAndSaysHowMuchIsPinned) {
   cuda::empty_cache();
   void* cached = nullptr;
@@ -664,6 +689,34 @@ TEST_F(EngineCudaRuntime, AGraphReplaysInPlaceWorkOnTensorsMadeBeforeTheCapture)
 // serves its later allocations, what it leaves behind is a static output each replay rewrites,
 // nothing eager gets the pool's memory, a tensor made before the capture and freed in it stays
 // reserved while the graph lives, and the pool's segments go back once graph and outputs are gone.
+// A Graph whose capture cannot begin (its stream is captured already, by a raw capture) undoes
+// what it began: the device allocator's graph pool and the pinned allocator's capture count, so
+// the next Graph of the device captures and pinned memory is freed at once again.
+TEST_F(EngineCudaRuntime, AGraphWhoseCaptureCannotBeginLeavesNoCaptureBehind) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  Tensor x = full({kN}, 2.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  cuda::Backend& backend = cuda::runtime().backend();
+  backend.begin_capture(0, stream.handle());
+  const std::string e = error_of([&] { cuda::Graph refused(Device::cuda(0), [] {}); });
+  backend.destroy_graph(0, backend.end_capture(0, stream.handle()));
+  EXPECT_FALSE(e.empty());
+  Tensor h = Tensor::empty_pinned({kN}, DType::f32);
+  h.fill_(1.0);
+  x.copy_(h, /*non_blocking=*/true);
+  const int64_t pending = cuda::pinned_memory_stats().pending_free_blocks;
+  h = Tensor();  // with a capture still counted, this free would wait for its end
+  stream.synchronize();
+  const Tensor next = Tensor::empty_pinned({kN}, DType::f32);  // processes the copy's event
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, pending);
+  Tensor out;
+  cuda::Graph graph(Device::cuda(0), [&] { out = add(x, x); });
+  graph.replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(out, 2.0f));
+}
+
 TEST_F(EngineCudaRuntime, AGraphAllocatesFromItsPrivatePoolAndItsOutputsAreStatic) {
   const cuda::Stream stream = cuda::pooled_stream(0);
   cuda::StreamGuard on(stream);
