@@ -35,7 +35,9 @@ void* PinnedAllocator::allocate(size_t nbytes) {
   const size_t cls = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (captures_ == 0) {  // (querying events would fail a capture)
-    free_deferred();     // blocks that a raw capture held up may be free now
+    // Blocks that a capture held up may be free now; one whose events cannot be recorded yet
+    // waits for the next try (empty_cache reports it).
+    free_deferred();
     process_events();
   }
   Block* b = nullptr;
@@ -97,29 +99,40 @@ void PinnedAllocator::defer(Block* b) {
 }
 
 void PinnedAllocator::free_locked(Block* b) {
-  for (const auto& [device, stream] : b->stream_uses) {
-    // A stream captured by a raw cudaStreamBeginCapture since its copy was queued: an event
-    // recorded on it now would be captured and fail every later query. The block waits for an
-    // allocation after that capture (free_deferred).
-    if (backend_.stream_capturing(device, stream)) {
-      defer(b);
-      return;
-    }
-  }
+  bool held = false;
   std::vector<PendingEvent> recorded;
-  recorded.reserve(b->stream_uses.size());
   try {
     for (const auto& [device, stream] : b->stream_uses) {
-      recorded.push_back({device, events_.get(device), b});
-      backend_.record_event(device, recorded.back().event, stream);
+      // A stream captured by a raw cudaStreamBeginCapture since its copy was queued: an event
+      // recorded on it now would be captured and fail every later query. The block waits for
+      // an allocation after that capture (free_deferred).
+      if (backend_.stream_capturing(device, stream)) {
+        held = true;
+        break;
+      }
+    }
+    if (!held) {
+      recorded.reserve(b->stream_uses.size());
+      for (const auto& [device, stream] : b->stream_uses) {
+        recorded.push_back({device, events_.get(device), b});
+        backend_.record_event(device, recorded.back().event, stream);
+      }
+      backend_.annotate_host_block_freed(b->ptr, b->size, b->stream_uses);
+      pending_.reserve(pending_.size() + recorded.size());
+      free_[b->size].reserve(free_[b->size].size() + 1);
     }
   } catch (...) {
-    // Nothing changed: the block waits to be freed again, the events go back to the pool.
+    // Nothing changed: the block waits to be freed again, the events go back to the pool (one
+    // that was recorded is simply recorded again when it is next used).
     for (const PendingEvent& pe : recorded) events_.put(pe.device, pe.event);
     defer(b);
     throw;
   }
-  backend_.annotate_host_block_freed(b->ptr, b->size, b->stream_uses);
+  if (held) {
+    defer(b);
+    return;
+  }
+  // (Nothing below throws: the room was reserved above.)
   b->stream_uses.clear();
   if (recorded.empty()) {
     free_[b->size].push_back(b);
@@ -175,20 +188,18 @@ void PinnedAllocator::end_capture(uint64_t graph) {
   if (--captures_ == 0) free_deferred();
 }
 
-void PinnedAllocator::free_deferred() {
-  const std::vector<Block*> blocks = std::exchange(deferred_, {});
-  size_t i = 0;
-  try {
-    for (; i < blocks.size(); ++i) {
-      --stats_.pending_free_blocks;
-      blocks[i]->waiting = false;
-      free_locked(blocks[i]);  // may defer it again
+std::exception_ptr PinnedAllocator::free_deferred() {
+  std::exception_ptr first_error;
+  for (Block* b : std::exchange(deferred_, {})) {
+    --stats_.pending_free_blocks;
+    b->waiting = false;
+    try {
+      free_locked(b);  // may defer it again
+    } catch (...) {    // deferred again by free_locked
+      if (!first_error) first_error = std::current_exception();
     }
-  } catch (...) {
-    // blocks[i] is deferred again by free_locked; the ones after it were not looked at.
-    deferred_.insert(deferred_.end(), blocks.begin() + std::ptrdiff_t(i) + 1, blocks.end());
-    throw;
   }
+  return first_error;
 }
 
 void PinnedAllocator::release_graph(uint64_t graph, const std::vector<StreamHandle>& replayed_on) {
@@ -254,7 +265,9 @@ void PinnedAllocator::empty_cache() {
   RG_CHECK(captures_ == 0,
            "pinned empty_cache during a CUDA graph capture (it would wait for "
            "events and unpin memory)");
+  const std::exception_ptr error = free_deferred();
   release_cached();
+  if (error) std::rethrow_exception(error);
 }
 
 HostMemoryStats PinnedAllocator::stats() const {

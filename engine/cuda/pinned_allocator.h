@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -30,7 +31,9 @@ struct HostMemoryStats {
 // pinned memory is taken from what the rest of the machine can page). A freed block is reused for
 // the same class. record_stream() notes a stream whose queued copy uses the block; freeing it then
 // records an event on each such stream and the block is reused only when those are reached.
-// empty_cache() waits for those events and unpins every cached block. Thread-safe.
+// empty_cache() waits for those events and unpins every cached block. Thread-safe. A free whose
+// events cannot be recorded (a CUDA error) throws and keeps the block: it is tried again at each
+// allocation, and empty_cache() throws the error while it persists.
 //
 // CUDA graphs (engine/cuda/graph.h call begin_capture, end_capture and release_graph): a block
 // that a stream of a capture uses (record_stream while that stream is captured) is read or
@@ -89,10 +92,13 @@ class PinnedAllocator {
     Block* block;
   };
   // Back to the cache, after events on the streams that used it; deferred while one of those
-  // streams is captured. On an error (recording an event) the block is deferred.
+  // streams is captured. On an error (querying a stream's capture, recording an event) the
+  // block is deferred and the error rethrown.
   void free_locked(Block* b);
   void defer(Block* b);  // freed, waits in deferred_
-  void free_deferred();  // the waiting blocks of deferred_, once no Graph capture runs
+  // Frees the waiting blocks of deferred_ (no capture runs). A block that cannot be freed (an
+  // event it needs cannot be recorded) stays deferred; the first such error is returned.
+  std::exception_ptr free_deferred();
   void process_events();
   void synchronize_and_process_events();
   void release_cached();

@@ -1,5 +1,6 @@
-// The block scheduler of the CUDA emulator: one fiber per CUDA thread, matching of barriers and
-// warp collectives, and the diagnosis of a barrier that not every thread can reach.
+// The block scheduler of the CUDA emulator: fibers that run a block's threads one after another
+// until one waits (one fiber per waiting thread), matching of barriers and warp collectives, and
+// the diagnosis of a barrier that not every thread can reach.
 #include "kernels/emu/block_runner.h"
 
 #include <sys/mman.h>

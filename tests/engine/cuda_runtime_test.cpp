@@ -91,6 +91,8 @@ class FakeBackend final : public cuda::Backend {
   int device_mallocs = 0, device_frees = 0, host_mallocs = 0, host_frees = 0;
   int events_created = 0, streams_created = 0, set_device_calls = 0;
   std::vector<Wait> waits;
+  // Faults to inject: record_event and stream_capturing throw while these are set.
+  bool fail_record_event = false, fail_capture_query = false;
 
   // Backend.
   int device_count() override { return devices_; }
@@ -174,10 +176,15 @@ class FakeBackend final : public cuda::Backend {
     delete fe;
   }
   void record_event(int device, EventHandle e, StreamHandle s) override {
+    RG_CHECK(!fail_record_event, "fake record_event failure");
     auto* fe = static_cast<FakeEvent*>(e);
     EXPECT_EQ(fe->device, device);
     fe->stream = stream(device, s);
     fe->tick = fe->stream->submitted;
+  }
+  bool stream_capturing(int, StreamHandle) override {
+    RG_CHECK(!fail_capture_query, "fake stream_capturing failure");
+    return false;
   }
   void wait_event(int device, StreamHandle s, EventHandle e) override {
     auto* fe = static_cast<FakeEvent*>(e);
@@ -551,6 +558,44 @@ TEST(CudaPinnedAllocator, BlockReadByAQueuedCopyIsReusedOnlyAfterIt) {
   EXPECT_EQ(r, p);
   a.deallocate(q);
   a.deallocate(r);
+}
+
+// A free that cannot record its event (or ask whether the stream is captured) throws and keeps
+// the block; later allocations do not fail for it and free it once the backend works again;
+// empty_cache reports the error while it lasts.
+TEST(CudaPinnedAllocator, AFreeThatCannotRecordItsEventKeepsTheBlockAndFailsNothingElse) {
+  FakeBackend fake;
+  cuda::PinnedAllocator a(fake);
+  const cuda::Stream copy_stream(0, fake_stream(fake));
+  void* p = a.allocate(5000);
+  void* q = a.allocate(5000);
+  a.record_stream(p, 0, copy_stream.handle());
+  a.record_stream(q, 0, copy_stream.handle());
+  fake.submit(copy_stream);
+  fake.fail_record_event = true;
+  EXPECT_TRUE(contains(error_of([&] { a.deallocate(p); }), "fake record_event failure"));
+  fake.fail_record_event = false;
+  fake.fail_capture_query = true;
+  EXPECT_TRUE(contains(error_of([&] { a.deallocate(q); }), "fake stream_capturing failure"));
+  EXPECT_EQ(a.stats().pending_free_blocks, 2);
+  fake.fail_record_event = true;
+  void* r = a.allocate(5000);  // the two stay held, and this allocation does not fail for them
+  EXPECT_NE(r, p);
+  EXPECT_NE(r, q);
+  EXPECT_EQ(a.stats().pending_free_blocks, 2);
+  EXPECT_TRUE(contains(error_of([&] { a.empty_cache(); }), "fake"));
+  fake.fail_record_event = false;
+  fake.fail_capture_query = false;
+  void* s = a.allocate(5000);  // their events are recorded now; the copy is still queued
+  EXPECT_TRUE(s != p && s != q);
+  EXPECT_EQ(a.stats().pending_free_blocks, 2);
+  fake.complete(copy_stream);
+  const std::set<void*> again{a.allocate(5000), a.allocate(5000)};
+  EXPECT_EQ(again, (std::set<void*>{p, q}));
+  EXPECT_EQ(a.stats().pending_free_blocks, 0);
+  for (void* b : {r, s, p, q}) a.deallocate(b);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
 }
 
 // ---- devices, streams and events through the runtime ------------------------------------------

@@ -351,10 +351,10 @@ TEST(EmuBatchNorm, SlicedChannelsMatchCpu) {
   }
 }
 
-// More elements than one grid (4096 blocks of 256 threads, elementwise_common.cuh): the
-// elementwise kernels' grid-stride loops go round again, and ChannelWalk must carry each index's
-// position and channel across the wrap: stride 2^20 = 1048 * 1000 + 576, so positions from 424
-// on carry into the next row, and the channel moves by 1048 % 3 plus that carry.
+// More elements than one grid (kMaxBlocks = 4095 blocks of 256 threads, elementwise_common.cuh):
+// the elementwise kernels' grid-stride loops go round again, and ChannelWalk must carry each
+// index's position and channel across the wrap: stride 1048320 = 1048 * 1000 + 320, so positions
+// from 680 on carry into the next row, and the channel moves by 1048 % 3 plus that carry.
 TEST(EmuBatchNorm, ElementwiseKernelsTrackChannelsPastOneGrid) {
   const std::array<int64_t, 3> shape{400, 3, 1000};
   check_apply<float>(shape, true, true);

@@ -222,7 +222,7 @@ TEST(EmuBinary, AxpyMatchesCpu) {
 }
 
 TEST(EmuBinary, GridStrideCoversMoreThanOneGrid) {
-  // Past 4096 blocks of 256 threads the launch grid is capped and each thread loops.
+  // Past kMaxBlocks (4095) blocks of 256 threads the launch grid is capped and each thread loops.
   const int64_t n = 4096 * 256 + 4097;
   const auto a = random_values<float>(n, 11), b = random_values<float>(n, 12);
   std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));

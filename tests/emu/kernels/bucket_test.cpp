@@ -104,7 +104,8 @@ TEST(EmuBucket, ManySmallSlicesInOneLaunch) {
 }
 
 TEST(EmuBucket, SliceLargerThanTheGrid) {
-  // One slice longer than 4096 blocks of 256 threads: each thread loops within the slice.
+  // One slice longer than kMaxBlocks (4095) blocks of 256 threads: each thread loops within the
+  // slice.
   check_pack_unpack<float>({5, 4096 * 256 + 33, 7}, 2, 0.5, "large slice");
 }
 

@@ -685,10 +685,6 @@ TEST_F(EngineCudaRuntime, AGraphReplaysInPlaceWorkOnTensorsMadeBeforeTheCapture)
   EXPECT_NE(error_of([&] { graph.replay(); }).find("moved from"), std::string::npos);
 }
 
-// What a capture allocates comes from the graph's private pool: a block freed in the capture
-// serves its later allocations, what it leaves behind is a static output each replay rewrites,
-// nothing eager gets the pool's memory, a tensor made before the capture and freed in it stays
-// reserved while the graph lives, and the pool's segments go back once graph and outputs are gone.
 // A Graph whose capture cannot begin (its stream is captured already, by a raw capture) undoes
 // what it began: the device allocator's graph pool and the pinned allocator's capture count, so
 // the next Graph of the device captures and pinned memory is freed at once again.
@@ -717,6 +713,10 @@ TEST_F(EngineCudaRuntime, AGraphWhoseCaptureCannotBeginLeavesNoCaptureBehind) {
   EXPECT_TRUE(all_equal(out, 2.0f));
 }
 
+// What a capture allocates comes from the graph's private pool: a block freed in the capture
+// serves its later allocations, what it leaves behind is a static output each replay rewrites,
+// nothing eager gets the pool's memory, a tensor made before the capture and freed in it stays
+// reserved while the graph lives, and the pool's segments go back once graph and outputs are gone.
 TEST_F(EngineCudaRuntime, AGraphAllocatesFromItsPrivatePoolAndItsOutputsAreStatic) {
   const cuda::Stream stream = cuda::pooled_stream(0);
   cuda::StreamGuard on(stream);
