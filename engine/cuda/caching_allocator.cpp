@@ -409,6 +409,11 @@ void CachingAllocator::empty_cache() {
   release_cached_segments();
 }
 
+bool CachingAllocator::capturing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capturing_id_ != 0;
+}
+
 DeviceMemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -83,6 +83,7 @@ class CachingAllocator {
   // The block at ptr is also used by work on `stream`: it is reused only after that work is done.
   void record_stream(void* ptr, StreamHandle stream);
   void empty_cache();
+  bool capturing() const;  // a cuda::Graph of this device captures now
   DeviceMemoryStats stats() const;
   void reset_peak_stats();
   // The size of the live block at ptr (rounded), for tests and diagnostics.

@@ -17,6 +17,17 @@ HostMemoryStats pinned_memory_stats() { return runtime().pinned_allocator().stat
 void empty_cache() {
   Runtime& rt = runtime();
   if (rt.device_count() == 0) return;
+  // All or nothing: a capture anywhere refuses before any cache is emptied (each allocator
+  // refuses again if a capture begins meanwhile).
+  for (int d = 0; d < rt.device_count(); ++d) {
+    RG_CHECK(!rt.device_allocator(d).capturing(),
+             "cuda::empty_cache during a CUDA graph capture "
+             "on cuda:",
+             d, ": nothing was emptied (it would wait for events and free memory)");
+  }
+  RG_CHECK(!rt.pinned_allocator().capturing(),
+           "cuda::empty_cache during a CUDA graph capture: nothing was emptied (it would wait for "
+           "events and unpin memory)");
   for (int d = 0; d < rt.device_count(); ++d) rt.device_allocator(d).empty_cache();
   rt.pinned_allocator().empty_cache();
 }

@@ -21,7 +21,7 @@ void reset_peak_memory_stats(int device = -1);
 HostMemoryStats pinned_memory_stats();
 // Returns the cached memory of every device and the cached pinned blocks (waiting for the events
 // that guard blocks still in use by other streams). Does nothing when there is no CUDA device:
-// nothing can be cached then.
+// nothing can be cached then. Refused (rg::Error, nothing emptied) while a cuda::Graph captures.
 void empty_cache();
 
 // `t`'s memory (CUDA or pinned) is used by work queued on `stream`: when `t`'s storage is freed,

@@ -270,6 +270,11 @@ void PinnedAllocator::empty_cache() {
   if (error) std::rethrow_exception(error);
 }
 
+bool PinnedAllocator::capturing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return captures_ > 0;
+}
+
 HostMemoryStats PinnedAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -62,6 +62,7 @@ class PinnedAllocator {
   // ptr is the start of a live block; `stream` of `device` has queued work that uses it.
   void record_stream(void* ptr, int device, StreamHandle stream);
   void empty_cache();
+  bool capturing() const;  // a cuda::Graph captures now (on any device)
   // A cuda::Graph (`graph`, its unique id) starts capturing on `device`; its capture ended
   // (successfully or not); it was destroyed after its replays were queued on `replayed_on`
   // (streams of its device).

@@ -102,7 +102,7 @@ StackPool::StackPool(size_t bytes) : guard_(static_cast<size_t>(::sysconf(_SC_PA
 
 StackPool::~StackPool() {
   for (ctx::stack_context& sc : free_) {
-    ::munmap(static_cast<char*>(sc.sp) - sc.size - guard_, sc.size + guard_);
+    ::munmap(static_cast<char*>(sc.sp) - sc.size - guard_, guard_ + bytes_ + kColorSpan);
   }
 }
 
@@ -116,14 +116,18 @@ ctx::stack_context StackPool::allocate() {
 #endif
     return sc;
   }
-  void* base = ::mmap(nullptr, bytes_ + guard_, PROT_READ | PROT_WRITE,
+  void* base = ::mmap(nullptr, guard_ + bytes_ + kColorSpan, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) throw std::bad_alloc();
   // Stacks grow down: an overflow hits this page and stops with SIGSEGV instead of corrupting.
   ::mprotect(base, guard_, PROT_NONE);
+  // Each stack starts at a different offset of its last page ("colouring"): stacks a whole
+  // number of pages apart would have their busy tops in the same few cache sets, and a block
+  // whose threads all wait at a warp collective switches through hundreds of them.
+  const size_t color = (next_color_++ * kColorStep) % kColorSpan;
   ctx::stack_context sc;
-  sc.size = bytes_;
-  sc.sp = static_cast<char*>(base) + guard_ + bytes_;
+  sc.size = bytes_ + kColorSpan - color;
+  sc.sp = static_cast<char*>(base) + guard_ + sc.size;
   return sc;
 }
 
@@ -237,8 +241,7 @@ void BlockRunner::schedule() {
 ctx::fiber BlockRunner::thread_main(unsigned int first, ctx::fiber&& scheduler) {
   scheduler_ = std::move(scheduler);
   // Runs thread `first`, then each next thread not started yet, until one has to wait (wait()
-  // switches to the scheduler with this fiber; when released, that thread goes on here) or one
-  // fails.
+  // switches away from this fiber; when released, that thread goes on here) or one fails.
   for (unsigned int index = first; index < n_ && !threads_[index].started && !failure_; ++index) {
     Thread& t = threads_[index];
     t.started = true;
@@ -260,7 +263,28 @@ ctx::fiber BlockRunner::thread_main(unsigned int first, ctx::fiber&& scheduler) 
   return std::move(scheduler_);
 }
 
-void BlockRunner::wait() { scheduler_ = std::move(scheduler_).resume(); }
+void BlockRunner::wait() {
+  // The scheduler would run the next ready thread of this pass (threads only become ready
+  // between passes): switch to it directly when it has a fiber (it waits here too), which halves
+  // the switches of a warp collective; else back to the scheduler. Whichever fiber the scheduler
+  // resumes keeps the scheduler's continuation in scheduler_; one resumed by another thread is
+  // handed nothing.
+  const unsigned int me = current_;
+  unsigned int next = me + 1;
+  while (next < n_ && threads_[next].state != State::kReady) ++next;
+  ctx::fiber back;
+  if (next < n_ && threads_[next].started) {
+    current_ = next;
+    ::threadIdx = threads_[next].idx;
+    back = std::move(threads_[next].fiber).resume_with([this, me](ctx::fiber&& from) {
+      threads_[me].fiber = std::move(from);
+      return ctx::fiber{};
+    });
+  } else {
+    back = std::move(scheduler_).resume();
+  }
+  if (back) scheduler_ = std::move(back);
+}
 
 int BlockRunner::sync_block(const char* name, int predicate, const Site& site) {
   Thread& t = threads_[current_];

@@ -45,8 +45,13 @@ class StackPool {
   size_t bytes() const { return bytes_; }
 
  private:
+  // Stack tops 11 * 256 bytes apart modulo 16 KiB: 64 different offsets (Boost.Context puts its
+  // control record, above the first frame, at a multiple of 256 bytes).
+  static constexpr size_t kColorStep = 2816;
+  static constexpr size_t kColorSpan = 16384;
   size_t bytes_;
   size_t guard_;
+  size_t next_color_ = 0;
   std::vector<boost::context::stack_context> free_;
 };
 

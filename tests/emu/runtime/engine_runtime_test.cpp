@@ -416,6 +416,37 @@ TEST_F(EngineCudaRuntime, PinnedBlocksAreCachedBySizeClassAndReusedAfterTheirCop
   EXPECT_EQ(cuda::pinned_memory_stats().peak_allocated_bytes, emptied.allocated_bytes);
 }
 
+// cuda::empty_cache during a capture on one device empties nothing: not the other devices'
+// caches, not the pinned one.
+TEST_F(EngineCudaRuntime, EmptyCacheDuringACaptureOnOneDeviceEmptiesNothing) {
+  { Tensor cached = Tensor::empty({kN}, DType::f32, Device::cuda(0)); }
+  { Tensor cached = Tensor::empty_pinned({kN}, DType::f32); }
+  const int64_t reserved = cuda::memory_stats(0).reserved_bytes;
+  const int64_t pinned = cuda::pinned_memory_stats().reserved_bytes;
+  ASSERT_GT(reserved, 0);
+  ASSERT_GT(pinned, 0);
+  cuda::DeviceGuard on(Device::cuda(1));
+  const cuda::Stream stream = cuda::pooled_stream(1);
+  cuda::StreamGuard use(stream);
+  Tensor x = full({kN}, 1.0, DType::f32, Device::cuda(1));
+  stream.synchronize();
+  std::string error;
+  Tensor out;
+  cuda::Graph graph(Device::cuda(1), [&] {
+    out = add(x, x);
+    error = error_of([] { cuda::empty_cache(); });
+  });
+  EXPECT_NE(error.find("cuda::empty_cache during a CUDA graph capture on cuda:1: nothing was "
+                       "emptied"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(cuda::memory_stats(0).reserved_bytes, reserved);
+  EXPECT_EQ(cuda::pinned_memory_stats().reserved_bytes, pinned);
+  graph.replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(out, 2.0f));
+}
+
 TEST_F(EngineCudaRuntime, EmptyCacheWaitsForACopyThatStillUsesAPinnedBlock) {
   RG_REQUIRE_CONCURRENT_STREAMS();
   cuda::empty_cache();
