@@ -233,14 +233,30 @@ void relayout(const C* in, C* out, const Dims& d, bool to_nchw) {
   }
 }
 
-// n values of buffer `slot` of the stream worker running a pass, kept from one pass to the next:
-// activations are large, and fresh pages for every pass cost more than the convolution.
+// The buffers of the stream worker running a pass, kept from one pass to the next: activations
+// are large, and fresh pages for every pass cost more than the convolution.
+template <class C>
+std::array<std::vector<C>, 4>& scratch_buffers() {
+  thread_local std::array<std::vector<C>, 4> buffers;
+  return buffers;
+}
+
+// n values of buffer `slot`.
 template <class C>
 C* scratch(int slot, int64_t n) {
-  thread_local std::array<std::vector<C>, 4> buffers;
-  std::vector<C>& v = buffers[size_t(slot)];
+  std::vector<C>& v = scratch_buffers<C>()[size_t(slot)];
   if (v.size() < size_t(n)) v.resize(size_t(n));
   return v.data();
+}
+
+// After a pass: a buffer over 64 MiB (a large batch's activations) is given back rather than
+// kept by the worker for the rest of the process.
+template <class C>
+void trim_scratch() {
+  constexpr size_t kKeepBytes = size_t(64) << 20;
+  for (std::vector<C>& v : scratch_buffers<C>()) {
+    if (v.capacity() * sizeof(C) > kKeepBytes) std::vector<C>().swap(v);
+  }
 }
 
 // Runs one pass in the compute type C on operands of storage type T: the half types are widened
@@ -305,6 +321,7 @@ void run(const ConvCall& p) {
     o = t;
   }
   kernels::cpu::cast<C, T>(o, static_cast<T*>(p.out), nout);
+  trim_scratch<C>();
 }
 
 }  // namespace

@@ -554,6 +554,75 @@ TEST_F(EngineCudaRuntime, APinnedBlockTwoGraphsReadIsKeptUntilBothAreDestroyed) 
 // capture: the event its free would record could be captured and fail every later query, so it
 // waits for the capture's end; and allocating pinned memory in a capture while frees are still
 // pending queries no event (that would invalidate the capture).
+// A graph replayed on another stream than its capture's: its pinned block comes back only after
+// that stream has passed the replay, not when the capture's stream has.
+TEST_F(EngineCudaRuntime, APinnedBlockOfAGraphReplayedOnAnotherStreamWaitsForThatStream) {
+  RG_REQUIRE_CONCURRENT_STREAMS();
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  const cuda::Stream elsewhere = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  constexpr int64_t kPinned = 9000;  // 36000 bytes: its own size class
+  Tensor h = Tensor::empty_pinned({kPinned}, DType::f32);
+  h.fill_(6.0);
+  void* const held = h.raw_data();
+  Tensor d;
+  auto graph = std::make_unique<cuda::Graph>(
+      Device::cuda(0), [&] { d = h.to(Device::cuda(0), /*non_blocking=*/true); });
+  stream.synchronize();
+  StreamGate gate;
+  ASSERT_EQ(gate.hold(static_cast<cudaStream_t>(elsewhere.handle())), cudaSuccess);
+  {
+    cuda::StreamGuard replay_there(elsewhere);
+    graph->replay();  // waits behind the gate
+  }
+  h = Tensor();
+  graph.reset();
+  stream.synchronize();
+  const Tensor during = Tensor::empty_pinned({kPinned}, DType::f32);  // queries the events
+  EXPECT_NE(during.raw_data(), held) << "reused before the replay's stream passed it";
+  gate.release();
+  elsewhere.synchronize();
+  EXPECT_TRUE(all_equal(d, 6.0f));
+  const Tensor after = Tensor::empty_pinned({kPinned}, DType::f32);
+  EXPECT_EQ(after.raw_data(), held) << "the block did not come back after the replay";
+  EXPECT_FALSE(gate.timed_out());
+}
+
+// A capture body that throws after a pinned copy: the Graph's constructor throws the body's
+// error, and the pinned allocator is left with no capture and no graph holding the block (it
+// comes back once the capture's stream has passed, the next capture works, empty_cache too).
+TEST_F(EngineCudaRuntime, ACaptureThatThrowsAfterAPinnedCopyLeavesNoGraphHoldingTheBlock) {
+  const cuda::Stream stream = cuda::pooled_stream(0);
+  cuda::StreamGuard on(stream);
+  constexpr int64_t kPinned = 11000;  // 44000 bytes: its own size class
+  Tensor h = Tensor::empty_pinned({kPinned}, DType::f32);
+  h.fill_(2.0);
+  void* const held = h.raw_data();
+  Tensor d;
+  const std::string error = error_of([&] {
+    cuda::Graph graph(Device::cuda(0), [&] {
+      d = h.to(Device::cuda(0), /*non_blocking=*/true);
+      RG_FAIL("the body fails after its pinned copy");
+    });
+  });
+  EXPECT_NE(error.find("the body fails after its pinned copy"), std::string::npos) << error;
+  EXPECT_FALSE(cuda::runtime().pinned_allocator().capturing());
+  d = Tensor();
+  h = Tensor();
+  stream.synchronize();
+  const Tensor again = Tensor::empty_pinned({kPinned}, DType::f32);
+  EXPECT_EQ(again.raw_data(), held) << "a failed capture kept the block";
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+  Tensor x = full({kN}, 1.0, DType::f32, Device::cuda(0));
+  stream.synchronize();
+  Tensor out;
+  cuda::Graph next(Device::cuda(0), [&] { out = add(x, x); });
+  next.replay();
+  stream.synchronize();
+  EXPECT_TRUE(all_equal(out, 2.0f));
+  cuda::empty_cache();
+}
+
 TEST_F(EngineCudaRuntime, PinnedFreesAndAllocationsDuringACaptureQueryNoEvent) {
   RG_REQUIRE_CONCURRENT_STREAMS();
   const cuda::Stream stream = cuda::pooled_stream(0);
