@@ -21,13 +21,13 @@ void empty_cache() {
   // refuses again if a capture begins meanwhile).
   for (int d = 0; d < rt.device_count(); ++d) {
     RG_CHECK(!rt.device_allocator(d).capturing(),
-             "cuda::empty_cache during a CUDA graph capture "
-             "on cuda:",
-             d, ": nothing was emptied (it would wait for events and free memory)");
+             "cuda::empty_cache during a CUDA graph capture on cuda:", d,
+             ": nothing was emptied (it would wait for events and free memory); call it after "
+             "the capture ends");
   }
   RG_CHECK(!rt.pinned_allocator().capturing(),
            "cuda::empty_cache during a CUDA graph capture: nothing was emptied (it would wait for "
-           "events and unpin memory)");
+           "events and unpin memory); call it after the capture ends");
   for (int d = 0; d < rt.device_count(); ++d) rt.device_allocator(d).empty_cache();
   rt.pinned_allocator().empty_cache();
 }
