@@ -191,9 +191,13 @@ TEST_F(OverlapCudaEmu, RealNcclOnTwoEmulatedGpusHidesWhatTheModelPredicts) {
   const double one_allreduce_ms =
       dist::parse_sim_link(link).allreduce_us(4.0 * double(toynet->parameter_count()), 2) / 1e3;
   EXPECT_NEAR(num(r.at({"single", true}), "comm_ms"), one_allreduce_ms, 0.05 * one_allreduce_ms);
-  // The 1 MiB first bucket's transfer hides under the rest of backward, in both runs alike.
+  // The first bucket (fc2 and fc1: nearly all of the gradients) is ready before the
+  // convolutions' backward, and its transfer hides under it, in both runs alike. The hidden share
+  // is that backward's time over the link's (~30 ms of 240 at 2 emulated ranks per 2 cores, 12-17%
+  // measured): it shrinks as the emulator gets faster, so the guard is against no overlap at all
+  // (the rows below, < 5%); the run's agreement with the model is the check of the amount.
   const double real_hidden = hidden(r.at({"1", true})), sim_hidden = hidden(m.at({"1", true}));
-  EXPECT_GT(real_hidden, 0.15) << real.out;
+  EXPECT_GT(real_hidden, 0.08) << real.out;
   EXPECT_NEAR(real_hidden, sim_hidden, 0.10) << real.out << sim.out;
   EXPECT_LT(hidden(r.at({"single", true})), 0.05);
   EXPECT_LT(hidden(r.at({"1", false})), 0.05);
