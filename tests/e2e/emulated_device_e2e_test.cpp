@@ -73,6 +73,7 @@ TEST(EmulatedDeviceE2E, ToyNetTrainsOnCudaLikeOnTheCpu) {
   TrainConfig c = mlp_config("cuda");
   c.model = "toynet";
   c.max_steps = 30;
+  c.eval_samples = 2000;
   c.optimizer = "sgd";
   c.lr = 0.05;
   c.momentum = 0.9;
