@@ -116,7 +116,10 @@ for t in "${TARGETS[@]}"; do
   echo "== $t"
   start=$(date +%s)
   set +e
-  ASAN_OPTIONS=detect_leaks=1 "$exe" "${args[@]}" "$corpus" "${seeds[@]}" >"$LOGS/$t.log" 2>&1
+  # From a directory of its own: with -jobs, libFuzzer writes its job's fuzz-0.log into the cwd.
+  mkdir -p "$LOGS/$t.jobs"
+  (cd "$LOGS/$t.jobs" &&
+    ASAN_OPTIONS=detect_leaks=1 "$exe" "${args[@]}" "$corpus" "${seeds[@]}") >"$LOGS/$t.log" 2>&1
   rc=$?
   set -e
   secs=$(( $(date +%s) - start ))
