@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -113,33 +112,6 @@ uint64_t parse_bytes(const std::string& s) {
   auto it = mult.find(suffix);
   RG_CHECK(it != mult.end(), "'", s, "' is not a size (examples: 4, 64K, 16M, 1G)");
   return v * it->second;
-}
-
-CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "allreduce", "all-reduce bandwidth over a size sweep (run under ringgrad-run)");
-  c->option_defaults()->always_capture_default();
-  c->add_option("--algorithms", o.algorithms,
-                "gloo-native, gloo-ring, gloo-shm (every rank on one host), nccl-native, "
-                "nccl-ring (nccl-* need a GPU)")
-      ->delimiter(',');
-  c->add_option("--min-bytes", o.min_bytes, "smallest message (4, 64K, 16M, ...)");
-  c->add_option("--max-bytes", o.max_bytes, "largest message");
-  c->add_option("--step-factor", o.step_factor, "size multiplier between rows")
-      ->check(CLI::Range(2, 1024));
-  c->add_option("--dtype", o.dtype, "f32 | f64 | f16 | bf16 | i64");
-  c->add_option("--iters", o.iters,
-                "timed iterations per size (0: 200 for small messages "
-                "down to 5 for large ones)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
-  c->add_option("--chunk-kib", o.chunk_kib, "ring pipelining chunk (KiB)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--shm-chunk-kib", o.shm_chunk_kib, "shared-memory collectives chunk (KiB)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
-  c->add_option("--plot", o.plot, "also plot busbw against size to this PNG (needs gnuplot)");
-  return c;
 }
 
 int run_allreduce_bench(const AllreduceBenchOptions& o) {

@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -100,39 +99,6 @@ ModeResult read_metrics(const fs::path& path, ModeResult r) {
 }
 
 }  // namespace
-
-CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "compare", "single device, DataParallel and DDP on one model: one table and a plot");
-  c->option_defaults()->always_capture_default();
-  c->add_option("--model", o.model, "model (toynet, mlp, resnet18, ...)");
-  c->add_option("--dataset", o.dataset, "dataset (cifar100, synthetic-cifar, mnist, ...)");
-  c->add_option("--data-dir", o.data_dir, "dataset directory (default: data/<dataset>)");
-  c->add_option("--modes", o.modes, "modes to run, in order")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"single", "dp", "ddp"}));
-  c->add_option("--epochs", o.epochs, "epochs per mode")->check(CLI::PositiveNumber);
-  c->add_option("--devices", o.devices, "dp's devices and ddp's ranks")->check(CLI::Range(2, 64));
-  c->add_option("--global-batch", o.global_batch,
-                "the batch of one optimizer step in every mode (ddp: global / devices per rank)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--max-steps", o.max_steps, "stop each run after N steps (a quick look)");
-  c->add_option("--optimizer", o.optimizer, "as ringgrad-train's");
-  c->add_option("--lr", o.lr, "learning rate");
-  c->add_option("--lr-schedule", o.lr_schedule, "as ringgrad-train's");
-  c->add_option("--seed", o.seed, "seed of every run");
-  c->add_option("--workers", o.workers, "data loader threads per process");
-  c->add_option("--device", o.device,
-                "auto (GPUs if seen, else the CPU and emulated devices for dp) | cpu | cuda | "
-                "emulated (every mode on emulated devices)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda", "emulated"}));
-  c->add_option("--target-top1", o.target_top1,
-                "top-1 (0-1) for the time-to-accuracy column (0: the lowest final top-1)");
-  c->add_option("--plot", o.plot, "PNG of top-1 per epoch per mode (needs gnuplot)");
-  c->add_option("--csv", o.csv, "also write the table as CSV");
-  c->add_option("--work-dir", o.work_dir, "where the runs' metrics and logs go");
-  return c;
-}
 
 int run_compare(const CompareOptions& o) {
   RG_CHECK(o.global_batch % o.devices == 0, "compare: --global-batch ", o.global_batch,

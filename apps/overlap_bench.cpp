@@ -15,7 +15,6 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -243,59 +242,6 @@ class Profiler {
 };
 
 }  // namespace
-
-CLI::App* add_overlap_command(CLI::App& app, OverlapBenchOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "overlap", "DDP all-reduce/backward overlap across bucket sizes (run under ringgrad-run)");
-  c->option_defaults()->always_capture_default();
-  c->add_option("--model", o.models,
-                "models to run (toynet, mlp, resnet18, gpt-nano, gpt-micro, gpt-mini)")
-      ->delimiter(',');
-  c->add_option("--block-size", o.block_size, "gpt-*: tokens per sample (random ids)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--bucket-mb", o.bucket_mb,
-                "bucket caps in MiB; 'inf' = no cap (1 MiB first bucket kept); 'single' = one "
-                "bucket")
-      ->delimiter(',');
-  c->add_option("--batch-size", o.batch_size,
-                "per rank (0: 64 for toynet/mlp, 16 for resnet18 and gpt-*)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--warmup", o.warmup,
-                "untimed iterations per configuration (>= 2: the "
-                "buckets are rebuilt after the first)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--iters", o.iters, "timed iterations per configuration")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--sim-link", o.sim_link,
-                "GBPS,LATENCY_US (or 450GBps,2us) or a preset: all-reduces take the time of such "
-                "a link (latency + 2(n-1)/n x bytes / bandwidth) and move no data. Presets:\n" +
-                    dist::sim_link_presets_help());
-  c->add_option("--sim-ranks", o.sim_ranks,
-                "with --sim-link: the ranks the modelled ring spans (default: the job's; needed "
-                "with one process)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--device", o.device,
-                "cpu (gloo) or cuda: the model on the GPU, over NCCL with one process per GPU, "
-                "or with --sim-link on one GPU with modelled transfers on the NCCL stream")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  c->add_option("--trace", o.trace,
-                "write a Chrome trace of the timed DDP iterations (CUDA: GPU spans; the modelled "
-                "transfers on the NCCL stream's lane)");
-  c->add_option("--plot", o.plot,
-                "write a PNG per model: iteration time against the mean bucket size, overlapped "
-                "and not ('{model}' in the path: the model's name)");
-  c->add_option("--allreduce", o.allreduce, "auto | native | ring | shm (real all-reduces)");
-  c->add_option("--csv", o.csv, "also write the rows as CSV to this file");
-  c->add_option("--stat", o.stat,
-                "median of the timed iterations, or min: the fastest (steadier on a busy "
-                "machine)")
-      ->check(CLI::IsMember({"median", "min"}));
-  c->add_option("--profile-out", o.profile_out,
-                "write each model's step profile for ringgrad-bench scale ('{model}' in the path: "
-                "the model's name; '{bucket}': one per bucket cap, sampled between its DDP "
-                "iterations)");
-  return c;
-}
 
 namespace {
 

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -216,21 +215,6 @@ std::string profile_csv(const Profile& p) {
                        csv_field(r.category), r.calls, r.total_us, r.total_us / double(p.steps()),
                        r.mean_us(), p.gpu_us > 0 ? r.total_us / p.gpu_us : 0.0);
   return out;
-}
-
-CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "profile",
-      "per-op GPU time per step of a ringgrad-train --trace file (exit code 2: a bad "
-      "file or range)");
-  c->option_defaults()->always_capture_default();
-  c->add_option("trace", o.trace, "trace JSON written by ringgrad-train --device cuda --trace")
-      ->required();
-  c->add_option("--steps", o.steps,
-                "traced steps A:B (0-based, B excluded; A:, :B or A too; default: all)");
-  c->add_option("--rank", o.rank, "which rank of the trace")->check(CLI::NonNegativeNumber);
-  c->add_option("--csv", o.csv, "also write the GPU table's rows to this CSV file");
-  return c;
 }
 
 int run_profile(const ProfileOptions& o) {

@@ -15,7 +15,6 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -383,46 +382,6 @@ Prediction simulate_overlap(double forward_ms, double backward_ms, double optimi
   r.exposed_ms = std::max(0.0, link_free - backward_ms);
   r.step_ms = forward_ms + std::max(backward_ms, link_free) + optimizer_ms;
   return r;
-}
-
-CLI::App* add_scale_command(CLI::App& app, ScaleOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "scale",
-      "predict DDP step time and scaling efficiency at 1-1024 GPUs from a measured step "
-      "(exit code 2: a missing or malformed input)");
-  c->option_defaults()->always_capture_default();
-  c->add_option("--trace", o.traces,
-                "step profiles (ringgrad-bench overlap --profile-out) or ringgrad-train --trace "
-                "files of a DDP run")
-      ->required()
-      ->delimiter(',');
-  c->add_option("--preset", o.presets, "dgx-a100, v100-ib, ethernet-10g")->delimiter(',');
-  c->add_option("--sim-link", o.sim_link,
-                "GBPS,LATENCY_US or a link preset: comm/sim_link's flat link instead of the "
-                "cluster presets (to validate against ringgrad-bench overlap --sim-link). Link "
-                "presets:\n" +
-                    dist::sim_link_presets_help());
-  c->add_option("--gpus", o.gpus, "GPU counts")->delimiter(',')->check(CLI::PositiveNumber);
-  c->add_option("--bucket-mb", o.bucket_mb,
-                "bucket caps in MiB; 'inf' = no cap (1 MiB first bucket kept); 'single' = one "
-                "bucket")
-      ->delimiter(',');
-  c->add_option("--algo", o.algo, "ring | tree | best (the faster per all-reduce)");
-  c->add_option("--gpus-per-node", o.gpus_per_node, "override the preset's (0: keep)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--launch-us", o.launch_us,
-                "fixed cost per all-reduce in microseconds (launch, DDP's bucket handling)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--compute-scale", o.compute_scale,
-                "multiply every measured compute time by this (e.g. a GPU's speed-up)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--step", o.step, "which traced step of a --trace file (-1: the last complete)");
-  c->add_option("--rank", o.rank, "which rank of a --trace file")->check(CLI::NonNegativeNumber);
-  c->add_option("--csv", o.csv, "also write every prediction as CSV to this file");
-  c->add_option("--plot", o.plot, "PNG of efficiency (best bucket) against GPU count (gnuplot)");
-  c->add_option("--profile-out", o.profile_out,
-                "write the step profile read from the first --trace (e.g. to convert a trace)");
-  return c;
 }
 
 int run_scale(const ScaleOptions& o) {

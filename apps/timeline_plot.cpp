@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 
 #include "apps/common/plot.h"
@@ -11,17 +10,6 @@
 #include "kernels/error.h"
 
 namespace rg::apps {
-
-CLI::App* add_timeline_command(CLI::App& app, TimelineOptions& o) {
-  CLI::App* c = app.add_subcommand("timeline", "draw one step of a ringgrad-train --trace file");
-  c->option_defaults()->always_capture_default();
-  c->add_option("trace", o.trace, "trace JSON written by ringgrad-train --trace")->required();
-  c->add_option("--out", o.out, "PNG to write");
-  c->add_option("--step", o.step, "which traced step to draw (0-based)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--title", o.title, "picture title");
-  return c;
-}
 
 int run_timeline(const TimelineOptions& o) {
   const Trace trace = read_trace(o.trace);

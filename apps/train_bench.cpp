@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -163,64 +162,6 @@ void report_results(const TrainBenchOptions& o, const std::vector<double>& rates
 }
 
 }  // namespace
-
-CLI::App* add_train_command(CLI::App& app, TrainBenchOptions& t) {
-  CLI::App* train = app.add_subcommand(
-      "train",
-      "training throughput on synthetic data (median of timed windows after warm-up; on CUDA the "
-      "device is synchronized at each window's ends)");
-  train->option_defaults()->always_capture_default();
-  train->add_option("--model", t.model,
-                    "toynet | mlp | resnet18 | gpt-nano | gpt-micro | gpt-mini");
-  train->add_option("--batch-size", t.batch_size)->check(CLI::PositiveNumber);
-  train->add_option("--block-size", t.block_size, "gpt-*: tokens per sample")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--vocab-size", t.vocab_size, "gpt-*: random token ids in [0, N)")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--device", t.device, "cpu | cuda | cuda:N");
-  train->add_option("--amp", t.amp, "off | bf16 | f16 (autocast; f16 with a GradScaler)")
-      ->check(CLI::IsMember({"off", "bf16", "f16"}));
-  train->add_option("--threads", t.threads, "compute threads (default: all cores)");
-  train->add_option("--warmup", t.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  train->add_option("--windows", t.windows, "timed windows (the median is reported)")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--window-steps", t.window_steps, "steps per window")
-      ->check(CLI::PositiveNumber);
-  train->add_flag("--ddp", t.ddp,
-                  "DistributedDataParallel over Gloo (CPU) or NCCL (CUDA: each rank on its group's "
-                  "GPU); run under ringgrad-run (reports the job's total img/s)");
-  train
-      ->add_option("--deferred-checks", t.deferred_checks,
-                   "CUDA: read the ops' device-side input checks once per window (true) or at "
-                   "each op, stalling the host (false)")
-      ->default_val(true);
-  train->add_flag("--cudnn-benchmark", t.cudnn_benchmark,
-                  "CUDA: time cuDNN's convolution algorithms once per shape and take the fastest "
-                  "(torch.backends.cudnn.benchmark)");
-  train
-      ->add_option("--cudnn-conv-api", t.cudnn_conv_api,
-                   "CUDA: the cuDNN API of the convolutions: graph (its engines, as PyTorch; the "
-                   "legacy API where it has none) or legacy (for comparison)")
-      ->check(CLI::IsMember({"graph", "legacy"}));
-  train
-      ->add_option("--cudnn", t.cudnn,
-                   "CUDA: batch norm and average pooling through cuDNN (true) or our kernels "
-                   "(false; convolutions always use cuDNN)")
-      ->default_val(true);
-  train
-      ->add_option("--fuse-bn-relu", t.fuse_bn_relu,
-                   "ResNet: each BatchNorm2d followed by ReLU as one fused op (true) or two")
-      ->default_val(true);
-  train->add_flag("--cuda-graphs", t.cuda_graphs,
-                  "CUDA: capture forward, backward and the optimizer step as one CUDA graph after "
-                  "2 warm-up steps and replay it");
-  train->add_flag("--channels-last", t.channels_last,
-                  "the model's 4-d weights and the batches channels last (NHWC, as PyTorch's "
-                  "torch.channels_last)");
-  train->add_option("--json", t.json_path,
-                    "also write the figures (windows' rates, median, peak memory) to FILE as JSON");
-  return train;
-}
 
 int run_train_bench(const TrainBenchOptions& o) {
   if (o.threads > 0) kernels::cpu::set_num_threads(o.threads);

@@ -28,6 +28,9 @@ struct Offset {
     return base != nullptr ? value + static_cast<uint64_t>(*base) : value;
   }
 #if defined(RG_CUDA_EMU)
+#if defined(RG_RUNTIME_NEUTRAL)
+#error "kernels/philox.h differs under the emulator: compile this test once per program"
+#endif
   // The emulator's race detector sees the read of `base` (kernels/emu/launch.h).
   template <class Accesses>
   void append_accesses(Accesses& out) const {
