@@ -85,16 +85,16 @@ double hidden(const std::map<std::string, std::string>& row) {
   return 1 - num(row, "exposed_ms") / num(row, "comm_ms");
 }
 
-// ResNet-18 at batch 2: about 1.9 s of emulated compute per iteration, and 1.6 s of transfers on
+// ResNet-18 at batch 1: about 1.3 s of emulated compute per iteration, and 0.8 s of transfers on
 // this link among 8 ranks (45 MB of gradients).
-constexpr const char* kLink = "0.05,100";
+constexpr const char* kLink = "0.1,100";
 constexpr int kRanks = 8, kIters = 2;
 
 TEST_F(OverlapCudaEmu, ResNet18ModelledTransfersOverlapOnTheNcclLaneAndScaleAgrees) {
   const std::string csv = (dir_ / "overlap.csv").string(), trace = (dir_ / "trace.json").string();
   const auto bench =
       run(RG_BENCH_EMU_BINARY,
-          {"overlap", "--device", "cuda", "--model", "resnet18", "--batch-size", "2", "--sim-link",
+          {"overlap", "--device", "cuda", "--model", "resnet18", "--batch-size", "1", "--sim-link",
            kLink, "--sim-ranks", std::to_string(kRanks), "--bucket-mb", "25,single", "--warmup",
            "2", "--iters", std::to_string(kIters), "--stat", "min", "--csv", csv, "--trace", trace,
            "--profile-out", (dir_ / "p-{bucket}.json").string()});
