@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <latch>
 #include <memory>
 #include <string>
 #include <thread>
@@ -547,6 +548,62 @@ TEST_F(EngineCudaRuntime, APinnedBlockTwoGraphsReadIsKeptUntilBothAreDestroyed) 
   const Tensor x = Tensor::empty_pinned({kPinned}, DType::f32);
   const Tensor y = Tensor::empty_pinned({kPinned}, DType::f32);
   EXPECT_TRUE(x.raw_data() == held || y.raw_data() == held) << "not back after both graphs";
+  EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
+}
+
+// Two cuda::Graphs capturing at the same time on two devices, from two threads, each reading its
+// own pinned block and freeing it during its capture: each block is its own graph's (credited to
+// the capture of the stream's device), neither is handed out while its graph lives, each graph's
+// replay reads its own data, and each block comes back when its own graph is destroyed, not when
+// the other one is.
+TEST_F(EngineCudaRuntime, ConcurrentCapturesOnTwoDevicesEachKeepTheirOwnPinnedBlock) {
+  constexpr int64_t kSize[2] = {5000, 9000};  // 20000 and 36000 bytes: their own size classes
+  void* held[2] = {nullptr, nullptr};
+  std::unique_ptr<cuda::Graph> graph[2];
+  Tensor out[2];
+  std::latch both_capturing(2), both_copied(2);
+  auto capture = [&](int d) {
+    cuda::DeviceGuard on(Device::cuda(d));
+    const cuda::Stream stream = cuda::pooled_stream(d);
+    cuda::StreamGuard use(stream);
+    Tensor h = Tensor::empty_pinned({kSize[d]}, DType::f32);
+    h.fill_(double(d + 1));
+    held[d] = h.raw_data();
+    graph[d] = std::make_unique<cuda::Graph>(Device::cuda(d), [&] {
+      both_capturing.arrive_and_wait();  // the other device's capture has begun too
+      out[d] = h.to(Device::cuda(d), /*non_blocking=*/true);
+      h = Tensor();                   // freed during the capture
+      both_copied.arrive_and_wait();  // and goes on until both copies are captured
+    });
+    stream.synchronize();
+  };
+  std::thread t0(capture, 0), t1(capture, 1);
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(graph[0] && graph[1]);
+  // Neither block is handed out while its graph lives.
+  for (int d : {0, 1}) {
+    Tensor other = Tensor::empty_pinned({kSize[d]}, DType::f32);
+    EXPECT_NE(other.raw_data(), held[d]) << "cuda:" << d << "'s graph's block was handed out";
+    other.fill_(9.0);
+    cuda::DeviceGuard on(Device::cuda(d));
+    graph[d]->replay();
+    cuda::current_stream(d).synchronize();
+    EXPECT_TRUE(all_equal(out[d], float(d + 1))) << "cuda:" << d << "'s replay read other data";
+  }
+  // Destroying cuda:0's graph gives back its block only.
+  graph[0].reset();
+  synchronize_all();
+  auto comes_back = [&](int d) {
+    const Tensor a = Tensor::empty_pinned({kSize[d]}, DType::f32);
+    const Tensor b = Tensor::empty_pinned({kSize[d]}, DType::f32);
+    return a.raw_data() == held[d] || b.raw_data() == held[d];
+  };
+  EXPECT_TRUE(comes_back(0)) << "cuda:0's block did not come back after its graph";
+  EXPECT_FALSE(comes_back(1)) << "cuda:1's block came back while its graph lives";
+  graph[1].reset();
+  synchronize_all();
+  EXPECT_TRUE(comes_back(1)) << "cuda:1's block did not come back after its graph";
   EXPECT_EQ(cuda::pinned_memory_stats().pending_free_blocks, 0);
 }
 
