@@ -29,7 +29,8 @@ struct Offset {
   }
 #if defined(RG_CUDA_EMU)
 #if defined(RG_RUNTIME_NEUTRAL)
-#error "kernels/philox.h differs under the emulator: compile this test once per program"
+#error "kernels/philox.h differs under the emulator, so a test that includes it cannot be shared \
+by the emulated and real programs: compile it per program (tests/CMakeLists.txt)"
 #endif
   // The emulator's race detector sees the read of `base` (kernels/emu/launch.h).
   template <class Accesses>
