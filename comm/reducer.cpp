@@ -425,10 +425,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       if (!ready[i] && !delay) note(i, kNoGradient);
     for (size_t i = 0; i < params.size(); ++i)
       if (!ready[i]) mark_ready(i, false);
-    if (!opt.overlap || delay) launch_ready_buckets();
-    delay = false;
     cuda::Graph* const graph = capturing_graph();
-    timeline.wait_start = Clock::now();
     const Device device = pg->tensor_device();
     // The same two events every iteration (created once), recorded again: the timeline is the
     // last iteration's.
@@ -437,7 +434,13 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
       if (!e) e = std::make_shared<cuda::Event>(true);
       e->record(cuda::current_stream(device.index));
     };
+    // The wait starts when backward has ended, before the buckets launched only now (without
+    // overlap): their copies and transfers all count as waited for, so none of them can look
+    // hidden behind this callback's own launches.
+    timeline.wait_start = Clock::now();
     device_mark(timeline.device_wait_start);
+    if (!opt.overlap || delay) launch_ready_buckets();
+    delay = false;
     for (size_t k = 0; k < buckets.size(); ++k) {
       buckets[k].work->wait();
       timeline.buckets[k].comm_start = buckets[k].work->start_time();

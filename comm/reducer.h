@@ -64,7 +64,7 @@ struct BucketTimeline {
 struct IterationTimeline {
   using Time = std::chrono::steady_clock::time_point;
   Time backward_start{};  // first gradient hook
-  Time wait_start{};      // final callback began waiting for the buckets
+  Time wait_start{};      // final callback began waiting (before launching any bucket itself)
   Time wait_end{};
   // CUDA: timing events on the current stream at those two points, so elapsed_ms between them
   // (once reached) is how long the device's compute stream waited for communication (on the
