@@ -5,8 +5,10 @@
 #include "engine/cuda/runtime.h"
 #include "kernels/cpu/runtime_env.h"
 #include "support/emu_race_listener.h"
+#include "support/heap_policy.h"
 
 int main(int argc, char** argv) {
+  rg::testing::keep_freed_heap();
   rg::kernels::cpu::ensure_runtime_env(argc, argv);
   testing::InitGoogleTest(&argc, argv);
   rg::testing::install_emu_race_listener();
