@@ -9,11 +9,6 @@ scripts/setup-deps.sh
 scripts/get-data.sh mnist  # the e2e tests train on the real files
 JOBS="$(nproc)"
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
-# The compilers and the programs the tests start (ringgrad-train, cmake, ...) keep freed heap
-# memory too, as the test programs themselves do (tests/support/heap_policy.h): glibc's default
-# unmaps large freed blocks, and faulting pages in again is slow on a VM. The whole suite took
-# 680 s this way against 739 s with the test programs' policy alone (2-core VM, ctest -j2).
-export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824}"
 
 cmake --preset ci
 cmake --build --preset ci -j "$JOBS"
