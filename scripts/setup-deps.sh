@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox doxygen
   patchelf  # scripts/gpu-kit.sh pack: the kit's programs find its libraries ($ORIGIN/../lib)
+  xz-utils  # scripts/gpu-kit.sh pack: the kit is a .tar.xz (31.8 MiB; gzip: 53.8 of 64 to carry)
   # scripts/fuzz.sh: libFuzzer harnesses built with clang-14 (-fsanitize=fuzzer,address,undefined)
   clang-14 libfuzzer-14-dev libclang-rt-14-dev libomp-14-dev
 )
