@@ -7,6 +7,10 @@
 //  - GOMP_SPINCOUNT=2000: idle OpenMP workers spin briefly and then sleep, so a process shares
 //    the machine with other ranks or jobs without slowing small ops (see runtime_env.cpp for the
 //    measurements); unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
+//  - OPENBLAS_THREAD_TIMEOUT=4: OpenBLAS's idle workers sleep at once instead of calling
+//    sched_yield for about 0.1 s after each GEMM, which took the cores of the ops that follow
+//    (ToyNet, MLP and gpt-nano trained 1.1-1.9x faster on 2 cores; runtime_env.cpp); unless it or
+//    GOTO_THREAD_TIMEOUT is set.
 // Values the user set are kept. RG_NO_REEXEC=1 disables the re-exec.
 #pragma once
 

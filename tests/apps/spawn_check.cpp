@@ -9,6 +9,9 @@
 // ensure_runtime_env as the programs do (a re-exec of the parent). --delete-self PATH deletes this
 // program's file first, PATH being that file (a copy the test made; anything else is refused), so
 // that both re-execs must take self_exec's fallback through /proc/self/exe.
+//
+// `spawn_check env` (tests/engine/runtime_env_test.cpp) calls ensure_runtime_env as the programs
+// do and prints the variables it manages as this image sees them (NAME=value, or NAME unset).
 #include <unistd.h>
 
 #include <cstdio>
@@ -71,11 +74,25 @@ int check_names(int argc, char** argv) {
   return ok ? 0 : 1;
 }
 
+int print_runtime_env(int argc, char** argv) {
+  rg::kernels::cpu::ensure_runtime_env(argc, argv);
+  for (const char* v : {"RG_ENV_APPLIED", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT"}) {
+    const char* value = std::getenv(v);
+    if (value != nullptr) {
+      std::printf("%s=%s\n", v, value);
+    } else {
+      std::printf("%s unset\n", v);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "names") return check_names(argc, argv);
+  if (mode == "env") return print_runtime_env(argc, argv);
   if (mode == "ok") {
     const auto results = rg::dist::spawn(3, [](int rank) {
       auto pg = rg::dist::init_process_group();
@@ -106,6 +123,6 @@ int main(int argc, char** argv) {
     std::printf("FAIL: no error\n");
     return 1;
   }
-  std::printf("usage: spawn_check ok|fail|names [--runtime-env] [--delete-self PATH]\n");
+  std::printf("usage: spawn_check ok|fail|env|names [--runtime-env] [--delete-self PATH]\n");
   return 2;
 }
