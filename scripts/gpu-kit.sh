@@ -10,7 +10,7 @@
 #     is (CI packs the build it already has; --archs is then ignored). Writes FILE (default
 #     <build dir>/ringgrad-gpu-kit.tar.xz; relative paths are taken from the current directory)
 #     and prints its size (target: at most 60 MiB). FILE's suffix picks the compression: .tar.xz
-#     (xz -9, RG_KIT_XZ_LEVEL overrides: ~35 MiB for sm_90, 1.5 minutes to pack, as its 64 MiB
+#     (xz -9, RG_KIT_XZ_LEVEL overrides: ~32 MiB for sm_90, 1.5 minutes to pack, as its 64 MiB
 #     dictionary finds the engine's code again in every program) or .tar.gz (gzip: ~55 MiB, 10 s).
 #     A GPU machine without xz unpacks either with python3 -m tarfile -e FILE .
 #       bin/      ringgrad-train, ringgrad-run, ringgrad-bench, ringgrad-sample (stripped)
@@ -64,6 +64,14 @@ die() {
 }
 case "$build_dir" in "" | /*) ;; *) build_dir="$CALLER/$build_dir" ;; esac
 case "$out" in "" | /*) ;; *) out="$CALLER/$out" ;; esac
+# Before any build: the format follows --out's suffix (the default is a .tar.xz).
+case "$out" in
+  "" | *.tar.xz)
+    command -v xz >/dev/null ||
+      die "xz is needed for a .tar.xz kit (apt-get install xz-utils), or pack to a .tar.gz" ;;
+  *.tar.gz | *.tgz) ;;
+  *) die "--out $out: the kit is a .tar.xz (smallest) or a .tar.gz (fastest to pack)" ;;
+esac
 
 command -v patchelf >/dev/null ||
   die "patchelf is needed to point the programs at the kit's libraries (apt-get install patchelf; scripts/setup-deps.sh installs it)"
@@ -82,11 +90,6 @@ fi
 build_dir="$(cd "$build_dir" && pwd)" || die "no build directory $build_dir"
 [ -f "$build_dir/CMakeCache.txt" ] || die "$build_dir is not a CMake build directory"
 out="${out:-$build_dir/ringgrad-gpu-kit.tar.xz}"
-case "$out" in
-  *.tar.xz) command -v xz >/dev/null || die "xz is needed for $out (apt-get install xz-utils), or pack to a .tar.gz" ;;
-  *.tar.gz | *.tgz) ;;
-  *) die "--out $out: the kit is a .tar.xz (smallest) or a .tar.gz (fastest to pack)" ;;
-esac
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" | head -1; }
 build_type="$(cached CMAKE_BUILD_TYPE)"
 built_archs="$(cached RG_CUDA_ARCHS)"

@@ -14,10 +14,6 @@ extern "C" char* openblas_get_corename(void);
 
 namespace rg::kernels::cpu {
 
-namespace {
-constexpr const char* kBlasThreadTimeout = "4";  // see ensure_runtime_env
-}  // namespace
-
 std::string blas_core_name() {
   const char* name = openblas_get_corename();
   return name ? std::string(name) : std::string("unknown");
@@ -80,7 +76,7 @@ void ensure_runtime_env(int argc, char** argv) {
   // GOTO_THREAD_TIMEOUT, which OpenBLAS also reads).
   if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr &&
       std::getenv("GOTO_THREAD_TIMEOUT") == nullptr) {
-    setenv("OPENBLAS_THREAD_TIMEOUT", kBlasThreadTimeout, 1);
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
     changed = true;
   }
   if (!changed) return;

@@ -9,7 +9,7 @@
 //    measurements); unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
 //  - OPENBLAS_THREAD_TIMEOUT=4: OpenBLAS's idle workers sleep at once instead of calling
 //    sched_yield for about 0.1 s after each GEMM, which took the cores of the ops that follow
-//    (ToyNet, MLP and gpt-nano trained 1.1-1.9x faster on 2 cores; runtime_env.cpp); unless it or
+//    (ToyNet, MLP and gpt-nano trained 1.0-1.9x as fast on 2 cores; runtime_env.cpp); unless it or
 //    GOTO_THREAD_TIMEOUT is set.
 // Values the user set are kept. RG_NO_REEXEC=1 disables the re-exec.
 #pragma once
