@@ -149,6 +149,58 @@ TEST(Conv2dOneDnn, ChannelsLastRunsOnNhwcArraysAndMatchesTheGemmPath) {
   }
 }
 
+// The bias gradient's f64 sums on gy whose terms are small ones and +-2^60 that cancel (each sum
+// depends on the order of its terms, down to its f32 rounding): channels last has the bits of NCHW,
+// with images whose pixel count is not a multiple of the partial sums' 8 lanes and 70 channels (two
+// chunks).
+TEST(Conv2dOneDnn, ChannelsLastBiasGradientHasTheNchwBitsWhereTheOrderOfTermsMatters) {
+  for (const Conv2dGeometry& g :
+       {geometry(3, 4, 5, 7, 70, 1, 1, 0, 1), geometry(2, 4, 9, 9, 6, 3, 1, 1, 1)}) {
+    const int64_t hw = g.h * g.w, hwo = g.ho * g.wo, k = g.kh * g.kw;
+    const auto x = random(g.n * g.c * hw, 1), w = random(g.o * g.c * k, 2);
+    // Per channel: terms in [1, 2), and a quarter of the places +2^60 or -2^60 in equal numbers,
+    // so that the exact sum is that of the small terms, and an f64 sum keeps only those it adds
+    // while its big terms cancel.
+    std::mt19937 gen(5);
+    std::uniform_real_distribution<float> small(1.0f, 2.0f);
+    std::vector<float> gy(size_t(g.n * g.o * hwo));
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      std::vector<float> terms(size_t(g.n * hwo));
+      for (size_t i = 0; i < terms.size(); ++i)
+        terms[i] = i < terms.size() / 8 ? 0x1p60f : i < terms.size() / 4 ? -0x1p60f : small(gen);
+      std::shuffle(terms.begin(), terms.end(), gen);
+      for (int64_t s = 0; s < g.n; ++s)
+        for (int64_t i = 0; i < hwo; ++i)
+          gy[size_t((s * g.o + oc) * hwo + i)] = terms[size_t(s * hwo + i)];
+    }
+    std::vector<float> gx(x.size()), gw(w.size()), gb(size_t(g.o));
+    cpu::set_onednn_enabled(false);
+    Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data(),
+                                 false, {}, {});
+    cpu::set_onednn_enabled(true);
+    Conv2dGeometry last = g;
+    last.channels_last = true;
+    const auto xl = to_last(x, g.n, g.c, hw), wl = to_last(w, g.o, g.c, k);
+    const auto gyl = to_last(gy, g.n, g.o, hwo);
+    std::vector<float> gxl(x.size()), gwl(w.size()), gbl(size_t(g.o));
+    Conv2d<Cpu>::backward<float>(last, xl.data(), wl.data(), gyl.data(), gxl.data(), gwl.data(),
+                                 gbl.data(), false, {}, {});
+    EXPECT_EQ(gbl, gb);
+    // The data does tell orders apart: summed forwards and backwards, some channels differ.
+    int differs = 0;
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      double forwards = 0, backwards = 0;
+      for (int64_t j = 0; j < g.n * hwo; ++j) {
+        const int64_t r = g.n * hwo - 1 - j;
+        forwards += double(gy[size_t((j / hwo * g.o + oc) * hwo + j % hwo)]);
+        backwards += double(gy[size_t((r / hwo * g.o + oc) * hwo + r % hwo)]);
+      }
+      differs += float(forwards) != float(backwards);
+    }
+    EXPECT_GT(differs, 0);
+  }
+}
+
 // Every output of Conv2d<Cpu> in f32 for one geometry, with the path of `mode` ("gemm": oneDNN
 // off; "direct" and "winograd": oneDNN's algorithms), and the same computed in f64 (GEMM path)
 // as the reference.
