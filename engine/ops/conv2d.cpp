@@ -90,6 +90,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   g.channels_last = x.memory_format() == kLast || weight.memory_format() == kLast;
   if (g.channels_last && (x.memory_format() != kLast || weight.memory_format() != kLast))
     return conv2d(x.contiguous(kLast), weight.contiguous(kLast), bias, stride, padding, dilation);
+  // cuDNN has no f64 convolution of NHWC tensors (PyTorch keeps f64 convolutions contiguous on
+  // CUDA): those run contiguous, their output given back channels last.
+  if (g.channels_last && x.dtype() == DType::f64 && x.device().is_cuda()) {
+    return conv2d(x.contiguous(), weight.contiguous(), bias, stride, padding, dilation)
+        .contiguous(kLast);
+  }
   if (cpu_half_inputs({x, weight, bias})) {  // f32 accumulation over the half-rounded inputs
     const NoAutocastGuard f32_route;         // (it would cast the f32 copies back)
     return conv2d(half_to_f32(x), half_to_f32(weight), half_to_f32(bias), stride, padding, dilation)

@@ -16,9 +16,14 @@ inline void check(Status s, const char* call, const char* file, int line) {
 }
 }  // namespace rg::cuda::detail
 
-#define RG_LAUNCH(kernel, grid, block, shmem, stream, ...)                                        \
-  ::rg::emu::launch(::rg::emu::LaunchSite{#kernel, __FILE__, __LINE__}, (grid), (block), (shmem), \
-                    (stream), kernel __VA_OPT__(, ) __VA_ARGS__)
+// As on a GPU, the launch then checks cudaGetLastError(): an error an earlier call left behind
+// fails it.
+#define RG_LAUNCH(kernel, grid, block, shmem, stream, ...)                                 \
+  do {                                                                                     \
+    ::rg::emu::launch(::rg::emu::LaunchSite{#kernel, __FILE__, __LINE__}, (grid), (block), \
+                      (shmem), (stream), kernel __VA_OPT__(, ) __VA_ARGS__);               \
+    ::rg::emu::check_status(cudaGetLastError(), #kernel, __FILE__, __LINE__);              \
+  } while (0)
 
 #else  // nvcc
 
@@ -46,9 +51,16 @@ inline bool ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
 inline bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
 inline bool ok(ncclResult_t s) { return s == ncclSuccess; }
 
+// A failed runtime call leaves its error as the thread's last error, which the next launch's
+// cudaGetLastError() would report as its own: taken here, since the exception reports it.
+inline void clear_last_error(cudaError_t) { (void)cudaGetLastError(); }
+template <class Status>
+inline void clear_last_error(Status) {}
+
 template <class Status>
 inline void check(Status s, const char* call, const char* file, int line) {
   if (!ok(s)) [[unlikely]] {
+    clear_last_error(s);
     ::rg::detail::throw_error(
         ::rg::detail::cat(file, ":", line, ": ", call, " failed: ", status_message(s)));
   }
@@ -59,10 +71,10 @@ inline void check(Status s, const char* call, const char* file, int line) {
 #define RG_CUDA_CHECK(call) ::rg::cuda::detail::check((call), #call, __FILE__, __LINE__)
 
 // Launches kernel<<<grid, block, shmem, stream>>>(args...) and checks cudaGetLastError().
-#define RG_LAUNCH(kernel, grid, block, shmem, stream, ...)                          \
-  do {                                                                              \
-    kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__);                    \
-    ::rg::cuda::detail::check(cudaGetLastError(), #kernel, __FILE__, __LINE__);     \
+#define RG_LAUNCH(kernel, grid, block, shmem, stream, ...)                      \
+  do {                                                                          \
+    kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__);                \
+    ::rg::cuda::detail::check(cudaGetLastError(), #kernel, __FILE__, __LINE__); \
   } while (0)
 
 // Dynamic shared memory as `T* name`, spelled the same in both builds (the emulator cannot

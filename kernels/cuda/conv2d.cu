@@ -151,10 +151,10 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
 }
 
 // The cached algorithm of (current device, geometry, dtype, pass, math, policy), chosen on first
-// use (kernels/conv_algo_cache.h). Called with h's mutex held.
+// use (kernels/conv_algo_cache.h). Called with h's mutex held; h runs on `stream`.
 template <class T>
-Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g, CudnnPass pass,
-              bool allow_tf32, int64_t workspace = kMaxConvWorkspaceBytes) {
+Choice choose(cudnnHandle_t h, void* stream, const Descriptors<T>& d, const Conv2dGeometry& g,
+              CudnnPass pass, bool allow_tf32, int64_t workspace = kMaxConvWorkspaceBytes) {
   static ConvAlgoCache<Choice> cache;
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
@@ -162,8 +162,18 @@ Choice choose(cudnnHandle_t h, const Descriptors<T>& d, const Conv2dGeometry& g,
   const ConvAlgoKey key =
       conv_algo_key(device, int(pass), g, int(data_type<T>()), int(tensor_format(g)), allow_tf32,
                     deterministic, benchmark);
-  const Choice c =
-      cache.get_or_choose(key, [&] { return query<T>(h, d, pass, deterministic, benchmark); });
+  const Choice c = cache.get_or_choose(key, [&] {
+    if (benchmark) {
+      // cudnnFind* allocates and times on the stream: not inside a CUDA graph capture.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      RG_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+      RG_CHECK(capture == cudaStreamCaptureStatusNone, "cuda::conv2d: the ", pass_name(pass),
+               " of a configuration first seen inside a CUDA graph capture cannot be timed "
+               "(--cudnn-benchmark); run it once before capturing, as train::GraphStep's "
+               "warm-up steps do");
+    }
+    return query<T>(h, d, pass, deterministic, benchmark);
+  });
   if (int64_t(c.workspace) <= workspace) return c;
   // Less workspace than the choice needs: the caller sized it for the graph API's plan, and this
   // pass fell back to the legacy API (conv2d_graph.h). The heuristics' best within it, uncached.
@@ -191,12 +201,11 @@ template <class T>
 int64_t pass_workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, bool allow_tf32,
                              void* stream) {
   if (empty(g)) return 0;
-  const int64_t graph =
-      conv_graph::workspace_bytes(g, pass, data_type<T>(), allow_tf32, stream);
+  const int64_t graph = conv_graph::workspace_bytes(g, pass, data_type<T>(), allow_tf32, stream);
   if (graph >= 0) return graph;
   const LockedHandle h(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
-  return int64_t(choose<T>(h.get(), d, g, pass, allow_tf32).workspace);
+  return int64_t(choose<T>(h.get(), stream, d, g, pass, allow_tf32).workspace);
 }
 
 template <class T>
@@ -215,7 +224,7 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y, bool 
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, CudnnPass::forward, allow_tf32, workspace_bytes);
+  const Choice c = choose<T>(h, stream, d, g, CudnnPass::forward, allow_tf32, workspace_bytes);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionForward(h, &one, d.x.d, x, d.w.d, w, d.conv.d,
@@ -233,14 +242,15 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* gy, T* g
     }
     return;
   }
-  if (conv_graph::run(g, CudnnPass::backward_data, data_type<T>(), allow_tf32, w, gy, gx,
-                      workspace, workspace_bytes, stream)) {
+  if (conv_graph::run(g, CudnnPass::backward_data, data_type<T>(), allow_tf32, w, gy, gx, workspace,
+                      workspace_bytes, stream)) {
     return;
   }
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, CudnnPass::backward_data, allow_tf32, workspace_bytes);
+  const Choice c =
+      choose<T>(h, stream, d, g, CudnnPass::backward_data, allow_tf32, workspace_bytes);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionBackwardData(h, &one, d.w.d, w, d.y.d, gy, d.conv.d,
@@ -267,7 +277,8 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* gy, T*
   const LockedHandle handle(stream);
   const Descriptors<T>& d = descriptors<T>(g, allow_tf32);
   cudnnHandle_t h = handle.get();
-  const Choice c = choose<T>(h, d, g, CudnnPass::backward_weight, allow_tf32, workspace_bytes);
+  const Choice c =
+      choose<T>(h, stream, d, g, CudnnPass::backward_weight, allow_tf32, workspace_bytes);
   check_workspace<T>(c, workspace, workspace_bytes);
   const scale_t<T> one = 1, zero = 0;
   RG_CUDA_CHECK(cudnnConvolutionBackwardFilter(h, &one, d.x.d, x, d.y.d, gy, d.conv.d,
@@ -335,8 +346,8 @@ void Conv2d<Cuda>::forward(const Conv2dGeometry& g, const T* x, const T* w, cons
   const int64_t hw = g.ho * g.wo, total = g.n * g.o * hw;
   if (bias == nullptr || total == 0) return;
   RG_LAUNCH(cuda::add_bias_kernel<D>, cuda::detail::blocks_for(total), cuda::detail::kThreads, 0,
-            cuda::detail::as_stream(ctx.stream), cuda::detail::dev(y), cuda::detail::dev(bias),
-            g.o, hw, total, g.channels_last);
+            cuda::detail::as_stream(ctx.stream), cuda::detail::dev(y), cuda::detail::dev(bias), g.o,
+            hw, total, g.channels_last);
 }
 
 template <>
@@ -346,9 +357,9 @@ void Conv2d<Cuda>::backward(const Conv2dGeometry& g, const T* x, const T* w, con
   using D = cuda::detail::device_t<T>;
   if (gb != nullptr && g.o > 0) {
     RG_LAUNCH(cuda::bias_grad_kernel<D>,
-              static_cast<unsigned int>(std::min<int64_t>(g.o, cuda::kMaxGrid)),
-              cuda::kBiasThreads, 0, cuda::detail::as_stream(ctx.stream), cuda::detail::dev(gy),
-              cuda::detail::dev(gb), g.n, g.o, g.ho * g.wo, g.channels_last);
+              static_cast<unsigned int>(std::min<int64_t>(g.o, cuda::kMaxGrid)), cuda::kBiasThreads,
+              0, cuda::detail::as_stream(ctx.stream), cuda::detail::dev(gy), cuda::detail::dev(gb),
+              g.n, g.o, g.ho * g.wo, g.channels_last);
   }
   if (gx != nullptr) {
     cuda::conv2d_backward_data(g, w, gy, gx, allow_tf32, workspace.data, workspace.bytes,

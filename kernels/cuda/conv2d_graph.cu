@@ -2,12 +2,15 @@
 // C functions (no cudnn-frontend): one operation graph per pass, the engine configurations from
 // cuDNN's heuristics (mode A, then mode B, then the fallback list), filtered as PyTorch filters
 // them (no engine that down-converts its inputs; no tensor-core engine for f32 without TF32; only
-// deterministic engines under set_deterministic_algorithms), the first whose execution plan
-// finalizes within kMaxConvWorkspaceBytes, or with benchmark the fastest of mode A's usable ones,
-// timed once. The choice is made once per configuration (kernels/conv_algo_cache.h, shared by
-// every thread); each (thread, handle) builds the descriptors and the plan of a configuration once
-// and keeps them, and the variant packs of the pointer sets it has run, so that a steady training
-// step creates no descriptor. Where no engine is usable, conv2d.cu runs the legacy API.
+// deterministic engines under set_deterministic_algorithms), then, as the legacy API's choice in
+// conv2d.cu, the first deterministic one whose execution plan finalizes within
+// kMaxConvWorkspaceBytes, else the first non-deterministic one, in the first list that has one; or
+// with benchmark the fastest of mode A's usable ones, timed once. The choice is made once per
+// configuration (kernels/conv_algo_cache.h, shared by every thread); the choosing thread keeps the
+// plan it built, and each other (thread, handle) builds the descriptors and the plan of a
+// configuration once and keeps them, and the variant packs of the pointer sets it has run, so
+// that a steady training step creates no descriptor. Where no engine is usable, or a plan fails
+// its first run, conv2d.cu runs the legacy API.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -125,16 +129,16 @@ struct OpGraph {
 OpGraph op_graph(cudnnHandle_t h, const Config& c) {
   const Conv2dGeometry& g = c.g;
   const bool f64 = c.type == CUDNN_DATA_DOUBLE;
-  OpGraph o{tensor(kUidX, c.type, {g.n, g.c, g.h, g.w}, c.alignment, g.channels_last),
-            tensor(kUidW, c.type, {g.o, g.c, g.kh, g.kw}, c.alignment, g.channels_last),
-            tensor(kUidY, c.type, {g.n, g.o, g.ho, g.wo}, c.alignment, g.channels_last),
-            Desc(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
-            Desc(c.pass == CudnnPass::forward
-                     ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
-                 : c.pass == CudnnPass::backward_data
-                     ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
-                     : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR),
-            Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)};
+  OpGraph o{
+      tensor(kUidX, c.type, {g.n, g.c, g.h, g.w}, c.alignment, g.channels_last),
+      tensor(kUidW, c.type, {g.o, g.c, g.kh, g.kw}, c.alignment, g.channels_last),
+      tensor(kUidY, c.type, {g.n, g.o, g.ho, g.wo}, c.alignment, g.channels_last),
+      Desc(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
+      Desc(c.pass == CudnnPass::forward ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
+           : c.pass == CudnnPass::backward_data
+               ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
+               : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR),
+      Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)};
   // f16 and bf16 accumulate in f32, as the legacy path's convolution descriptor says.
   const cudnnDataType_t compute = f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
@@ -200,7 +204,13 @@ std::vector<Desc> engine_configs(const OpGraph& o, cudnnBackendHeurMode_t mode) 
   Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, o.graph);
   heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  // Mode B's heuristics are not safe to finalize on several threads at once (cudnn-frontend
+  // serializes them with a process-wide mutex); the choice runs outside ConvAlgoCache's lock.
+  static std::mutex mode_b;
+  std::unique_lock<std::mutex> serial(mode_b, std::defer_lock);
+  if (mode == CUDNN_HEUR_MODE_B) serial.lock();
   if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) return {};
+  if (serial.owns_lock()) serial.unlock();
   int64_t count = 0;
   RG_CUDA_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
@@ -221,28 +231,37 @@ std::vector<Desc> engine_configs(const OpGraph& o, cudnnBackendHeurMode_t mode) 
 struct Engine {
   int64_t index = -1;  // cuDNN's global engine index
   bool usable = false;
+  bool deterministic = true;
 };
 
-// The engine of `config` and whether the policy allows it (see the file comment).
+// The engine of `config` and whether the policy allows it (see the file comment). An engine whose
+// index or notes cannot be read is not usable (the next configuration may be).
 Engine engine_of(const Desc& config, const Config& c, bool deterministic) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
   int64_t count = 0;
-  RG_CUDA_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &raw));
   Engine e;
-  RG_CUDA_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-                                         CUDNN_TYPE_INT64, 1, &count, &e.index));
   std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes;
   notes.fill(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
-  RG_CUDA_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                         CUDNN_TYPE_NUMERICAL_NOTE, int64_t(notes.size()), &count,
-                                         notes.data()));
+  int64_t noted = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
+                               &raw) != CUDNN_STATUS_SUCCESS ||
+      cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                               &count, &e.index) != CUDNN_STATUS_SUCCESS ||
+      cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                               CUDNN_TYPE_NUMERICAL_NOTE, int64_t(notes.size()), &noted,
+                               notes.data()) != CUDNN_STATUS_SUCCESS) {
+    return e;
+  }
   e.usable = true;
-  for (int64_t i = 0; i < std::min<int64_t>(count, int64_t(notes.size())); ++i) {
+  for (int64_t i = 0; i < std::min<int64_t>(noted, int64_t(notes.size())); ++i) {
     const cudnnBackendNumericalNote_t note = notes[size_t(i)];
     if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) e.usable = false;
-    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && deterministic) e.usable = false;
+    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) {
+      e.deterministic = false;
+      if (deterministic) e.usable = false;
+    }
     if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && c.type == CUDNN_DATA_FLOAT && !c.allow_tf32) {
       e.usable = false;
     }
@@ -342,8 +361,8 @@ class Scratch {
 
 // The milliseconds of one run of `plan` on the handle's stream (the best of two, after a warm-up
 // run), on scratch operands.
-float time_plan(cudnnHandle_t h, cudaStream_t stream, const Plan& plan, const Config& c,
-                Operands o, void* workspace) {
+float time_plan(cudnnHandle_t h, cudaStream_t stream, const Plan& plan, const Config& c, Operands o,
+                void* workspace) {
   Desc pack = variant_pack(c.pass, o, workspace);
   cudaEvent_t start = nullptr, stop = nullptr;
   RG_CUDA_CHECK(cudaEventCreate(&start));
@@ -370,11 +389,17 @@ float time_plan(cudnnHandle_t h, cudaStream_t stream, const Plan& plan, const Co
   return best;
 }
 
+// The configuration and plan of a choice, as the thread that made the choice built them.
+struct Built {
+  std::optional<Desc> config;
+  std::unique_ptr<Plan> plan;
+};
+
 // Benchmark: runs each of mode A's usable engines (at most kBenchmarkCandidates) and keeps the
 // fastest. None usable in mode A: no choice here (the caller takes the heuristics path).
 Choice benchmark(cudnnHandle_t h, cudaStream_t stream, const OpGraph& o, const Config& c,
-                 bool deterministic, int64_t limit) {
-  const std::vector<Desc> configs = engine_configs(o, CUDNN_HEUR_MODE_A);
+                 bool deterministic, int64_t limit, Built& built) {
+  std::vector<Desc> configs = engine_configs(o, CUDNN_HEUR_MODE_A);
   std::vector<std::pair<Choice, std::unique_ptr<Plan>>> candidates;
   for (size_t i = 0; i < configs.size() && candidates.size() < kBenchmarkCandidates; ++i) {
     const Engine e = engine_of(configs[i], c, deterministic);
@@ -403,34 +428,52 @@ Choice benchmark(cudnnHandle_t h, cudaStream_t stream, const OpGraph& o, const C
   const Operands ops = c.pass == CudnnPass::forward         ? Operands{ptrs[0], ptrs[1], ptrs[2]}
                        : c.pass == CudnnPass::backward_data ? Operands{ptrs[1], ptrs[2], ptrs[0]}
                                                             : Operands{ptrs[0], ptrs[2], ptrs[1]};
-  Choice fastest;
+  size_t fastest = candidates.size();
   float fastest_ms = -1;
-  for (const auto& [choice, plan] : candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
     float ms = -1;
     try {
-      ms = time_plan(h, stream, *plan, c, ops, workspace->get());
+      ms = time_plan(h, stream, *candidates[i].second, c, ops, workspace->get());
     } catch (const std::exception&) {
       continue;  // an engine that fails to run is not a candidate
     }
     if (fastest_ms < 0 || ms < fastest_ms) {
-      fastest = choice;
+      fastest = i;
       fastest_ms = ms;
     }
   }
-  return fastest;
+  if (fastest == candidates.size()) return {};
+  auto& [choice, plan] = candidates[fastest];
+  built = {std::move(configs[size_t(choice.position)]), std::move(plan)};
+  return choice;
 }
 
-// The first usable engine of the heuristics, mode A, then B, then the fallback list.
+// From the first list (mode A, then B, then the fallback list) with a usable engine whose plan
+// builds: its first deterministic such engine, else its first such engine (as the legacy API's
+// choice, so that runs repeat their bits unless no deterministic engine is at hand).
 Choice heuristic(cudnnHandle_t h, const OpGraph& o, const Config& c, bool deterministic,
-                 int64_t limit) {
+                 int64_t limit, Built& built) {
   for (cudnnBackendHeurMode_t mode :
        {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
-    const std::vector<Desc> configs = engine_configs(o, mode);
+    std::vector<Desc> configs = engine_configs(o, mode);
+    Choice first;
+    Built first_built;
     for (size_t i = 0; i < configs.size(); ++i) {
       const Engine e = engine_of(configs[i], c, deterministic);
-      if (!e.usable) continue;
-      const std::unique_ptr<Plan> plan = make_plan(h, configs[i], limit);
-      if (plan != nullptr) return {true, mode, int64_t(i), e.index, plan->workspace};
+      if (!e.usable || (!e.deterministic && first.available)) continue;
+      std::unique_ptr<Plan> plan = make_plan(h, configs[i], limit);
+      if (plan == nullptr) continue;
+      const Choice choice{true, mode, int64_t(i), e.index, plan->workspace};
+      if (e.deterministic) {
+        built = {std::move(configs[i]), std::move(plan)};
+        return choice;
+      }
+      first = choice;
+      first_built = {std::move(configs[i]), std::move(plan)};
+    }
+    if (first.available) {
+      built = std::move(first_built);
+      return first;
     }
   }
   return {};
@@ -454,30 +497,11 @@ void warn_fallback(const Config& c, const char* why) {
 ConvAlgoKey key_of(const Config& c, bool deterministic, bool benchmark) {
   int device = 0;
   RG_CUDA_CHECK(cudaGetDevice(&device));
-  ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type),
-                                  int(tensor_format(c.g)), c.allow_tf32, deterministic, benchmark);
+  ConvAlgoKey key = conv_algo_key(device, int(c.pass), c.g, int(c.type), int(tensor_format(c.g)),
+                                  c.allow_tf32, deterministic, benchmark);
   key.alignment = c.alignment;
   key.workspace_limit = c.limit == kMaxConvWorkspaceBytes ? 0 : c.limit;
   return key;
-}
-
-// The choice of `key`, made once per process (the first caller's handle and stream time it).
-Choice choose(cudnnHandle_t h, cudaStream_t stream, const Config& c, const ConvAlgoKey& key) {
-  const int64_t limit = c.limit;
-  static ConvAlgoCache<Choice> cache;
-  return cache.get_or_choose(key, [&] {
-    Choice choice;
-    try {
-      const OpGraph o = op_graph(h, c);
-      if (key.benchmark) choice = benchmark(h, stream, o, c, key.deterministic, limit);
-      if (!choice.available) choice = heuristic(h, o, c, key.deterministic, limit);
-      if (!choice.available) warn_fallback(c, "no usable engine");
-    } catch (const std::exception& e) {
-      warn_fallback(c, e.what());
-      choice = {};
-    }
-    return choice;
-  });
 }
 
 // One configuration's descriptors and plan on one (thread, handle), and the variant packs of the
@@ -487,7 +511,36 @@ struct Prepared {
   Desc config;  // kept while the plan lives, as cudnn-frontend keeps it
   std::unique_ptr<Plan> plan;
   std::map<std::array<const void*, 4>, Desc> packs;
+  bool ran = false;     // a run has succeeded
+  bool failed = false;  // the first run failed: the legacy API serves the configuration
 };
+
+// The choice of `key`, made once per process (the first caller's handle and stream time it). The
+// thread that makes it gets the plan it built for h in *mine (untouched otherwise), so that a
+// plan is not finalized twice (runtime-compiled engines compile in their finalization).
+Choice choose(cudnnHandle_t h, cudaStream_t stream, const Config& c, const ConvAlgoKey& key,
+              std::unique_ptr<Prepared>* mine) {
+  const int64_t limit = c.limit;
+  static ConvAlgoCache<Choice> cache;
+  return cache.get_or_choose(key, [&] {
+    Choice choice;
+    try {
+      OpGraph o = op_graph(h, c);
+      Built built;
+      if (key.benchmark) choice = benchmark(h, stream, o, c, key.deterministic, limit, built);
+      if (!choice.available) choice = heuristic(h, o, c, key.deterministic, limit, built);
+      if (!choice.available) warn_fallback(c, "no usable engine");
+      if (choice.available && built.plan != nullptr) {
+        *mine = std::make_unique<Prepared>(
+            Prepared{std::move(o), std::move(*built.config), std::move(built.plan), {}});
+      }
+    } catch (const std::exception& e) {
+      warn_fallback(c, e.what());
+      choice = {};
+    }
+    return choice;
+  });
+}
 
 // The prepared plan of `c` on handle h (null: the legacy API serves it), built on the thread's
 // first use of (h, c) from the process-wide choice.
@@ -505,9 +558,10 @@ Prepared* prepared(cudnnHandle_t h, cudaStream_t stream, const Config& c) {
            " of a configuration first seen inside a CUDA graph capture (", c.g.n, "x", c.g.c, "x",
            c.g.h, "x", c.g.w, ", ", c.g.o, " filters of ", c.g.kh, "x", c.g.kw,
            "); run it once before capturing, as train::GraphStep's warm-up steps do");
-  const Choice choice = choose(h, stream, c, key);
   std::unique_ptr<Prepared> p;
-  if (choice.available) {
+  const Choice choice = choose(h, stream, c, key, &p);
+  if (!choice.available) p.reset();
+  if (choice.available && p == nullptr) {
     try {
       OpGraph o = op_graph(h, c);
       std::vector<Desc> configs = engine_configs(o, choice.mode);
@@ -548,7 +602,7 @@ int64_t workspace_bytes(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t
   const cudnn::LockedHandle handle(stream);
   const Config c{g, pass, type, allow_tf32, kAssumedAlignment, kMaxConvWorkspaceBytes};
   const Prepared* p = prepared(handle.get(), static_cast<cudaStream_t>(stream), c);
-  return p == nullptr ? -1 : p->plan->workspace;
+  return p == nullptr || p->failed ? -1 : p->plan->workspace;
 }
 
 bool run(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type, bool allow_tf32,
@@ -566,7 +620,7 @@ bool run(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type, bool all
   Prepared* p = prepared(handle.get(), static_cast<cudaStream_t>(stream), c);
   // A plan this workspace cannot hold (another thread's or handle's choice, the switch turned
   // between the query and the run): the legacy API runs it, within the workspace given.
-  if (p == nullptr || p->plan->workspace > workspace_bytes ||
+  if (p == nullptr || p->failed || p->plan->workspace > workspace_bytes ||
       (workspace == nullptr && p->plan->workspace > 0)) {
     return false;
   }
@@ -576,7 +630,21 @@ bool run(const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type, bool all
     if (p->packs.size() >= kMaxVariantPacks) p->packs.clear();
     it = p->packs.emplace(ptrs, variant_pack(pass, Operands{a, b, out}, workspace)).first;
   }
-  RG_CUDA_CHECK(cudnnBackendExecute(handle.get(), p->plan->plan.get(), it->second.get()));
+  const cudnnStatus_t status =
+      cudnnBackendExecute(handle.get(), p->plan->plan.get(), it->second.get());
+  if (status != CUDNN_STATUS_SUCCESS && !p->ran) {
+    // A plan can finalize and still refuse to run (on a GPU: a misaligned pointer, too little
+    // shared memory, a failed launch): before it has ever run, the legacy API takes the
+    // configuration, as PyTorch moves on to its next plan.
+    (void)cudaGetLastError();  // a failed launch's error is not the next launch's
+    p->failed = true;
+    p->packs.clear();
+    warn_fallback(
+        c, ::rg::detail::cat("its plan failed to run: ", cudnnGetErrorString(status)).c_str());
+    return false;
+  }
+  RG_CUDA_CHECK(status);
+  p->ran = true;
   return true;
 }
 

@@ -145,6 +145,8 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
       return "CUDNN_STATUS_BAD_PARAM";
     case CUDNN_STATUS_NOT_SUPPORTED:
       return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_EXECUTION_FAILED:
+      return "CUDNN_STATUS_EXECUTION_FAILED";
   }
   return "CUDNN_STATUS_UNKNOWN";
 }

@@ -41,8 +41,9 @@ struct EngineSpec {
   std::vector<cudnnBackendNumericalNote_t> notes;
   int64_t workspace;  // bytes
   bool buildable;     // false: its execution plan cannot be finalized
+  bool runs = true;   // false: cudnnBackendExecute of its plan fails
 };
-constexpr int64_t kEngines = 4;
+constexpr int64_t kEngines = 5;
 
 const EngineSpec& engine_spec(int64_t index) {
   static const std::array<EngineSpec, kEngines> engines{{
@@ -50,6 +51,7 @@ const EngineSpec& engine_spec(int64_t index) {
       {{CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC}, 1024, true},
       {{}, 256, true},
       {{}, 0, false},
+      {{}, 0, true, false},
   }};
   return engines[size_t(index)];
 }
@@ -73,6 +75,10 @@ std::vector<int64_t> offered(cudnnBackendHeurMode_t mode) {
       return {1, 0, 2};
     case CudnnGraphEngines::unsupported_first:
       return {3, 0, 2};
+    case CudnnGraphEngines::unrunnable_first:
+      return {4, 0, 2};
+    case CudnnGraphEngines::nondeterministic_only:
+      return {1};
     default:  // fallback_only
       return {};
   }
@@ -933,6 +939,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   if (plan->workspace > 0 && pack->workspace == nullptr) return CUDNN_STATUS_BAD_PARAM;
   void *x = ptrs[0], *w = ptrs[1], *y = ptrs[2];
   const int64_t engine = plan->info.index;
+  if (!engine_spec(engine).runs) return CUDNN_STATUS_EXECUTION_FAILED;
   const bool tf32 = op.x.type == CUDNN_DATA_FLOAT &&
                     has_note(engine, CUDNN_NUMERICAL_NOTE_TENSOR_CORE) &&
                     !rg::emu::tf32_overridden_off();

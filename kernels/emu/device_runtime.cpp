@@ -769,6 +769,7 @@ void library_object_created(const char* function) {
 
 void check_status(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
+  t_last_error = cudaSuccess;  // reported here, not by the next launch (kernels/cuda/check.h)
   std::string detail;
   if (status == cudaErrorLaunchFailure) {
     Runtime& r = Runtime::get();

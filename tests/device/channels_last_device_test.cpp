@@ -20,6 +20,7 @@
 #include "engine/ops/pool.h"
 #include "engine/ops/reduce.h"
 #include "engine/ops/shape.h"
+#include "engine/tf32.h"
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
@@ -216,6 +217,28 @@ void expect_formats_agree(Device device, const std::vector<Tensor>& host_inputs,
     ASSERT_TRUE(b[i].grad().defined()) << "input " << i;
     EXPECT_EQ(b[i].grad().memory_format(), b[i].memory_format()) << "input " << i;
     testing::expect_close(b[i].grad(), a[i].grad(), tol, tol, "gradient " + std::to_string(i));
+  }
+}
+
+// cuDNN has no f64 convolution of NHWC tensors: on CUDA an f64 channels-last convolution runs
+// contiguous (x and w converted, the output converted back: 3 conversions), f32 converts nothing;
+// both give channels-last outputs with the CPU's values.
+TEST(ChannelsLast, AnF64ConvolutionOnCudaRunsContiguousAndGivesChannelsLast) {
+  RG_REQUIRE_DEVICE();
+  const cuda::Tf32Guard full_f32(false, false);
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Generator gen(12);
+    const Tensor x = random_tensor({2, 3, 6, 5}, gen, dtype).contiguous(kLast);
+    const Tensor w = random_tensor({4, 3, 3, 3}, gen, dtype).contiguous(kLast);
+    const Tensor xd = x.to(kCuda), wd = w.to(kCuda);
+    const int64_t before = layout_conversions();
+    const Tensor y = conv2d(xd, wd, Tensor(), {1, 1}, {1, 1});
+    EXPECT_EQ(layout_conversions() - before, dtype == DType::f64 ? 3 : 0);
+    EXPECT_EQ(y.memory_format(), kLast);
+    const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+    testing::expect_close(y.to(Device::cpu()), conv2d(x, w, Tensor(), {1, 1}, {1, 1}), tol, tol,
+                          "conv2d");
   }
 }
 

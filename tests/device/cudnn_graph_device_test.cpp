@@ -2,12 +2,13 @@
 // against its legacy API (rg::set_cudnn_conv_api). On any device: both agree with the CPU and with
 // each other, and deterministic runs repeat their bits. On the emulated cuDNN, whose engines a
 // test can choose (emu::cudnn_set_graph_engines; engine 0 tensor cores, 1 non-deterministic, 2
-// FMA, 3 unbuildable): the policy filters the engines (no tensor-core engine for f32 without
-// TF32, only deterministic ones under the switch), an unbuildable plan is skipped, the heuristics
-// go from mode A to B to the fallback list and then to the legacy API, benchmark times each usable
-// engine of a configuration once, operands less aligned than assumed get a plan of their own,
-// and a steady step makes no descriptor. Each test uses its own batch size: the engine choices
-// live for the process.
+// FMA, 3 unbuildable, 4 unrunnable): the policy filters the engines (no tensor-core engine for f32
+// without TF32, only deterministic ones under the switch) and prefers a deterministic one, an
+// unbuildable plan is skipped, one that fails its first run hands its configuration to the legacy
+// API, the heuristics go from mode A to B to the fallback list and then to the legacy API, the
+// chosen plan is built once, benchmark times each usable engine of a configuration once, operands
+// less aligned than assumed get a plan of their own, and a steady step makes no descriptor. Each
+// test uses its own batch size: the engine choices live for the process.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -78,8 +79,8 @@ void expect_close_all(const std::vector<Tensor>& actual, const std::vector<Tenso
   const testing::Tolerance tol = testing::tolerance_for(t);
   const char* names[] = {"y", "dx", "dw", "db"};
   for (size_t i = 0; i < expected.size(); ++i) {
-    testing::expect_close(actual[i].to(DType::f64), expected[i].to(DType::f64), tol.atol,
-                          tol.rtol, what + " " + names[i]);
+    testing::expect_close(actual[i].to(DType::f64), expected[i].to(DType::f64), tol.atol, tol.rtol,
+                          what + " " + names[i]);
   }
 }
 
@@ -124,15 +125,18 @@ class EngineRuns {
  public:
   EngineRuns() : before_(now()) {}
   int64_t engine(int index) const { return now()[size_t(index)] - before_[size_t(index)]; }
-  int64_t legacy() const { return now()[4] - before_[4]; }
+  int64_t legacy() const { return now()[5] - before_[5]; }
   int64_t heuristics(const char* mode) const {
     return emu::cudnn_calls(std::string("heuristics mode ") + mode) - modes_.at(mode);
   }
 
  private:
   static std::vector<int64_t> now() {
-    return {emu::cudnn_engine_executions(0), emu::cudnn_engine_executions(1),
-            emu::cudnn_engine_executions(2), emu::cudnn_engine_executions(3),
+    return {emu::cudnn_engine_executions(0),
+            emu::cudnn_engine_executions(1),
+            emu::cudnn_engine_executions(2),
+            emu::cudnn_engine_executions(3),
+            emu::cudnn_engine_executions(4),
             emu::cudnn_calls("cudnnConvolutionForward") +
                 emu::cudnn_calls("cudnnConvolutionBackwardData") +
                 emu::cudnn_calls("cudnnConvolutionBackwardFilter")};
@@ -177,18 +181,57 @@ TEST_F(CudnnGraph, Tf32TakesTheTensorCoreEngineAndRoundsLikeTheLegacyApi) {
   }
 }
 
+// Without the switch a deterministic engine is preferred (as the legacy API's choice), and a list
+// with only non-deterministic ones gives one; under the switch those are skipped.
 TEST_F(CudnnGraph, TheDeterministicSwitchSkipsNonDeterministicEngines) {
   emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::nondeterministic_first);
   const cuda::Tf32Guard tf32(true, false);
   const ConvCase c = conv_case(6);
   const EngineRuns off;
   conv_pass(kCuda, c);
-  EXPECT_EQ(off.engine(1), 3) << "without the switch the heuristics' first engine runs";
+  EXPECT_EQ(off.engine(1), 0) << "the heuristics' first engine is not deterministic";
+  EXPECT_EQ(off.engine(0), 3) << "the first deterministic engine";
   set_deterministic_algorithms(true);
   const EngineRuns on;
   conv_pass(kCuda, c);
   EXPECT_EQ(on.engine(1), 0);
-  EXPECT_EQ(on.engine(0), 3) << "the first deterministic engine";
+  EXPECT_EQ(on.engine(0), 3);
+
+  set_deterministic_algorithms(false);
+  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::nondeterministic_only);
+  const ConvCase d = conv_case(13);
+  const EngineRuns only;
+  conv_pass(kCuda, d);
+  EXPECT_EQ(only.engine(1), 3) << "mode A's list has only a non-deterministic engine";
+  EXPECT_EQ(only.heuristics("B"), 0);
+  set_deterministic_algorithms(true);
+  const EngineRuns switched;
+  const std::vector<Tensor> out = conv_pass(kCuda, d);
+  EXPECT_EQ(switched.engine(1), 0);
+  EXPECT_EQ(switched.engine(2), 3) << "the fallback list's deterministic engine";
+  expect_close_all(out, conv_pass(Device::cpu(), d), DType::f32, "fallback engine");
+}
+
+// A plan that finalizes but fails its first run: the legacy API serves its configuration from
+// then on (with a warning naming the status), with the same results.
+TEST_F(CudnnGraph, APlanThatFailsItsFirstRunHandsItsConfigurationToTheLegacyApi) {
+  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::unrunnable_first);
+  const cuda::Tf32Guard full_f32(false, false);
+  const ConvCase c = conv_case(14);
+  const EngineRuns first;
+  ::testing::internal::CaptureStderr();
+  const std::vector<Tensor> out = conv_pass(kCuda, c);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(first.engine(4), 0);
+  EXPECT_EQ(first.engine(2), 0);
+  EXPECT_EQ(first.legacy(), 3);
+  EXPECT_NE(err.find("its plan failed to run: CUDNN_STATUS_EXECUTION_FAILED"), std::string::npos)
+      << err;
+  const EngineRuns again;
+  conv_pass(kCuda, c);
+  EXPECT_EQ(again.legacy(), 3);
+  EXPECT_EQ(again.heuristics("A"), 0);
+  expect_close_all(out, conv_pass(Device::cpu(), c), DType::f32, "legacy after a failed plan");
 }
 
 TEST_F(CudnnGraph, AnUnbuildablePlanIsSkipped) {
@@ -208,11 +251,11 @@ TEST_F(CudnnGraph, TheHeuristicsGoFromModeAToBToTheFallbackListThenToTheLegacyAp
   const ConvCase c = conv_case(8);
   const EngineRuns fallback;
   const std::vector<Tensor> from_fallback = conv_pass(kCuda, c);
-  // Each of the 3 passes asks A, then B, then the fallback list once to choose, and the fallback
-  // list again to build the chosen plan.
+  // Each of the 3 passes asks A, then B, then the fallback list once to choose; the chosen plan
+  // is the one built while choosing.
   EXPECT_EQ(fallback.heuristics("A"), 3);
   EXPECT_EQ(fallback.heuristics("B"), 3);
-  EXPECT_EQ(fallback.heuristics("fallback"), 3 * 2);
+  EXPECT_EQ(fallback.heuristics("fallback"), 3);
   EXPECT_EQ(fallback.engine(2), 3);
   // Nothing from any mode: the legacy API serves the configuration, with the same results.
   emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::none);
@@ -271,11 +314,11 @@ TEST_F(CudnnGraph, OperandsLessAlignedThanAssumedGetAPlanOfTheirOwn) {
   const EngineRuns runs;
   const Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1}, {1, 1});
   EXPECT_EQ(runs.engine(2), 1);
-  // The workspace query's 16-byte plan (chosen, then prepared), then the run's 4-byte one.
-  EXPECT_EQ(runs.heuristics("A"), 4);
+  // The workspace query's 16-byte plan, then the run's 4-byte one: each chosen and built once.
+  EXPECT_EQ(runs.heuristics("A"), 2);
   testing::expect_close(y.to(Device::cpu()),
-                        conv2d(x.to(Device::cpu()), c.w, Tensor(), {1, 1}, {1, 1}, {1, 1}),
-                        1e-5, 1e-5, "misaligned operand");
+                        conv2d(x.to(Device::cpu()), c.w, Tensor(), {1, 1}, {1, 1}, {1, 1}), 1e-5,
+                        1e-5, "misaligned operand");
 }
 #endif
 

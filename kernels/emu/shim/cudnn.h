@@ -21,6 +21,7 @@ typedef enum {
   CUDNN_STATUS_NOT_INITIALIZED = 1001,
   CUDNN_STATUS_BAD_PARAM = 2000,
   CUDNN_STATUS_NOT_SUPPORTED = 3000,
+  CUDNN_STATUS_EXECUTION_FAILED = 5000,
 } cudnnStatus_t;
 
 typedef enum {
@@ -374,14 +375,24 @@ int64_t cudnn_conv_algo_calls(std::string_view function, int algo);
 //   engine 1: CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, 1024 bytes of workspace
 //   engine 2: no note (FMA: f32 without TF32), deterministic, 256 bytes of workspace
 //   engine 3: an engine whose execution plan cannot be finalized (CUDNN_STATUS_NOT_SUPPORTED)
+//   engine 4: deterministic, no workspace, its plan finalizes but every cudnnBackendExecute of it
+//             returns CUDNN_STATUS_EXECUTION_FAILED (queues nothing, counts in no count)
 // `standard` (the default): modes A and B offer 0, 2; the fallback mode 2.
 // `nondeterministic_first`: A and B offer 1, 0, 2. `unsupported_first`: A and B offer 3, 0, 2.
+// `unrunnable_first`: A and B offer 4, 0, 2. `nondeterministic_only`: A and B offer 1.
 // `fallback_only`: A and B offer nothing, the fallback mode 2. `none`: no mode offers anything.
 // The fallback mode offers 2 in every offer but `none`; CUDNN_HEUR_MODE_INSTANT offers what mode A
 // does. Every engine runs f16, bf16, f32 and f64, NCHW and NHWC. An offer holds for the heuristics
 // finalized after it is set.
-enum class CudnnGraphEngines { standard, nondeterministic_first, unsupported_first, fallback_only,
-                              none };
+enum class CudnnGraphEngines {
+  standard,
+  nondeterministic_first,
+  unsupported_first,
+  unrunnable_first,
+  nondeterministic_only,
+  fallback_only,
+  none
+};
 void cudnn_set_graph_engines(CudnnGraphEngines offer);
 // How many passes engine `global_index` has been given (counted when cudnnBackendExecute queues
 // one, as cudnn_calls counts: a replayed CUDA graph does not add to it; each also counts in

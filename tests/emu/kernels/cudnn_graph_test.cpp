@@ -648,6 +648,8 @@ TEST_F(CudnnGraphApi, TheHeuristicsListTheOfferedEnginesInEachMode) {
   const Case cases[] = {{E::standard, "standard", {0, 2}, {2}},
                         {E::nondeterministic_first, "nondeterministic_first", {1, 0, 2}, {2}},
                         {E::unsupported_first, "unsupported_first", {3, 0, 2}, {2}},
+                        {E::unrunnable_first, "unrunnable_first", {4, 0, 2}, {2}},
+                        {E::nondeterministic_only, "nondeterministic_only", {1}, {2}},
                         {E::fallback_only, "fallback_only", {}, {2}},
                         {E::none, "none", {}, {}}};
   for (const Op op : kOps) {
@@ -671,7 +673,7 @@ TEST_F(CudnnGraphApi, TheHeuristicsListTheOfferedEnginesInEachMode) {
       }
     }
   }
-  // The notes: engine 0 tensor cores, 1 non-deterministic, 2 and 3 none; no behavior notes.
+  // The notes: engine 0 tensor cores, 1 non-deterministic, 2, 3 and 4 none; no behavior notes.
   emu::cudnn_set_graph_engines(E::unsupported_first);
   const Desc o = operation(Spec{});
   const Desc g = graph(handle_, o);
@@ -679,7 +681,8 @@ TEST_F(CudnnGraphApi, TheHeuristicsListTheOfferedEnginesInEachMode) {
       {0, {CUDNN_NUMERICAL_NOTE_TENSOR_CORE}},
       {1, {CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC}},
       {2, {}},
-      {3, {}}};
+      {3, {}},
+      {4, {}}};
   for (const auto& [index, notes] : want) {
     SCOPED_TRACE("engine " + std::to_string(index));
     const Desc engine = engine_of(config_of_engine(g, index));
@@ -781,6 +784,30 @@ TEST_F(CudnnGraphApi, PlansOfEngine3OrOfScaledOperationsCannotBeFinalized) {
       }
     }
   }
+}
+
+// Engine 4's plan finalizes (no workspace), but every run of it fails and queues nothing.
+TEST_F(CudnnGraphApi, Engine4sPlanFinalizesButFailsToRun) {
+  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::unrunnable_first);
+  const Spec sp{};
+  const Desc o = operation(sp);
+  const Desc g = graph(handle_, o);
+  const std::vector<Desc> configs = engine_configs(g, CUDNN_HEUR_MODE_A);
+  ASSERT_EQ(engine_indices(configs), (std::vector<int64_t>{4, 0, 2}));
+  const Desc plan = finalized_plan(handle_, configs[0]);
+  EXPECT_EQ(workspace_of(plan), 0);
+  Operands<float> ops = operands<float>(sp, 81, 7.f);
+  const auto y_before = ops.y;
+  const int64_t calls = emu::cudnn_calls("cudnnBackendExecute");
+  const int64_t runs = emu::cudnn_engine_executions(4);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(execute(handle_, plan, {kUidX, kUidW, kUidY},
+                      {ops.x.data(), ops.w.data(), ops.y.data()}, nullptr),
+              CUDNN_STATUS_EXECUTION_FAILED);
+  }
+  EXPECT_EQ(emu::cudnn_calls("cudnnBackendExecute"), calls);
+  EXPECT_EQ(emu::cudnn_engine_executions(4), runs);
+  EXPECT_EQ(ops.y, y_before) << "nothing was written";
 }
 
 // Engines 0, 1 and 2 need 0, 1024 and 256 bytes; a plan that needs a workspace is not executed
@@ -1003,12 +1030,12 @@ TEST_F(CudnnGraphApi, OperationsCheckTheirTensorsAndGraphsTheirOperations) {
   const int64_t heuristics = emu::cudnn_calls("heuristics mode A");
   EXPECT_EQ(heur.finalize(), kBadParam);
   EXPECT_EQ(emu::cudnn_calls("heuristics mode A"), heuristics) << "a failed query is not counted";
-  // An engine's index: one of the 4.
+  // An engine's index: one of the 5.
   const Desc g = graph(handle_, op);
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  const int64_t fifth = 4;
+  const int64_t sixth = 5;
   EXPECT_EQ(engine.set_desc(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, g), kOk);
-  EXPECT_EQ(engine.set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, &fifth), kOk);
+  EXPECT_EQ(engine.set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, &sixth), kOk);
   EXPECT_EQ(engine.finalize(), kBadParam);
 }
 

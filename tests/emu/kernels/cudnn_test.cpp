@@ -30,7 +30,8 @@ TEST(CudnnWrappers, ARefusedSizeLeaksNoDescriptor) {
   // x's batch does not fit cuDNN's int: the wrapper throws after creating x's descriptor.
   kernels::Conv2dGeometry g{int64_t(1) << 40, 3, 9, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1, 9, 11};
   const int before = emu::cudnn_live_descriptors();
-  EXPECT_THROW(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}), rg::Error);
+  EXPECT_THROW(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, true, {}),
+               rg::Error);
   EXPECT_EQ(emu::cudnn_live_descriptors(), before);
   // A geometry cuDNN itself refuses (y's size disagrees with the convolution's): a failed call;
   // its four descriptors (x, y, w, the convolution) were made and are kept for the thread, as
@@ -175,14 +176,13 @@ TEST(Conv2dKernels, ChannelsLastGivesTheNchwResultsTransposed) {
       ConvCpu::backward<double>(g, xl.data(), wl.data(), gyl.data(), gxl.data(), gwl.data(),
                                 glb.data(), false, {}, {});
     } else {
-      const int64_t bytes = std::max(
-          {ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::forward, false, {}),
-           ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::backward, false, {}),
-           int64_t(1)});
+      const int64_t bytes =
+          std::max({ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::forward, false, {}),
+                    ConvCuda::workspace_bytes<double>(g, kernels::ConvPass::backward, false, {}),
+                    int64_t(1)});
       std::vector<unsigned char> ws(static_cast<size_t>(bytes));
       const kernels::Workspace workspace{ws.data(), bytes};
-      ConvCuda::forward<double>(g, xl.data(), wl.data(), b.data(), yl.data(), false, workspace,
-                                {});
+      ConvCuda::forward<double>(g, xl.data(), wl.data(), b.data(), yl.data(), false, workspace, {});
       ConvCuda::backward<double>(g, xl.data(), wl.data(), gyl.data(), gxl.data(), gwl.data(),
                                  glb.data(), false, workspace, {});
     }
@@ -198,8 +198,8 @@ TEST(Conv2dKernels, ChannelsLastGivesTheNchwResultsTransposed) {
 // back to the legacy API within the workspace given (the query sized it for the graph API's plan;
 // another thread's or handle's choice may need more), and computes the same.
 TEST(Conv2dGraphApi, APlanNeedingMoreWorkspaceThanGivenFallsBackToTheLegacyApi) {
-  // Engine 1 (first in this offer) needs 1024 bytes; the legacy algorithms none.
-  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::nondeterministic_first);
+  // Engine 1 (the only one in this offer) needs 1024 bytes; the legacy algorithms none.
+  emu::cudnn_set_graph_engines(emu::CudnnGraphEngines::nondeterministic_only);
   const kernels::Conv2dGeometry g{2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 7, 6};
   const auto x = random_values<float>(g.n * g.c * g.h * g.w, 5);
   const auto w = random_values<float>(g.o * g.c * g.kh * g.kw, 6);
@@ -242,6 +242,40 @@ TEST(Conv2dGraphApi, AConfigurationFirstSeenInACaptureIsAClearError) {
   }
   g.n = 1;  // the one seen before serves inside the capture
   EXPECT_EQ(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx), 256);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (graph != nullptr) {
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+// The legacy API under benchmark times its algorithms with cudnnFind* (allocations, timing on the
+// stream): a configuration first seen inside a capture is an error that says so; without
+// benchmark its heuristics (host-only queries) choose inside the capture.
+TEST(Conv2dLegacyApi, ABenchmarkedConfigurationFirstSeenInACaptureIsAClearError) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const kernels::Ctx ctx{stream, 0};
+  kernels::set_cudnn_legacy_conv(true);
+  kernels::Conv2dGeometry g{1, 2, 5, 4, 3, 3, 3, 1, 1, 1, 1, 1, 1, 5, 4};
+  EXPECT_GE(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx), 0);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  g.n = 4;  // a configuration not seen before: the heuristics choose within the capture
+  EXPECT_GE(ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx), 0);
+  kernels::set_cudnn_benchmark(true);
+  g.n = 5;
+  try {
+    ConvCuda::workspace_bytes<float>(g, kernels::ConvPass::forward, false, ctx);
+    ADD_FAILURE() << "no error";
+  } catch (const rg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d forward of a configuration first seen inside a "
+                                         "CUDA graph capture cannot be timed (--cudnn-benchmark)"),
+              std::string::npos)
+        << e.what();
+  }
+  kernels::set_cudnn_benchmark(false);
+  kernels::set_cudnn_legacy_conv(false);
   cudaGraph_t graph = nullptr;
   EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   if (graph != nullptr) {
