@@ -2,7 +2,10 @@
 #include "layers/data_parallel.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <exception>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "engine/autocast.h"
@@ -64,6 +67,70 @@ Tensor gather(const std::vector<Tensor>& parts, Device device) {
                             return grads;
                           });
 }
+
+// One thread per further replica, each waiting for its part of a forward: run(task) gives every
+// thread task(k) with k = 1, 2, ... (its replica), and returns when all are done.
+class DataParallel::Workers {
+ public:
+  explicit Workers(size_t n) : done_(n) {
+    for (size_t k = 1; k <= n; ++k) threads_.emplace_back([this, k] { loop(k); });
+  }
+  ~Workers() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  // Starts task(k) on thread k; wait() returns once every thread has finished it.
+  void start(const std::function<void(size_t)>& task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = &task;
+      std::fill(done_.begin(), done_.end(), false);
+      ++round_;
+    }
+    wake_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    finished_.wait(
+        lock, [this] { return std::all_of(done_.begin(), done_.end(), [](bool d) { return d; }); });
+    task_ = nullptr;
+  }
+
+ private:
+  void loop(size_t k) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(size_t)>* task = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || round_ != seen; });
+        if (stop_) return;
+        seen = round_;
+        task = task_;
+      }
+      (*task)(k);  // catches its own exceptions (DataParallel::forward's run)
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_[k - 1] = true;
+      }
+      finished_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, finished_;
+  const std::function<void(size_t)>* task_ = nullptr;
+  uint64_t round_ = 0;
+  std::vector<bool> done_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+DataParallel::~DataParallel() = default;
 
 DataParallel::DataParallel(std::shared_ptr<Module> module, std::vector<Device> devices,
                            const ReplicaFactory& make_replica)
@@ -128,6 +195,7 @@ DataParallel::DataParallel(std::shared_ptr<Module> module, std::vector<Device> d
     }
     replicas_.push_back(std::move(r));
   }
+  if (devices_.size() > 1) workers_ = std::make_unique<Workers>(devices_.size() - 1);
 }
 
 void DataParallel::replicate() {
@@ -155,7 +223,7 @@ Tensor DataParallel::forward(const Tensor& input) {
              cast_cpu = autocast_enabled(DeviceType::cpu);
   const DType cuda_dtype = autocast_dtype(DeviceType::cuda),
               cpu_dtype = autocast_dtype(DeviceType::cpu);
-  const auto run = [&](size_t k) {
+  const std::function<void(size_t)> run = [&](size_t k) {
     try {
       GradMode::set_enabled(grad);
       AutocastGuard cuda_cast(DeviceType::cuda, cuda_dtype, cast_cuda);
@@ -165,14 +233,18 @@ Tensor DataParallel::forward(const Tensor& input) {
       errors[k] = std::current_exception();
     }
   };
-  std::vector<std::thread> threads;
-  for (size_t k = 1; k < n; ++k) threads.emplace_back(run, k);
+  // Fewer parts than devices (a batch smaller than the device count): the threads without a part
+  // have nothing to do.
+  const std::function<void(size_t)> part = [&](size_t k) {
+    if (k < n) run(k);
+  };
+  if (workers_ != nullptr) workers_->start(part);
   {
     const bool caller_grad = GradMode::is_enabled();
     run(0);
     GradMode::set_enabled(caller_grad);
   }
-  for (auto& t : threads) t.join();
+  if (workers_ != nullptr) workers_->wait();
   for (size_t k = 0; k < n; ++k) {
     if (!errors[k]) continue;
     try {

@@ -1,9 +1,11 @@
 // DataParallel as torch.nn.DataParallel: one process drives several devices. Each forward
 // scatters the batch along dim 0 over the devices, brings every replica's parameters and buffers
 // up to date from the module on the first device (a broadcast), runs the replicas on one thread
-// per device, and gathers the outputs on the first device. In backward, each replica's
-// gradients are added into the module's parameters on the first device, so the optimizer steps
-// the module alone, as with one device and the whole batch.
+// per device (the caller's for the first; for each other one a thread kept for the object's
+// life, so that what ops cache per thread, cuDNN's plans and descriptors, is built once rather
+// than every forward as with a new thread each time), and gathers the outputs on the first device.
+// In backward, each replica's gradients are added into the module's parameters on the first device,
+// so the optimizer steps the module alone, as with one device and the whole batch.
 //
 // Differences from PyTorch's, and why: replicas are built once (by the given factory: a Module
 // cannot copy itself) and refreshed every forward instead of being rebuilt; the reduction into
@@ -37,6 +39,9 @@ class DataParallel {
   // same parameter and buffer names and shapes), called once per further device.
   DataParallel(std::shared_ptr<Module> module, std::vector<Device> devices,
                const ReplicaFactory& make_replica);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
 
   // Scatter, replicate, run the replicas in parallel, gather on devices[0].
   Tensor forward(const Tensor& input);
@@ -47,9 +52,12 @@ class DataParallel {
  private:
   void replicate();
 
+  class Workers;  // the threads of replicas 1, 2, ...
+
   std::shared_ptr<Module> module_;
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<Module>> replicas_;  // replicas_[0] is module_
+  std::unique_ptr<Workers> workers_;
 };
 
 }  // namespace rg::nn

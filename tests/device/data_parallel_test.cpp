@@ -7,13 +7,20 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "device/device_test_util.h"
 #include "engine/cuda/runtime.h"
 #include "engine/ops/binary.h"
 #include "engine/ops/loss.h"
 #include "engine/ops/reduce.h"
+#include "layers/linear.h"
 #include "layers/models/mlp.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
@@ -102,6 +109,62 @@ std::vector<Tensor> train(int n, int steps, std::vector<double>* losses = nullpt
   std::vector<Tensor> out;
   for (const Tensor& p : model->parameters()) out.push_back(p.detach().to(Device::cpu()));
   return out;
+}
+
+// A linear layer that notes, by the device it ran on, the thread of each forward and how many
+// forwards that thread had run (a thread-local count: a thread's id may be reused after it ends).
+class ThreadNoting : public nn::Module {
+ public:
+  using Notes = std::map<std::string, std::vector<std::pair<std::thread::id, int>>>;
+  explicit ThreadNoting(Notes* threads) : threads_(threads) {
+    Generator init(11);
+    fc_ = register_module("fc", std::make_shared<nn::Linear>(6, 4, init));
+  }
+  std::string type_name() const override { return "ThreadNoting"; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      thread_local int runs = 0;
+      (*threads_)[x.device().str()].emplace_back(std::this_thread::get_id(), ++runs);
+    }
+    return fc_->forward(x);
+  }
+
+ private:
+  Notes* threads_;
+  std::shared_ptr<nn::Linear> fc_;
+  static inline std::mutex mu_;
+};
+
+// Each further replica runs on a thread of its own, the same one every forward (what ops cache
+// per thread, such as cuDNN's plans, is built once), and the first on the caller's thread.
+TEST_F(DataParallelTest, EachReplicaKeepsItsThreadFromForwardToForward) {
+  ThreadNoting::Notes threads;
+  const auto make = [&threads] { return std::make_shared<ThreadNoting>(&threads); };
+  auto model = make();
+  model->to(Device::cuda(0));
+  const int n = std::min(device_count(), 3);
+  nn::DataParallel dp(model, devices(n), make);
+  Generator gen(6);
+  for (int i = 0; i < 3; ++i) {
+    dp.forward(random_tensor({6, 6}, gen));
+  }
+  dp.forward(random_tensor({1, 6}, gen));  // one row: only the first device has a part
+  ASSERT_EQ(threads.size(), size_t(n));
+  EXPECT_EQ(threads["cuda:0"].size(), 4u);
+  for (const auto& [id, runs] : threads["cuda:0"]) EXPECT_EQ(id, std::this_thread::get_id());
+  std::set<std::thread::id> seen{std::this_thread::get_id()};
+  for (int k = 1; k < n; ++k) {
+    const auto& notes = threads[Device::cuda(k).str()];
+    ASSERT_EQ(notes.size(), 3u) << "cuda:" << k;
+    for (size_t i = 0; i < notes.size(); ++i) {
+      EXPECT_EQ(notes[i].first, notes[0].first) << "cuda:" << k;
+      EXPECT_EQ(notes[i].second, int(i) + 1) << "cuda:" << k << ": a new thread";
+    }
+    EXPECT_TRUE(seen.insert(notes[0].first).second) << "cuda:" << k << " shares a thread";
+  }
 }
 
 TEST_F(DataParallelTest, TrainsLikeOneDeviceWithTheWholeBatch) {
