@@ -804,6 +804,11 @@ TEST_F(GraphCapture, AnotherStreamJoinsACaptureThroughAnEventAndMustJoinBack) {
   set_value(d.get(), 5.f, kN, side);
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureUnjoined);
   EXPECT_EQ(graph, nullptr);
+  // The failed call's error stays the thread's last error (the next RG_LAUNCH would report it)
+  // until cudaGetLastError takes it.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
   EXPECT_EQ(status, cudaStreamCaptureStatusNone);
   // Joined back only up to before its last work: still unjoined.
@@ -827,6 +832,7 @@ TEST_F(GraphCapture, AnotherStreamJoinsACaptureThroughAnEventAndMustJoinBack) {
   ASSERT_EQ(cudaStreamWaitEvent(side, fork), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(side), cudaErrorStreamCaptureUnsupported);
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
   // Both streams work normally afterwards; nothing of the failed captures ran.
   ASSERT_TRUE(wait_idle(side));
   EXPECT_TRUE(all_equal(d.get(), kN, 1.f)) << "d[0] = " << d.get()[0];
