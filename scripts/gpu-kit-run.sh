@@ -403,9 +403,10 @@ sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 3)' "$DEVIC
             [ "$side" != ours_graphs ] || graphs=(--cuda-graphs)
             [ "$side" != ours_legacy ] || graphs=(--cudnn-conv-api legacy)
             [ "$side" != ours_cl ] || graphs=(--channels-last)
-            ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" train --device "$DEVICE" --model "$model" \
-              --batch-size "$batch" --amp "$amp" "${graphs[@]}" "${steps[@]}" --json "$f.json" \
-              >"$f.log" 2>&1 || rc=$? ;;
+            # RG_CUDNN_LOG: each convolution's engine (or legacy algorithm) choice, in the log
+            RG_CUDNN_LOG=1 ours timeout -k 5 "$secs" "$KIT/bin/ringgrad-bench" train --device "$DEVICE" \
+              --model "$model" --batch-size "$batch" --amp "$amp" "${graphs[@]}" "${steps[@]}" \
+              --json "$f.json" >"$f.log" 2>&1 || rc=$? ;;
           ours_ddp | ours_ddp_graphs)
             local graphs=()
             [ "$side" != ours_ddp_graphs ] || graphs=(--cuda-graphs)

@@ -150,6 +150,14 @@ Choice query(cudnnHandle_t h, const Descriptors<T>& d, CudnnPass pass, bool dete
   return pick(perf, count, pass, deterministic, benchmark, limit);
 }
 
+// The legacy API's choice for RG_CUDNN_LOG (conv2d_graph.h's log_choice).
+template <class T>
+void log_legacy_choice(const Conv2dGeometry& g, CudnnPass pass, Choice c, bool benchmark) {
+  log_choice("legacy API", g, pass, data_type<T>(),
+             ::rg::detail::cat("algorithm ", c.algo, benchmark ? " (the fastest timed" : " (",
+                               benchmark ? ", " : "", "workspace ", c.workspace, " bytes)"));
+}
+
 // The cached algorithm of (current device, geometry, dtype, pass, math, policy), chosen on first
 // use (kernels/conv_algo_cache.h). Called with h's mutex held; h runs on `stream`.
 template <class T>
@@ -172,7 +180,9 @@ Choice choose(cudnnHandle_t h, void* stream, const Descriptors<T>& d, const Conv
                "(--cudnn-benchmark); run it once before capturing, as train::GraphStep's "
                "warm-up steps do");
     }
-    return query<T>(h, d, pass, deterministic, benchmark);
+    const Choice chosen = query<T>(h, d, pass, deterministic, benchmark);
+    log_legacy_choice<T>(g, pass, chosen, benchmark);
+    return chosen;
   });
   if (int64_t(c.workspace) <= workspace) return c;
   // Less workspace than the choice needs: the caller sized it for the graph API's plan, and this

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <initializer_list>
 #include <map>
@@ -24,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,25 @@ const char* pass_name(CudnnPass pass) {
   return pass == CudnnPass::forward         ? "conv2d forward"
          : pass == CudnnPass::backward_data ? "conv2d backward (input gradient)"
                                             : "conv2d backward (weight gradient)";
+}
+
+std::string describe(const Conv2dGeometry& g, CudnnPass pass) {
+  return ::rg::detail::cat("the ", pass_name(pass), " of ", g.n, "x", g.c, "x", g.h, "x", g.w,
+                           g.channels_last ? " (NHWC), " : " (NCHW), ", g.o, " filters of ", g.kh,
+                           "x", g.kw, ", stride ", g.sh, "x", g.sw, ", padding ", g.ph, "x", g.pw,
+                           ", dilation ", g.dh, "x", g.dw);
+}
+
+void log_choice(const char* api, const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type,
+                const std::string& what) {
+  const char* on = std::getenv("RG_CUDNN_LOG");
+  if (on == nullptr || *on == '\0' || std::string_view(on) == "0") return;
+  const char* dtype = type == CUDNN_DATA_DOUBLE  ? "f64"
+                      : type == CUDNN_DATA_FLOAT ? "f32"
+                      : type == CUDNN_DATA_HALF  ? "f16"
+                                                 : "bf16";
+  std::fprintf(stderr, "ringgrad: cuDNN %s: %s, %s: %s\n", api, describe(g, pass).c_str(), dtype,
+               what.c_str());
 }
 
 namespace conv_graph {
@@ -295,6 +316,8 @@ struct Choice {
   int64_t position = 0;
   int64_t engine = -1;
   int64_t workspace = 0;
+  bool deterministic = true;
+  bool timed = false;  // the fastest of benchmark's candidates
 };
 
 size_t element_bytes(cudnnDataType_t type) {
@@ -406,7 +429,8 @@ Choice benchmark(cudnnHandle_t h, cudaStream_t stream, const OpGraph& o, const C
     if (!e.usable) continue;
     std::unique_ptr<Plan> plan = make_plan(h, configs[i], limit);
     if (plan == nullptr) continue;
-    const Choice choice{true, CUDNN_HEUR_MODE_A, int64_t(i), e.index, plan->workspace};
+    const Choice choice{
+        true, CUDNN_HEUR_MODE_A, int64_t(i), e.index, plan->workspace, e.deterministic, true};
     candidates.emplace_back(choice, std::move(plan));
   }
   if (candidates.empty()) return {};
@@ -463,7 +487,7 @@ Choice heuristic(cudnnHandle_t h, const OpGraph& o, const Config& c, bool determ
       if (!e.usable || (!e.deterministic && first.available)) continue;
       std::unique_ptr<Plan> plan = make_plan(h, configs[i], limit);
       if (plan == nullptr) continue;
-      const Choice choice{true, mode, int64_t(i), e.index, plan->workspace};
+      const Choice choice{true, mode, int64_t(i), e.index, plan->workspace, e.deterministic};
       if (e.deterministic) {
         built = {std::move(configs[i]), std::move(plan)};
         return choice;
@@ -530,6 +554,18 @@ Choice choose(cudnnHandle_t h, cudaStream_t stream, const Config& c, const ConvA
       if (key.benchmark) choice = benchmark(h, stream, o, c, key.deterministic, limit, built);
       if (!choice.available) choice = heuristic(h, o, c, key.deterministic, limit, built);
       if (!choice.available) warn_fallback(c, "no usable engine");
+      log_choice(
+          "graph API", c.g, c.pass, c.type,
+          choice.available
+              ? ::rg::detail::cat("engine ", choice.engine, " (heuristics mode ",
+                                  choice.mode == CUDNN_HEUR_MODE_A   ? "A"
+                                  : choice.mode == CUDNN_HEUR_MODE_B ? "B"
+                                                                     : "fallback",
+                                  ", position ", choice.position,
+                                  choice.deterministic ? ", deterministic" : ", non-deterministic",
+                                  choice.timed ? ", the fastest timed" : "", ", workspace ",
+                                  choice.workspace, " bytes)")
+              : std::string("no usable engine: the legacy API serves it"));
       if (choice.available && built.plan != nullptr) {
         *mine = std::make_unique<Prepared>(
             Prepared{std::move(o), std::move(*built.config), std::move(built.plan), {}});

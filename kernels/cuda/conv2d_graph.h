@@ -6,6 +6,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/conv2d.h"
 
@@ -15,6 +16,15 @@ namespace rg::kernels::cuda {
 enum class CudnnPass { forward, backward_data, backward_weight };
 
 const char* pass_name(CudnnPass pass);
+
+// "the conv2d forward of 3x2x5x5 (NCHW), 3 filters of 3x3, stride 1x1, padding 1x1, dilation 1x1":
+// a configuration as errors and the choice log name it.
+std::string describe(const Conv2dGeometry& g, CudnnPass pass);
+
+// RG_CUDNN_LOG=1 (read at each choice): every convolution algorithm choice, once per
+// configuration, as one stderr line "ringgrad: cuDNN <api>: <describe(g, pass)>, <dtype>: <what>".
+void log_choice(const char* api, const Conv2dGeometry& g, CudnnPass pass, cudnnDataType_t type,
+                const std::string& what);
 
 // The cuDNN tensor format of a convolution's arrays: NHWC for channels last, else NCHW.
 inline cudnnTensorFormat_t tensor_format(const Conv2dGeometry& g) {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -232,6 +233,42 @@ TEST_F(CudnnGraph, APlanThatFailsItsFirstRunHandsItsConfigurationToTheLegacyApi)
   EXPECT_EQ(again.legacy(), 3);
   EXPECT_EQ(again.heuristics("A"), 0);
   expect_close_all(out, conv_pass(Device::cpu(), c), DType::f32, "legacy after a failed plan");
+}
+
+// RG_CUDNN_LOG=1: each choice, once per configuration, on stderr (graph API: the engine and how it
+// was chosen; legacy API: the algorithm).
+TEST_F(CudnnGraph, TheChoiceLogNamesEachConfigurationsEngineOnce) {
+  const cuda::Tf32Guard full_f32(false, false);
+  const ConvCase c = conv_case(15);
+  ::setenv("RG_CUDNN_LOG", "1", 1);
+  ::testing::internal::CaptureStderr();
+  conv_pass(kCuda, c);
+  conv_pass(kCuda, c);
+  set_cudnn_conv_api(CudnnConvApi::legacy);
+  conv_pass(kCuda, c);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("RG_CUDNN_LOG");
+  const std::string forward =
+      "ringgrad: cuDNN graph API: the conv2d forward of 15x4x11x9 (NCHW), 6 filters of 3x3, "
+      "stride 1x1, padding 1x1, dilation 1x1, f32: engine 2 (heuristics mode A, position 1, "
+      "deterministic, workspace 256 bytes)\n";
+  EXPECT_NE(err.find(forward), std::string::npos) << err;
+  EXPECT_EQ(err.find(forward, err.find(forward) + 1), std::string::npos) << "logged once";
+  EXPECT_NE(err.find("cuDNN graph API: the conv2d backward (weight gradient) of 15x4x11x9"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("ringgrad: cuDNN legacy API: the conv2d backward (input gradient) of "
+                     "15x4x11x9 (NCHW), 6 filters of 3x3, stride 1x1, padding 1x1, dilation 1x1, "
+                     "f32: algorithm "),
+            std::string::npos)
+      << err;
+  size_t lines = 0;
+  for (char ch : err) lines += ch == '\n';
+  EXPECT_EQ(lines, 6u) << err;
+  // Off: nothing.
+  ::testing::internal::CaptureStderr();
+  conv_pass(kCuda, conv_case(16));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 TEST_F(CudnnGraph, AnUnbuildablePlanIsSkipped) {
