@@ -10,7 +10,8 @@
 namespace rg {
 
 AsyncScalar::AsyncScalar(const Tensor& value) {
-  RG_CHECK(value.defined() && value.numel() == 1, "AsyncScalar: expected a one-element tensor");
+  RG_CHECK(value.defined() && value.numel() >= 1 && value.numel() <= kMaxValues,
+           "AsyncScalar: expected a tensor of 1 to ", kMaxValues, " elements");
   if (value.device().is_cpu()) {
     host_ = value.detach().clone();
     return;
@@ -27,10 +28,11 @@ AsyncScalar::~AsyncScalar() = default;
 
 bool AsyncScalar::ready() const { return !done_ || done_->query(); }
 
-double AsyncScalar::get() const {
+double AsyncScalar::get(int64_t i) const {
   RG_CHECK(defined(), "AsyncScalar::get: nothing was read");
+  RG_CHECK(i >= 0 && i < host_.numel(), "AsyncScalar::get: element ", i, " of ", host_.numel());
   if (!ready()) done_->synchronize();
-  return host_.item();
+  return host_.numel() == 1 ? host_.item() : host_.flat_narrow(i, 1).item();
 }
 
 namespace {
@@ -46,8 +48,7 @@ DeferredChecks::~DeferredChecks() { t_current = nullptr; }
 
 DeferredChecks* DeferredChecks::current() { return t_current; }
 
-void DeferredChecks::post(const Tensor& flag, int64_t limit,
-                          std::function<std::string(int64_t)> describe) {
+void DeferredChecks::post(const Tensor& flag, int64_t limit, Describe describe) {
   if (flag.device().is_cuda() && cuda::Graph::capturing(flag.device().index) != nullptr) {
     // Reading it back now would be captured, and its event could not be queried.
     captured_.push_back({flag, limit, std::move(describe)});
@@ -57,9 +58,10 @@ void DeferredChecks::post(const Tensor& flag, int64_t limit,
 }
 
 void DeferredChecks::check(Pending& p) {
-  const auto value = static_cast<int64_t>(p.flag.get());
-  if (value >= p.limit) return;
-  std::string message = p.describe(value);
+  const auto first = static_cast<int64_t>(p.flag.get());
+  if (first >= p.limit) return;
+  std::string message =
+      p.describe(first, p.flag.size() > 1 ? static_cast<int64_t>(p.flag.get(1)) : 0);
   if (!p.context.empty()) message += " (" + p.context + ")";
   pending_.clear();  // one error is enough; the later checks belong to work now abandoned
   RG_FAIL(message);

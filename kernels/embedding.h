@@ -6,9 +6,9 @@
 //
 // Shared rules:
 //   - Indices are not trusted: an index outside [0, v) is never read through. Its output row is
-//     NaN and first_bad[0] (one i64) receives the smallest such position, or n when every index is
-//     in range; the caller turns that into an error (engine/ops/embedding.cpp does, on both
-//     devices).
+//     NaN, and first_bad (two i64) receives the smallest such position and its index, or n and 0
+//     when every index is in range; the caller turns that into an error (engine/ops/embedding.cpp
+//     does, on both devices).
 //   - The backward is deterministic on both backends and the same bits on both for f32 and f64:
 //     each element of a row's gradient is the sum of the gradient rows of that row's indices in
 //     increasing position order, in the compute type (f64 for f64, f32 otherwise), rounded once to
@@ -25,7 +25,7 @@ namespace rg::kernels {
 
 template <class B>
 struct Embedding {
-  // out[i, :] = weight[indices[i], :] for i in [0, n), rows of d values; first_bad[0] as above.
+  // out[i, :] = weight[indices[i], :] for i in [0, n), rows of d values; first_bad[0..1] as above.
   template <class T>
   static void embedding(const T* weight, const int64_t* indices, T* out, int64_t* first_bad,
                         int64_t n, int64_t v, int64_t d, Ctx ctx);

@@ -10,8 +10,10 @@
 //     otherwise. The mean over rows adds per-row losses in f64, in a fixed order, so a loss does
 //     not depend on the thread count or timing; the mean of 0 rows is NaN (0 / 0), as PyTorch's.
 //   - Targets are not trusted: a target outside [0, c) is never read through. Its row's loss is
-//     NaN and first_bad[0] (one i64) receives the smallest such row, or n when every target is in
-//     range; the caller turns that into an error (engine/ops/loss.cpp does, on both devices).
+//     NaN, and first_bad (two i64) receives the smallest such row and its target, or n and 0 when
+//     every target is in range; the caller turns that into an error (engine/ops/loss.cpp does, on
+//     both devices). The value travels with the row so that an error read later (a deferred
+//     check, a CUDA graph replay whose input buffer holds a newer batch by then) still quotes it.
 //   - A backward's loss gradient is the one-element `grad_loss` on the device, so no host
 //     synchronization is needed.
 #pragma once
@@ -40,7 +42,7 @@ struct Loss {
   static void softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
                                int64_t inner, Ctx ctx);
 
-  // loss[0] = -mean_i log_probs[i, target[i]]; first_bad[0] as above.
+  // loss[0] = -mean_i log_probs[i, target[i]]; first_bad[0..1] as above.
   template <class T>
   static void nll_loss(const T* log_probs, const int64_t* target, T* loss, int64_t* first_bad,
                        int64_t n, int64_t c, Ctx ctx);
@@ -55,7 +57,7 @@ struct Loss {
   }
   // loss[0] = mean_i of (1 - eps) * (lse_i - x[i, target[i]]) + eps * (lse_i - mean_j x[i, j]),
   // with lse_i = logsumexp_j x[i, j] written to lse[i] for the backward (eps = label_smoothing in
-  // [0, 1]); first_bad[0] as above.
+  // [0, 1]); first_bad[0..1] as above.
   template <class T>
   static void cross_entropy(const T* logits, const int64_t* target, T* lse, T* loss,
                             int64_t* first_bad, int64_t n, int64_t c, double label_smoothing,

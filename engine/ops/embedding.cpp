@@ -30,21 +30,23 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   Shape shape = indices.shape();
   shape.push_back(d);
   Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
-  const Tensor first_bad = Tensor::empty({1}, DType::i64, weight.device());
+  const Tensor first_bad = Tensor::empty({2}, DType::i64, weight.device());
   dispatch_on(weight.device(), weight.dtype(), "embedding", [&]<class T, class B>() {
     kernels::Embedding<B>::embedding(weight.data<T>(), indices.data<int64_t>(), out.data<T>(),
                                      first_bad.data<int64_t>(), n, v, d, kernel_ctx(weight));
   });
   // Read back at once (a stall on CUDA) unless a DeferredChecks scope takes the flag.
-  auto describe = [indices, v, wshape = weight.shape()](int64_t pos) {
-    const auto value = static_cast<int64_t>(indices.flat_narrow(pos, 1).item());
-    return detail::cat("embedding: index ", value, " at position ", pos, " is out of range for ",
-                       v, " embeddings (weight ", shape_str(wshape), ")");
+  auto describe = [v, wshape = weight.shape()](int64_t pos, int64_t value) {
+    return detail::cat("embedding: index ", value, " at position ", pos, " is out of range for ", v,
+                       " embeddings (weight ", shape_str(wshape), ")");
   };
-  if (DeferredChecks* deferred = DeferredChecks::current(); deferred && first_bad.device().is_cuda())
+  if (DeferredChecks* deferred = DeferredChecks::current();
+      deferred && first_bad.device().is_cuda()) {
     deferred->post(first_bad, n, std::move(describe));
-  else if (const auto pos = static_cast<int64_t>(first_bad.item()); pos < n)
-    RG_FAIL(describe(pos));
+  } else if (const std::vector<int64_t> got = first_bad.to(Device::cpu()).to_vector<int64_t>();
+             got[0] < n) {
+    RG_FAIL(describe(got[0], got[1]));
+  }
   return autograd::record(
       out, "EmbeddingBackward", {weight},
       [si = SavedTensor(indices), wshape = weight.shape(), n, v, d, padding_idx](const Tensor& g) {

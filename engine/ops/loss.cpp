@@ -34,20 +34,20 @@ void check_class_targets(const char* op, const Tensor& input, const Tensor& targ
   RG_CHECK(input.size(1) > 0, op, ": input ", shape_str(input.shape()), " has no classes");
 }
 
-// The kernels' first_bad (one i64 on the loss's device) as an error naming the row, the same on
-// both devices. On CUDA this reads one value back (the loss's stream is synchronized once), unless
-// a DeferredChecks scope is open: then the flag is posted there and raised later, without a stall.
-void check_first_bad(const char* op, const Tensor& first_bad, const Tensor& target,
-                     int64_t classes) {
-  auto describe = [op, target, classes](int64_t row) {
-    const auto value = static_cast<int64_t>(target.flat_narrow(row, 1).item());
-    return detail::cat(op, ": target ", value, " at index ", row, " is out of range for ",
-                       classes, " classes");
+// The kernels' first_bad ({row, target}: two i64 on the loss's device) as an error naming the row
+// and its target, the same on both devices. On CUDA this reads the pair back (the loss's stream is
+// synchronized once), unless a DeferredChecks scope is open: then the flag is posted there and
+// raised later, without a stall.
+void check_first_bad(const char* op, const Tensor& first_bad, int64_t rows, int64_t classes) {
+  auto describe = [op, classes](int64_t row, int64_t value) {
+    return detail::cat(op, ": target ", value, " at index ", row, " is out of range for ", classes,
+                       " classes");
   };
-  if (DeferredChecks* deferred = DeferredChecks::current(); deferred && first_bad.device().is_cuda())
-    return deferred->post(first_bad, target.numel(), std::move(describe));
-  const auto row = static_cast<int64_t>(first_bad.item());
-  if (row < target.numel()) RG_FAIL(describe(row));
+  if (DeferredChecks* deferred = DeferredChecks::current();
+      deferred && first_bad.device().is_cuda())
+    return deferred->post(first_bad, rows, std::move(describe));
+  const std::vector<int64_t> got = first_bad.to(Device::cpu()).to_vector<int64_t>();
+  if (got[0] < rows) RG_FAIL(describe(got[0], got[1]));
 }
 
 // x viewed as (outer, c, inner) around dimension `dim` (negative counts from the end).
@@ -113,12 +113,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
   check_class_targets("nll_loss", log_probs, target);
   const int64_t n = log_probs.size(0), c = log_probs.size(1);
   Tensor out = Tensor::empty({}, log_probs.dtype(), log_probs.device());
-  const Tensor first_bad = Tensor::empty({1}, DType::i64, log_probs.device());
+  const Tensor first_bad = Tensor::empty({2}, DType::i64, log_probs.device());
   dispatch_on(log_probs.device(), log_probs.dtype(), "nll_loss", [&]<class T, class B>() {
     kernels::Loss<B>::nll_loss(log_probs.data<T>(), target.data<int64_t>(), out.data<T>(),
                                first_bad.data<int64_t>(), n, c, kernel_ctx(log_probs));
   });
-  check_first_bad("nll_loss", first_bad, target, c);
+  check_first_bad("nll_loss", first_bad, n, c);
   return autograd::record(
       out, "NllLossBackward", {log_probs},
       [st = SavedTensor(target), shape = log_probs.shape(), n, c](const Tensor& g) {
@@ -142,7 +142,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
   const int64_t n = logits.size(0), c = logits.size(1);
   Tensor lse = Tensor::empty({n}, logits.dtype(), logits.device());
   Tensor out = Tensor::empty({}, logits.dtype(), logits.device());
-  const Tensor first_bad = Tensor::empty({1}, DType::i64, logits.device());
+  const Tensor first_bad = Tensor::empty({2}, DType::i64, logits.device());
   dispatch_on(logits.device(), logits.dtype(), "cross_entropy", [&]<class T, class B>() {
     using K = kernels::Loss<B>;
     const Tensor ws =
@@ -151,7 +151,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
                      first_bad.data<int64_t>(), n, c, label_smoothing,
                      kernels::Workspace{ws.raw_data(), ws.numel()}, kernel_ctx(logits));
   });
-  check_first_bad("cross_entropy", first_bad, target, c);
+  check_first_bad("cross_entropy", first_bad, n, c);
   return autograd::record(
       out, "CrossEntropyBackward", {logits},
       [sx = SavedTensor(logits), st = SavedTensor(target), lse, n, c,

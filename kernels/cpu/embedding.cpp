@@ -22,14 +22,15 @@ template <class T>
 void Embedding<Cpu>::embedding(const T* weight, const int64_t* indices, T* out, int64_t* first_bad,
                                int64_t n, int64_t v, int64_t d, Ctx ctx) {
   detail::check_embedding_sizes("embedding", n, v, d);
-  int64_t bad = n;
+  first_bad[0] = n;
+  first_bad[1] = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (!valid_index(indices[i], v)) {
-      bad = i;
+      first_bad[0] = i;
+      first_bad[1] = indices[i];
       break;
     }
   }
-  *first_bad = bad;
   if (n == 0 || d == 0) return;
   cpu::parallel_for(
       0, n, std::max<int64_t>(1, kGrain / d),

@@ -52,12 +52,17 @@ void for_each_row(int64_t rows, int64_t c, Ctx ctx, F&& fn) {
 
 bool valid_target(int64_t t, int64_t c) { return t >= 0 && t < c; }
 
-// The smallest row whose target is out of [0, c), or n.
-int64_t first_bad_row(const int64_t* target, int64_t n, int64_t c) {
+// first_bad = {the smallest row whose target is out of [0, c), its target}, or {n, 0}.
+void find_first_bad(const int64_t* target, int64_t n, int64_t c, int64_t* first_bad) {
+  first_bad[0] = n;
+  first_bad[1] = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (!valid_target(target[i], c)) return i;
+    if (!valid_target(target[i], c)) {
+      first_bad[0] = i;
+      first_bad[1] = target[i];
+      return;
+    }
   }
-  return n;
 }
 
 // softmax (log_out false) or log_softmax of x along c.
@@ -100,8 +105,8 @@ void softmax_forward(const T* x, T* out, int64_t outer, int64_t c, int64_t inner
 
 // log: grad_in = g - exp(y) * sum(g); softmax: grad_in = y * (g - sum(g * y)).
 template <class T>
-void softmax_grad(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
-                  int64_t inner, bool log_out, Ctx ctx) {
+void softmax_grad(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c, int64_t inner,
+                  bool log_out, Ctx ctx) {
   if (c == 0 || outer == 0 || inner == 0) return;
   if (inner == 1) {
     for_each_row(outer, c, ctx, [&](int64_t o) {
@@ -173,7 +178,7 @@ void Loss<Cpu>::nll_loss(const T* log_probs, const int64_t* target, T* loss, int
     total -= valid_target(target[i], c) ? double(log_probs[i * c + target[i]]) : NAN;
   }
   loss[0] = T(total / double(n));
-  first_bad[0] = first_bad_row(target, n, c);
+  find_first_bad(target, n, c, first_bad);
 }
 
 template <>
@@ -211,7 +216,7 @@ void Loss<Cpu>::cross_entropy(const T* logits, const int64_t* target, T* lse, T*
   double total = 0;
   for (int64_t i = 0; i < n; ++i) total += row_loss[i];
   loss[0] = T(total / double(n));
-  first_bad[0] = first_bad_row(target, n, c);
+  find_first_bad(target, n, c, first_bad);
 }
 
 template <>
@@ -256,8 +261,7 @@ double chunked_mean(int64_t n, int64_t blocks, double* partial, Ctx ctx, F&& ter
 
 template <>
 template <class T>
-void Loss<Cpu>::mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace workspace,
-                         Ctx ctx) {
+void Loss<Cpu>::mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace workspace, Ctx ctx) {
   RG_CHECK(n >= 0, "mse_loss: n must be non-negative, got ", n);
   detail::check_workspace("mse_loss", workspace, mse_loss_workspace_bytes(n));
   loss[0] =

@@ -52,7 +52,7 @@ __global__ void embedding_kernel(const D* weight, const int64_t* indices, D* out
   }
 }
 
-// One block: first_bad[0] = the first position whose index is out of range, or n.
+// One block: first_bad = {the first position whose index is out of range, its index}, or {n, 0}.
 __global__ void first_bad_kernel(const int64_t* indices, int64_t* first_bad, int64_t n, int64_t v) {
   __shared__ long long scratch[32];
   long long first = n;
@@ -60,7 +60,10 @@ __global__ void first_bad_kernel(const int64_t* indices, int64_t* first_bad, int
     if (!valid_index(indices[i], v) && first == n) first = i;  // positions increase per thread
   }
   first = block_reduce(first, MinOp{}, static_cast<long long>(n), scratch);
-  if (threadIdx.x == 0) *first_bad = static_cast<int64_t>(first);
+  if (threadIdx.x == 0) {
+    first_bad[0] = static_cast<int64_t>(first);
+    first_bad[1] = first < n ? indices[first] : 0;
+  }
 }
 
 template <class A>

@@ -146,7 +146,7 @@ __device__ int64_t block_first_bad(const int64_t* target, int64_t n, int64_t c,
   return static_cast<int64_t>(block_reduce(first, MinOp{}, static_cast<long long>(n), scratch));
 }
 
-// One block: loss = -sum_i log_probs[i, target[i]] / n (in f64), first_bad[0].
+// One block: loss = -sum_i log_probs[i, target[i]] / n (in f64), first_bad[0..1].
 template <class D>
 __global__ void nll_loss_kernel(const D* log_probs, const int64_t* target, D* loss,
                                 int64_t* first_bad, int64_t n, int64_t c) {
@@ -155,13 +155,15 @@ __global__ void nll_loss_kernel(const D* log_probs, const int64_t* target, D* lo
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t t = target[i];
-    acc -= (t >= 0 && t < c) ? static_cast<double>(load(log_probs[i * c + t])) : nan_value<double>();
+    acc -=
+        (t >= 0 && t < c) ? static_cast<double>(load(log_probs[i * c + t])) : nan_value<double>();
   }
   acc = block_reduce(acc, SumOp{}, 0.0, scratch);
   const int64_t bad = block_first_bad(target, n, c, bad_scratch);
   if (threadIdx.x == 0) {
     *loss = store<D>(acc / static_cast<double>(n));
-    *first_bad = bad;
+    first_bad[0] = bad;
+    first_bad[1] = bad < n ? target[bad] : 0;
   }
 }
 
@@ -206,7 +208,7 @@ __global__ void cross_entropy_rows_kernel(const D* logits, const int64_t* target
   }
 }
 
-// One block: loss = sum_i row_loss[i] / n (in f64), first_bad[0].
+// One block: loss = sum_i row_loss[i] / n (in f64), first_bad[0..1].
 template <class D>
 __global__ void mean_rows_kernel(const double* row_loss, const int64_t* target, D* loss,
                                  int64_t* first_bad, int64_t n, int64_t c) {
@@ -218,7 +220,8 @@ __global__ void mean_rows_kernel(const double* row_loss, const int64_t* target, 
   const int64_t bad = block_first_bad(target, n, c, bad_scratch);
   if (threadIdx.x == 0) {
     *loss = store<D>(acc / static_cast<double>(n));
-    *first_bad = bad;
+    first_bad[0] = bad;
+    first_bad[1] = bad < n ? target[bad] : 0;
   }
 }
 
@@ -264,8 +267,8 @@ template <class D>
 __global__ void mse_backward_kernel(const D* x, const D* y, const D* grad_loss, D* gx, D* gy,
                                     int64_t n) {
   using A = compute_t<D>;
-  const A scale = static_cast<A>(2.0 * static_cast<double>(load(*grad_loss)) /
-                                 static_cast<double>(n));
+  const A scale =
+      static_cast<A>(2.0 * static_cast<double>(load(*grad_loss)) / static_cast<double>(n));
   for (int64_t i = grid_start(); i < n; i += grid_stride()) {
     const A g = (load(x[i]) - load(y[i])) * scale;
     if (gx) gx[i] = store<D>(g);
@@ -351,15 +354,14 @@ void Loss<Cuda>::softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t i
 
 template <>
 template <class T>
-void Loss<Cuda>::softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer,
-                                  int64_t c, int64_t inner, Ctx ctx) {
+void Loss<Cuda>::softmax_backward(const T* grad, const T* out, T* grad_in, int64_t outer, int64_t c,
+                                  int64_t inner, Ctx ctx) {
   softmax_grad("softmax_backward", grad, out, grad_in, outer, c, inner, false, ctx.stream);
 }
 
 template <>
 template <class T>
-void Loss<Cuda>::log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner,
-                             Ctx ctx) {
+void Loss<Cuda>::log_softmax(const T* x, T* out, int64_t outer, int64_t c, int64_t inner, Ctx ctx) {
   softmax_forward("log_softmax", x, out, outer, c, inner, true, ctx.stream);
 }
 
@@ -382,8 +384,8 @@ void Loss<Cuda>::nll_loss(const T* log_probs, const int64_t* target, T* loss, in
 
 template <>
 template <class T>
-void Loss<Cuda>::nll_loss_backward(const int64_t* target, const T* grad_loss, T* grad_in,
-                                   int64_t n, int64_t c, Ctx ctx) {
+void Loss<Cuda>::nll_loss_backward(const int64_t* target, const T* grad_loss, T* grad_in, int64_t n,
+                                   int64_t c, Ctx ctx) {
   using D = device_t<T>;
   detail::check_loss_rows("nll_loss_backward", n, c);
   if (n == 0) return;
@@ -420,9 +422,9 @@ void Loss<Cuda>::cross_entropy_backward(const T* logits, const int64_t* target, 
   detail::check_loss_rows("cross_entropy_backward", n, c);
   detail::check_label_smoothing("cross_entropy_backward", label_smoothing);
   if (n == 0) return;
-  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0,
-            as_stream(ctx.stream), dev(logits), target, dev(lse), dev(grad_loss), dev(grad_in), n,
-            c, static_cast<A>(label_smoothing));
+  RG_LAUNCH(cross_entropy_backward_kernel<D>, blocks_for(n * c), kThreads, 0, as_stream(ctx.stream),
+            dev(logits), target, dev(lse), dev(grad_loss), dev(grad_in), n, c,
+            static_cast<A>(label_smoothing));
 }
 
 template <>
@@ -434,8 +436,8 @@ void Loss<Cuda>::mse_loss(const T* x, const T* y, T* loss, int64_t n, Workspace 
   detail::check_workspace("mse_loss", workspace, mse_loss_workspace_bytes(n));
   const auto s = as_stream(ctx.stream);
   double* partial = static_cast<double*>(workspace.data);
-  RG_LAUNCH(mse_partial_kernel<D>, static_cast<unsigned int>(kMseBlocks), kRowThreads, 0, s,
-            dev(x), dev(y), partial, n, kMseBlocks);
+  RG_LAUNCH(mse_partial_kernel<D>, static_cast<unsigned int>(kMseBlocks), kRowThreads, 0, s, dev(x),
+            dev(y), partial, n, kMseBlocks);
   RG_LAUNCH(mse_finish_kernel<D>, 1u, 1u, 0, s, partial, dev(loss), n, kMseBlocks);
 }
 
@@ -472,8 +474,8 @@ void Loss<Cuda>::smooth_l1_loss_backward(const T* x, const T* y, const T* grad_l
   using A = compute_t<D>;
   detail::check_smooth_l1_beta("smooth_l1_loss_backward", n, beta);
   if (n == 0) return;
-  RG_LAUNCH(smooth_l1_backward_kernel<D>, blocks_for(n), kThreads, 0, as_stream(ctx.stream),
-            dev(x), dev(y), dev(grad_loss), dev(gx), dev(gy), n, static_cast<A>(beta));
+  RG_LAUNCH(smooth_l1_backward_kernel<D>, blocks_for(n), kThreads, 0, as_stream(ctx.stream), dev(x),
+            dev(y), dev(grad_loss), dev(gx), dev(gy), n, static_cast<A>(beta));
 }
 
 // Not in an unnamed namespace (see RG_INSTANTIATE in kernels/backend.h).

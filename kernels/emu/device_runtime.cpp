@@ -207,11 +207,18 @@ class Runtime {
     }
     throw_pending_reports();
     if (s->capture) {  // recorded, not run; nothing to order or check until a graph launch
-      if (s->capture->invalidated == cudaSuccess) {
-        s->capture->nodes.push_back(
-            {std::move(what), accesses, std::move(work), std::move(prepare)});
-        ++s->captured;
+      // As in CUDA, every later call into an invalidated capture fails (kernel launches, library
+      // calls) until cudaStreamEndCapture ends it.
+      // (Thrown, not left as the last error: the emulated launch reports its own errors.)
+      if (const cudaError_t why = s->capture->invalidated; why != cudaSuccess) {
+        RG_FAIL(
+            "cuda:", s->device, ": ", *what, " on ", *s->name,
+            " failed: operation failed due to a previous error during capture "
+            "(cudaErrorStreamCaptureInvalidated; the capture was invalidated by an earlier call: ",
+            cudaGetErrorString(why), ")");
       }
+      s->capture->nodes.push_back({std::move(what), accesses, std::move(work), std::move(prepare)});
+      ++s->captured;
       return 0;
     }
     RG_CHECK(!prepare, *what, ": prepared work outside a capture");
@@ -472,6 +479,15 @@ cudaError_t device_status(Runtime& r, int device) {
   if (!r.valid_device(device))
     return fail(r.devices == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice);
   if (!r.sticky(device).empty()) return fail(cudaErrorLaunchFailure);
+  return cudaSuccess;
+}
+
+// The status of a call that queues work on s: its device's, then, as in CUDA, an error for every
+// call into a capture that an earlier call invalidated (until cudaStreamEndCapture ends it).
+cudaError_t stream_status(Runtime& r, const CUstream_st* s) {
+  if (cudaError_t e = device_status(r, s->device); e != cudaSuccess) return e;
+  if (s->capture && s->capture->invalidated != cudaSuccess)
+    return fail(cudaErrorStreamCaptureInvalidated);
   return cudaSuccess;
 }
 
@@ -961,6 +977,10 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   Runtime& r = Runtime::get();
   std::unique_lock lock(r.mu);
+  if (r.refuse_during_capture(false)) {  // it waits for the device, as cudaFree
+    blocking.blocks = false;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   r.synchronize_all_locked(lock);
   if (!r.remove_memory(ptr)) return fail(cudaErrorInvalidValue);
   ::operator delete(ptr, std::align_val_t(4096));
@@ -975,7 +995,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (cudaError_t e = rg::emu::stream_status(r, s); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   const bool pageable = rg::emu::is_pageable(r, dst) || rg::emu::is_pageable(r, src);
   if (pageable && s->capture) {  // the host would wait: not capturable
@@ -1002,7 +1022,7 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (cudaError_t e = rg::emu::stream_status(r, s); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   auto what = std::make_shared<const std::string>(
       ::rg::detail::cat("cudaMemsetAsync of ", bytes, " bytes"));
@@ -1052,6 +1072,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
     return fail(cudaErrorStreamCaptureUnsupported);
   }
+  // Another stream: an unsafe call during a capture, as cudaEventQuery.
+  if (r.refuse_during_capture(false)) return fail(cudaErrorStreamCaptureUnsupported);
   if (s->completed < s->enqueued) return cudaErrorNotReady;
   r.host_clock().join(s->clock);
   return cudaSuccess;
@@ -1068,6 +1090,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     s->capture->invalidated = cudaErrorStreamCaptureUnsupported;
     return fail(cudaErrorStreamCaptureUnsupported);
   }
+  // Another stream: an unsafe call during a capture, as cudaDeviceSynchronize.
+  if (r.refuse_during_capture(false)) {
+    blocking.blocks = false;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   r.synchronize_stream_locked(lock, s);
   return rg::emu::device_status(r, s->device);
 }
@@ -1077,7 +1104,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
-  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (cudaError_t e = rg::emu::stream_status(r, s); e != cudaSuccess) return e;
   if (event->captured_in != 0) {
     // An event recorded in a capture: the waiting stream is ordered after the recording stream's
     // captured work so far, joining the capture when it is not in it yet (a fork).
@@ -1117,7 +1144,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
   std::unique_lock lock(r.mu);
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (cudaError_t e = rg::emu::stream_status(r, s); e != cudaSuccess) return e;
   static const Name& what = fixed_name("cudaLaunchHostFunc");
   rg::emu::enqueue_and_maybe_wait(
       r, lock, s, what, {}, [fn, user_data] { fn(user_data); }, false);
@@ -1155,7 +1182,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr || !r.live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (s->device != event->device) return fail(cudaErrorInvalidResourceHandle);
-  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (cudaError_t e = rg::emu::stream_status(r, s); e != cudaSuccess) return e;
   if (s->capture) {  // a captured event: it orders work inside the capture only
     event->captured_in = s->capture->id;
     event->capture = s->capture;
@@ -1187,6 +1214,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event->captured_in != 0) {
     blocking.blocks = false;
     return fail(cudaErrorCapturedEvent);
+  }
+  // An unsafe call during a capture, as cudaEventQuery.
+  if (r.refuse_during_capture(false)) {
+    blocking.blocks = false;
+    return fail(cudaErrorStreamCaptureUnsupported);
   }
   if (event->stream == nullptr) return cudaSuccess;
   const VectorClock clock = event->clock;

@@ -562,6 +562,27 @@ TEST_F(CudaGraphTraining, ABadTargetInAReplayedStepIsRaised) {
   EXPECT_NE(e.find("out of"), std::string::npos) << e;
 }
 
+// The error quotes the bad target its step saw, though the graph's static target buffer holds a
+// later batch by the time the flag is read: the kernel writes the value beside the row.
+TEST_F(CudaGraphTraining, AReplayedStepsBadTargetIsQuotedAfterTheNextBatchReplacedIt) {
+  const Shape sample{1, 28, 28};
+  const std::vector<data::Batch> data = batches(sample, 2);
+  Training r = make_training("mlp", sample);
+  train::GraphStep graph(*r.opt, kCuda, /*warmup_steps=*/1);
+  DeferredChecks checks;
+  const train::GraphStep::Body body = step_of(*r.model, *r.opt);
+  graph.run(body, data[0].inputs, data[0].targets);  // the warm-up step
+  ASSERT_TRUE(graph.run(body, data[1].inputs, data[1].targets).defined());  // the capture
+  const Tensor bad = from_vector<int64_t>({1, 12, 2, 3}, {4}).to(kCuda);
+  ASSERT_TRUE(graph.run(body, data[1].inputs, bad).defined());
+  ASSERT_TRUE(graph.run(body, data[0].inputs, data[0].targets).defined());  // overwrites `bad`
+  ASSERT_EQ(graph.replays(), 3);
+  const std::string e = testing::error_of([&] { checks.flush(); });
+  EXPECT_NE(e.find("cross_entropy: target 12 at index 1 is out of range for 10 classes"),
+            std::string::npos)
+      << e;
+}
+
 // An optimizer's first step in a capture (SGD's momentum buffer, Adam's moments would restart at
 // every replay) and a CPU device are refused by name, a body that reads a value back fails its
 // capture with CUDA's reason; after a failed capture the model trains eagerly.

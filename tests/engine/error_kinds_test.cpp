@@ -33,7 +33,7 @@ TEST(ErrorKinds, ABrokenInvariantIsAnInternalErrorNamingItsLine) {
   const float x[2] = {0.f, 1.f};
   const int64_t target[1] = {1};
   float lse[1], loss[1];
-  int64_t bad[1];
+  int64_t bad[2];
   try {
     kernels::Loss<kernels::Cpu>::cross_entropy<float>(x, target, lse, loss, bad, 1, 2, 0.0,
                                                       kernels::Workspace{}, {});

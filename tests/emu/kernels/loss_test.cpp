@@ -106,14 +106,16 @@ void check_nll_loss(int64_t n, int64_t c) {
   const auto lp = random_values<T>(n * c, uint64_t(n * 31 + c), -6.f, 0.f);
   const auto target = random_targets(n, c, uint64_t(n + c));
   std::vector<T> loss(1);
-  int64_t bad = -1, want_bad = -1;
-  Cu::nll_loss<T>(lp.data(), target.data(), loss.data(), &bad, n, c, {});
+  int64_t bad[2] = {-1, -1}, want_bad[2] = {-1, -1};
+  Cu::nll_loss<T>(lp.data(), target.data(), loss.data(), bad, n, c, {});
   const auto lpr = convert_all<ref_t<T>>(lp);
   std::vector<ref_t<T>> want(1);
-  Cpu::nll_loss<ref_t<T>>(lpr.data(), target.data(), want.data(), &want_bad, n, c, {});
+  Cpu::nll_loss<ref_t<T>>(lpr.data(), target.data(), want.data(), want_bad, n, c, {});
   expect_close(loss, want, atol<T>(), default_rtol<T>(), "nll_loss " + what);
-  EXPECT_EQ(bad, n) << what;
-  EXPECT_EQ(want_bad, n) << what;
+  EXPECT_EQ(bad[0], n) << what;
+  EXPECT_EQ(want_bad[0], n) << what;
+  EXPECT_EQ(bad[1], 0) << what;
+  EXPECT_EQ(want_bad[1], 0) << what;
 
   const std::vector<T> grad_loss = {kernels::cpu::convert<T>(0.75f)};
   std::vector<T> gi(size_t(n * c));
@@ -140,17 +142,19 @@ void check_cross_entropy(int64_t n, int64_t c, double eps) {
   const auto target = random_targets(n, c, uint64_t(n + 2 * c));
   std::vector<T> lse(static_cast<size_t>(n)), loss(1);
   auto workspace = loss_workspace(n);
-  int64_t bad = -1, want_bad = -1;
-  Cu::cross_entropy<T>(x.data(), target.data(), lse.data(), loss.data(), &bad, n, c, eps,
+  int64_t bad[2] = {-1, -1}, want_bad[2] = {-1, -1};
+  Cu::cross_entropy<T>(x.data(), target.data(), lse.data(), loss.data(), bad, n, c, eps,
                        as_workspace(workspace), {});
   const auto xr = convert_all<ref_t<T>>(x);
   std::vector<ref_t<T>> want_lse(static_cast<size_t>(n)), want(1);
-  Cpu::cross_entropy<ref_t<T>>(xr.data(), target.data(), want_lse.data(), want.data(), &want_bad,
-                               n, c, eps, as_workspace(workspace), {});
+  Cpu::cross_entropy<ref_t<T>>(xr.data(), target.data(), want_lse.data(), want.data(), want_bad, n,
+                               c, eps, as_workspace(workspace), {});
   expect_close(lse, want_lse, atol<T>(), default_rtol<T>(), "cross_entropy lse " + what);
   expect_close(loss, want, atol<T>(), default_rtol<T>(), "cross_entropy " + what);
-  EXPECT_EQ(bad, n) << what;
-  EXPECT_EQ(want_bad, n) << what;
+  EXPECT_EQ(bad[0], n) << what;
+  EXPECT_EQ(want_bad[0], n) << what;
+  EXPECT_EQ(bad[1], 0) << what;
+  EXPECT_EQ(want_bad[1], 0) << what;
 
   // Backward from the forward's stored lse, as the engine saves it.
   const std::vector<T> grad_loss = {kernels::cpu::convert<T>(1.25f)};
@@ -200,8 +204,8 @@ TEST(EmuSoftmaxLoss, CrossEntropyWithLabelSmoothingMatchesCpu) {
 }
 
 // One contract for out-of-range targets on both backends: never read through, the row's loss
-// NaN, first_bad the smallest such row (across blocks and threads on CUDA), and the backward
-// leaves the row without a target term. (The CUDA kernels used to report nothing.)
+// NaN, first_bad the smallest such row (across blocks and threads on CUDA) with its target, and
+// the backward leaves the row without a target term. (The CUDA kernels used to report nothing.)
 TEST(EmuSoftmaxLoss, OutOfRangeTargetIsReportedTheSameOnBothBackends) {
   const int64_t n = 1500, c = 3;
   const auto x = random_values<float>(n * c, 9);
@@ -210,22 +214,26 @@ TEST(EmuSoftmaxLoss, OutOfRangeTargetIsReportedTheSameOnBothBackends) {
     target[size_t(first)] = first % 2 == 0 ? c : -1;
     if (first + 7 < n) target[size_t(first + 7)] = 100;  // a later bad row does not win
     float loss = 0, want = 0;
-    int64_t bad = -1, want_bad = -1;
-    Cu::nll_loss<float>(x.data(), target.data(), &loss, &bad, n, c, {});
-    Cpu::nll_loss<float>(x.data(), target.data(), &want, &want_bad, n, c, {});
+    int64_t bad[2] = {-1, -1}, want_bad[2] = {-1, -1};
+    Cu::nll_loss<float>(x.data(), target.data(), &loss, bad, n, c, {});
+    Cpu::nll_loss<float>(x.data(), target.data(), &want, want_bad, n, c, {});
     EXPECT_TRUE(std::isnan(loss) && std::isnan(want)) << first;
-    EXPECT_EQ(bad, first);
-    EXPECT_EQ(want_bad, first);
+    EXPECT_EQ(bad[0], first);
+    EXPECT_EQ(want_bad[0], first);
+    EXPECT_EQ(bad[1], target[size_t(first)]);  // the value travels with its row
+    EXPECT_EQ(want_bad[1], target[size_t(first)]);
     std::vector<float> lse(static_cast<size_t>(n)), want_lse(static_cast<size_t>(n));
     auto workspace = loss_workspace(n);
-    bad = want_bad = -1;
-    Cu::cross_entropy<float>(x.data(), target.data(), lse.data(), &loss, &bad, n, c, 0.1,
+    bad[0] = bad[1] = want_bad[0] = want_bad[1] = -1;
+    Cu::cross_entropy<float>(x.data(), target.data(), lse.data(), &loss, bad, n, c, 0.1,
                              as_workspace(workspace), {});
-    Cpu::cross_entropy<float>(x.data(), target.data(), want_lse.data(), &want, &want_bad, n, c, 0.1,
+    Cpu::cross_entropy<float>(x.data(), target.data(), want_lse.data(), &want, want_bad, n, c, 0.1,
                               as_workspace(workspace), {});
     EXPECT_TRUE(std::isnan(loss) && std::isnan(want)) << first;
-    EXPECT_EQ(bad, first);
-    EXPECT_EQ(want_bad, first);
+    EXPECT_EQ(bad[0], first);
+    EXPECT_EQ(want_bad[0], first);
+    EXPECT_EQ(bad[1], target[size_t(first)]);
+    EXPECT_EQ(want_bad[1], target[size_t(first)]);
     const float one = 1.f;
     std::vector<float> gi(size_t(n * c)), want_gi(size_t(n * c));
     Cu::cross_entropy_backward<float>(x.data(), target.data(), lse.data(), &one, gi.data(), n, c,
@@ -245,9 +253,9 @@ TEST(EmuSoftmaxLoss, LossMeansAccumulateInDoubleOnBothBackends) {
   lp[0] = -4096.f;  // one large row: an f32 sum would swamp the 1e-6 ones after it
   const std::vector<int64_t> target(size_t(n), 0);
   float loss = 0, want = 0;
-  int64_t bad = -1;
-  Cu::nll_loss<float>(lp.data(), target.data(), &loss, &bad, n, c, {});
-  Cpu::nll_loss<float>(lp.data(), target.data(), &want, &bad, n, c, {});
+  int64_t bad[2] = {-1, -1};
+  Cu::nll_loss<float>(lp.data(), target.data(), &loss, bad, n, c, {});
+  Cpu::nll_loss<float>(lp.data(), target.data(), &want, bad, n, c, {});
   const double exact = (4096.0 + double(n - 1) * double(1e-6f)) / double(n);
   EXPECT_EQ(loss, want);
   EXPECT_EQ(loss, float(exact));
@@ -260,14 +268,14 @@ TEST(EmuSoftmaxLoss, LossesAreDeterministic) {
   auto workspace = loss_workspace(n);
   std::vector<float> lse(static_cast<size_t>(n));
   float a = 0, b = 0, na = 0, nb = 0;
-  int64_t bad = 0;
-  Cu::cross_entropy<float>(x.data(), target.data(), lse.data(), &a, &bad, n, c, 0.1,
+  int64_t bad[2] = {0, 0};
+  Cu::cross_entropy<float>(x.data(), target.data(), lse.data(), &a, bad, n, c, 0.1,
                            as_workspace(workspace), {});
-  Cu::cross_entropy<float>(x.data(), target.data(), lse.data(), &b, &bad, n, c, 0.1,
+  Cu::cross_entropy<float>(x.data(), target.data(), lse.data(), &b, bad, n, c, 0.1,
                            as_workspace(workspace), {});
   EXPECT_EQ(std::memcmp(&a, &b, sizeof(float)), 0);
-  Cu::nll_loss<float>(x.data(), target.data(), &na, &bad, n, c, {});
-  Cu::nll_loss<float>(x.data(), target.data(), &nb, &bad, n, c, {});
+  Cu::nll_loss<float>(x.data(), target.data(), &na, bad, n, c, {});
+  Cu::nll_loss<float>(x.data(), target.data(), &nb, bad, n, c, {});
   EXPECT_EQ(std::memcmp(&na, &nb, sizeof(float)), 0);
 }
 
@@ -275,16 +283,16 @@ TEST(EmuSoftmaxLoss, RejectsBadArgumentsOnBothBackends) {
   std::vector<float> x(8), out(8), lse(2);
   const std::vector<int64_t> target = {0, 1};
   auto workspace = loss_workspace(2);
-  int64_t bad = 0;
+  int64_t bad[2] = {0, 0};
   const auto both = [&]<class K>() {
     EXPECT_THROW(K::template log_softmax<float>(x.data(), out.data(), 2, -1, 1, {}), Error);
-    EXPECT_THROW(K::template nll_loss<float>(x.data(), target.data(), out.data(), &bad, 2, 0, {}),
+    EXPECT_THROW(K::template nll_loss<float>(x.data(), target.data(), out.data(), bad, 2, 0, {}),
                  Error);
     EXPECT_THROW(K::template cross_entropy<float>(x.data(), target.data(), lse.data(), out.data(),
-                                                  &bad, 2, 4, 1.5, as_workspace(workspace), {}),
+                                                  bad, 2, 4, 1.5, as_workspace(workspace), {}),
                  Error);
     EXPECT_THROW(K::template cross_entropy<float>(x.data(), target.data(), lse.data(), out.data(),
-                                                  &bad, 2, 4, 0.0, kernels::Workspace{}, {}),
+                                                  bad, 2, 4, 0.0, kernels::Workspace{}, {}),
                  Error);
   };
   both.template operator()<Cu>();

@@ -736,6 +736,88 @@ TEST_F(GraphCapture, AllocatingDuringAGlobalCaptureInvalidatesItButNotARelaxedOn
   (void)cudaGetLastError();
 }
 
+// Waiting for work outside the capture (an event, another stream), querying another stream and
+// unpinning host memory are unsafe during a capture, as cudaEventQuery and cudaFree: refused on
+// the thread of a thread-local capture and on every thread during a global one, and the capture is
+// invalidated. Another thread may make them during a thread-local capture.
+TEST_F(GraphCapture, WaitingForOtherWorkOrUnpinningDuringACaptureInvalidatesIt) {
+  TestStream s, other;
+  TestEvent done;
+  ASSERT_EQ(cudaEventRecord(done, other), cudaSuccess);
+  for (int how = 0; how < 4; ++how) {
+    for (const cudaStreamCaptureMode mode :
+         {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+      for (const bool own_thread : {true, false}) {
+        SCOPED_TRACE(
+            ::rg::detail::cat("call ", how, ", mode ", int(mode), ", own thread ", own_thread));
+        void* pinned = nullptr;
+        ASSERT_EQ(cudaHostAlloc(&pinned, 64, 0), cudaSuccess);
+        ASSERT_EQ(cudaStreamBeginCapture(s, mode), cudaSuccess);
+        cudaError_t e = cudaErrorInvalidValue;  // (not a result here)
+        auto call = [&] {
+          e = how == 0   ? cudaEventSynchronize(done)
+              : how == 1 ? cudaStreamSynchronize(other)
+              : how == 2 ? cudaStreamQuery(other)
+                         : cudaFreeHost(pinned);
+          (void)cudaGetLastError();
+        };
+        if (own_thread)
+          call();
+        else
+          std::thread(call).join();
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(s, &graph);
+        (void)cudaGetLastError();
+        const bool refused = own_thread || mode == cudaStreamCaptureModeGlobal;
+        EXPECT_EQ(e, refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+        EXPECT_EQ(end, refused ? cudaErrorStreamCaptureInvalidated : cudaSuccess);
+        if (graph != nullptr) {
+          EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+        }
+        if (how != 3 || refused) {
+          EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+        }
+      }
+    }
+  }
+}
+
+// After an unsafe call invalidated a capture, every later call into it fails, as in CUDA: a
+// kernel launch (an rg::Error naming cudaErrorStreamCaptureInvalidated), a copy, a memset, an
+// event record, a stream wait and a host function, until cudaStreamEndCapture ends it; none of
+// that work runs.
+TEST_F(GraphCapture, EveryCallIntoAnInvalidatedCaptureFailsUntilItsEnd) {
+  std::atomic<int> ran{0};
+  TestStream s, other;
+  TestEvent e;
+  DeviceBuffer d(kN), f(kN);
+  set_value(d.get(), 1.f, kN, s);
+  ASSERT_TRUE(wait_idle(s));
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  set_value(d.get(), 2.f, kN, s);  // captured
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaErrorStreamCaptureUnsupported);
+  ASSERT_EQ(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
+  const std::string msg = error_of([&] { set_value(d.get(), 3.f, kN, s); });
+  EXPECT_NE(msg.find("cudaErrorStreamCaptureInvalidated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("operation not permitted when stream is capturing"), std::string::npos)
+      << msg << " (the call that invalidated it)";
+  EXPECT_EQ(cudaMemcpyAsync(f.get(), d.get(), d.bytes(), cudaMemcpyDeviceToDevice, s),
+            cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaMemsetAsync(d.get(), 0, d.bytes(), s), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaEventRecord(e, s), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaStreamWaitEvent(s, e), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaErrorStreamCaptureInvalidated);
+  cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(1);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  (void)cudaGetLastError();
+  // The stream works normally afterwards; nothing of the capture ran.
+  ASSERT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaSuccess);
+  ASSERT_TRUE(wait_idle(s));
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_TRUE(all_equal(d.get(), kN, 1.f)) << "d[0] = " << d.get()[0];
+}
+
 // An event recorded in a capture orders work inside it and cannot be queried; waiting in a
 // capture for an event recorded outside it is an isolation error; the legacy stream cannot be
 // captured; a capture cannot begin twice.
