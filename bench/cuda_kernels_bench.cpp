@@ -382,10 +382,10 @@ void BM_LogSoftmaxBackward(benchmark::State& state) {
 void BM_NllLoss(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor lp = device_tensor(kRows * kClasses), target = device_targets(), loss = device_tensor(1);
-  Tensor bad = device_tensor(1, DType::i64);
+  Tensor bad = device_tensor(2, DType::i64);
   // Reads the targets (twice: the first-bad-row check) and one log-prob (4 B) per row, writes the
-  // loss and the first bad row: rows * (16 + 4) + 12.
-  run(state, double(kRows) * (16 + 4) + 12, [&](void* s) {
+  // loss and the first bad row with its target: rows * (16 + 4) + 20.
+  run(state, double(kRows) * (16 + 4) + 20, [&](void* s) {
     Loss::nll_loss(lp.data<float>(), target.data<int64_t>(), loss.data<float>(),
                    bad.data<int64_t>(), kRows, kClasses, {s});
   });
@@ -405,12 +405,12 @@ void BM_NllLossBackward(benchmark::State& state) {
 void BM_CrossEntropy(benchmark::State& state) {
   if (cuda::device_count() == 0) return run(state, 0, [](void*) {});
   Tensor x = device_tensor(kRows * kClasses), target = device_targets(), lse = device_tensor(kRows),
-         loss = device_tensor(1), bad = device_tensor(1, DType::i64);
+         loss = device_tensor(1), bad = device_tensor(2, DType::i64);
   Tensor ws = device_tensor(Loss::cross_entropy_workspace_bytes(kRows), DType::u8);
   // Reads logits and targets (twice: the first-bad-row check), writes lse, the loss and the first
-  // bad row: rows * c * 4 + rows * 16 + rows * 4 + 12 (the workspace's per-row losses are not
-  // counted).
-  run(state, double(kRows * kClasses) * 4 + double(kRows) * (16 + 4) + 12, [&](void* s) {
+  // bad row with its target: rows * c * 4 + rows * 16 + rows * 4 + 20 (the workspace's per-row
+  // losses are not counted).
+  run(state, double(kRows * kClasses) * 4 + double(kRows) * (16 + 4) + 20, [&](void* s) {
     Loss::cross_entropy(x.data<float>(), target.data<int64_t>(), lse.data<float>(),
                         loss.data<float>(), bad.data<int64_t>(), kRows, kClasses, 0.1,
                         {ws.raw_data(), ws.numel()}, {s});
