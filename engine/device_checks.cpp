@@ -35,6 +35,13 @@ double AsyncScalar::get(int64_t i) const {
   return host_.numel() == 1 ? host_.item() : host_.flat_narrow(i, 1).item();
 }
 
+int64_t AsyncScalar::get_i64(int64_t i) const {
+  RG_CHECK(defined() && host_.dtype() == DType::i64, "AsyncScalar::get_i64: not an i64 value");
+  RG_CHECK(i >= 0 && i < host_.numel(), "AsyncScalar::get_i64: element ", i, " of ", host_.numel());
+  if (!ready()) done_->synchronize();
+  return host_.data<int64_t>()[i];
+}
+
 namespace {
 thread_local DeferredChecks* t_current = nullptr;
 }
@@ -49,6 +56,8 @@ DeferredChecks::~DeferredChecks() { t_current = nullptr; }
 DeferredChecks* DeferredChecks::current() { return t_current; }
 
 void DeferredChecks::post(const Tensor& flag, int64_t limit, Describe describe) {
+  RG_CHECK(flag.defined() && flag.dtype() == DType::i64 && (flag.numel() == 1 || flag.numel() == 2),
+           "DeferredChecks::post: the flag must be one or two i64 values");
   if (flag.device().is_cuda() && cuda::Graph::capturing(flag.device().index) != nullptr) {
     // Reading it back now would be captured, and its event could not be queried.
     captured_.push_back({flag, limit, std::move(describe)});
@@ -58,10 +67,9 @@ void DeferredChecks::post(const Tensor& flag, int64_t limit, Describe describe) 
 }
 
 void DeferredChecks::check(Pending& p) {
-  const auto first = static_cast<int64_t>(p.flag.get());
+  const int64_t first = p.flag.get_i64();
   if (first >= p.limit) return;
-  std::string message =
-      p.describe(first, p.flag.size() > 1 ? static_cast<int64_t>(p.flag.get(1)) : 0);
+  std::string message = p.describe(first, p.flag.size() > 1 ? p.flag.get_i64(1) : 0);
   if (!p.context.empty()) message += " (" + p.context + ")";
   pending_.clear();  // one error is enough; the later checks belong to work now abandoned
   RG_FAIL(message);

@@ -48,6 +48,8 @@ class AsyncScalar {
   bool ready() const;                             // the value has arrived (never blocks)
   // Element i of the value (flat index); waits for it when not ready() (a host stall).
   double get(int64_t i = 0) const;
+  // The same, exactly, for an i64 value (a double holds integers exactly only up to 2^53).
+  int64_t get_i64(int64_t i = 0) const;
 
  private:
   Tensor host_;                        // pinned for a CUDA value

@@ -209,8 +209,10 @@ class Runtime {
     if (s->capture) {  // recorded, not run; nothing to order or check until a graph launch
       // As in CUDA, every later call into an invalidated capture fails (kernel launches, library
       // calls) until cudaStreamEndCapture ends it.
-      // (Thrown, not left as the last error: the emulated launch reports its own errors.)
+      // Thrown, not left as the last error: the emulated launch reports its own errors, and an
+      // older error is taken as a GPU's failed launch replaces it and RG_LAUNCH's check takes it.
       if (const cudaError_t why = s->capture->invalidated; why != cudaSuccess) {
+        t_last_error = cudaSuccess;
         RG_FAIL(
             "cuda:", s->device, ": ", *what, " on ", *s->name,
             " failed: operation failed due to a previous error during capture "
@@ -495,8 +497,8 @@ void enqueue_and_maybe_wait(Runtime& r, std::unique_lock<std::mutex>& lock, CUst
                             Name what, const std::vector<MemAccess>& accesses,
                             std::function<void()> work, bool host_waits,
                             bool host_submission = true) {
-  if (host_submission) ++t_submissions;
   const uint64_t position = r.enqueue_locked(s, std::move(what), accesses, std::move(work));
+  if (host_submission) ++t_submissions;  // (not a refused one)
   if ((host_waits || r.launch_blocking) && !s->capture) {
     const VectorClock clock = s->clock;
     r.last_exception_ = nullptr;
@@ -531,8 +533,8 @@ void enqueue_prepared(cudaStream_t stream, std::string what, std::vector<MemAcce
     CUstream_st* s = r.resolve(stream);
     RG_CHECK(s != nullptr, *name, ": invalid stream ", static_cast<void*>(stream));
     if (s->capture) {
-      ++t_submissions;
       r.enqueue_locked(s, std::move(name), accesses, nullptr, nullptr, prepare);
+      ++t_submissions;
       return;
     }
   }
@@ -544,10 +546,10 @@ void enqueue_prepared(cudaStream_t stream, std::string what, std::vector<MemAcce
     std::unique_lock lock(r.mu);
     CUstream_st* s = r.resolve(stream);
     RG_CHECK(s != nullptr && !s->capture, *name, ": the stream began a capture meanwhile");
-    ++t_submissions;
     if (r.launch_blocking) r.last_exception_ = nullptr;
     const uint64_t position = r.enqueue_locked(s, std::move(name), accesses, std::move(w.run));
     queued = true;
+    ++t_submissions;
     if (r.launch_blocking) {
       const VectorClock clock = s->clock;
       r.wait_locked(lock, s, position, clock);
@@ -1110,6 +1112,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     // captured work so far, joining the capture when it is not in it yet (a fork).
     const std::shared_ptr<Capture> c = event->capture.lock();
     if (!c || c->id != event->captured_in) return fail(cudaErrorStreamCaptureIsolation);
+    if (c->invalidated != cudaSuccess) return fail(cudaErrorStreamCaptureInvalidated);
     if (s->capture && s->capture != c) {  // two captures cannot depend on each other
       s->capture->invalidated = c->invalidated = cudaErrorStreamCaptureIsolation;
       return fail(cudaErrorStreamCaptureIsolation);
@@ -1338,7 +1341,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   CUstream_st* s = r.resolve(stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (r.live_execs.count(exec) == 0) return fail(cudaErrorInvalidValue);
-  if (cudaError_t e = rg::emu::device_status(r, s->device); e != cudaSuccess) return e;
+  if (cudaError_t e = rg::emu::stream_status(r, s); e != cudaSuccess) return e;
   if (s->device != exec->device) return fail(cudaErrorInvalidValue);
   if (s->capture) {  // a graph inside a capture: not emulated
     s->capture->invalidated = cudaErrorStreamCaptureUnsupported;

@@ -3,8 +3,8 @@
 // runs ahead of the GPU has none.
 #include <gtest/gtest.h>
 
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -15,10 +15,12 @@
 #include "kernels/emu/shim/cudnn.h"  // the emulated cuDNN's call counts
 #endif
 #include "engine/device_checks.h"
-#include "kernels/error.h"
+#include "engine/ops/embedding.h"
 #include "engine/ops/loss.h"
+#include "kernels/error.h"
 #include "layers/models/registry.h"
 #include "layers/optim/optimizer.h"
+#include "support/errors.h"
 
 namespace rg {
 namespace {
@@ -36,21 +38,20 @@ int64_t per_step(const std::function<int64_t()>& counter, const std::string& mod
                  const Shape& sample, bool deferred = true) {
   const bool gpt = model_name.starts_with("gpt-");
   const int64_t classes = gpt ? 16 : 10;
-  auto model =
-      nn::make_model({.name = model_name, .sample_shape = sample, .num_classes = classes});
+  auto model = nn::make_model({.name = model_name, .sample_shape = sample, .num_classes = classes});
   model->to(kCuda);
   model->train();
   optim::Sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
   Generator gen(3);
   Shape batch = sample;
   batch.insert(batch.begin(), 2);
-  const Tensor x = gpt ? from_vector<int64_t>(std::vector<int64_t>(size_t(2 * sample[0]), 5), batch)
-                             .to(kCuda)
-                       : random_tensor(batch, gen).to(kCuda);
-  const Tensor y = gpt ? from_vector<int64_t>(std::vector<int64_t>(size_t(2 * sample[0]), 3),
-                                              {2 * sample[0]})
-                             .to(kCuda)
-                       : from_vector<int64_t>({1, 7}, {2}).to(kCuda);
+  const Tensor x =
+      gpt ? from_vector<int64_t>(std::vector<int64_t>(size_t(2 * sample[0]), 5), batch).to(kCuda)
+          : random_tensor(batch, gen).to(kCuda);
+  const Tensor y =
+      gpt ? from_vector<int64_t>(std::vector<int64_t>(size_t(2 * sample[0]), 3), {2 * sample[0]})
+                .to(kCuda)
+          : from_vector<int64_t>({1, 7}, {2}).to(kCuda);
   std::optional<DeferredChecks> checks;
   if (deferred) checks.emplace();
   auto step = [&] {
@@ -87,11 +88,10 @@ class HostStalls : public ::testing::Test {
 // and index checks to the DeferredChecks scope. A synchronizing read put back into any of these
 // ops (or a new one) fails here, naming the model.
 TEST_F(HostStalls, ASteadyStepHasNone) {
-  for (const auto& [name, shape] :
-       {std::pair<std::string, Shape>{"mlp", {1, 28, 28}},
-        {"toynet", {1, 28, 28}},
-        {"resnet18", {3, 8, 8}},
-        {"gpt-nano", {8}}}) {
+  for (const auto& [name, shape] : {std::pair<std::string, Shape>{"mlp", {1, 28, 28}},
+                                    {"toynet", {1, 28, 28}},
+                                    {"resnet18", {3, 8, 8}},
+                                    {"gpt-nano", {8}}}) {
     const int64_t stalls = stalls_per_step(name, shape);
     std::cout << "[          ] " << name << ": " << stalls << " host-blocking calls per step\n";
     EXPECT_EQ(stalls, 0) << name << ": a host stall in the training step";
@@ -123,6 +123,24 @@ TEST_F(HostStalls, ADeferredBadTargetIsRaisedLater) {
                  "step 4 of epoch 1)");
   }
   EXPECT_EQ(checks.pending(), 0u);
+}
+
+// An embedding's bad index is deferred the same way, and quoted exactly: the kernel writes it
+// beside its position and the check reads it as an i64 (2^53 + 1 has no double).
+TEST_F(HostStalls, ADeferredBadEmbeddingIndexIsQuotedExactly) {
+  const Tensor weight = full({5, 3}, 0.5, DType::f32, kCuda);
+  const int64_t huge = (int64_t(1) << 53) + 1;
+  const Tensor indices = from_vector<int64_t>({0, huge, 7}, {3}).to(kCuda);
+  DeferredChecks checks;
+  const int64_t before = host_blocking_calls();
+  const Tensor out = embedding(weight, indices);
+  EXPECT_EQ(host_blocking_calls() - before, 0);
+  EXPECT_EQ(checks.pending(), 1u);
+  const std::string e = testing::error_of([&] { checks.flush(); });
+  EXPECT_NE(e.find("embedding: index 9007199254740993 at position 1 is out of range for 5 "
+                   "embeddings"),
+            std::string::npos)
+      << e;
 }
 
 #if defined(RG_CUDA_EMU)

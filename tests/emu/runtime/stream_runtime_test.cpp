@@ -784,17 +784,18 @@ TEST_F(GraphCapture, WaitingForOtherWorkOrUnpinningDuringACaptureInvalidatesIt) 
 
 // After an unsafe call invalidated a capture, every later call into it fails, as in CUDA: a
 // kernel launch (an rg::Error naming cudaErrorStreamCaptureInvalidated), a copy, a memset, an
-// event record, a stream wait and a host function, until cudaStreamEndCapture ends it; none of
-// that work runs.
+// event record, a stream wait, a host function and another stream's join through an event
+// recorded in it, until cudaStreamEndCapture ends it; none of that work runs.
 TEST_F(GraphCapture, EveryCallIntoAnInvalidatedCaptureFailsUntilItsEnd) {
   std::atomic<int> ran{0};
   TestStream s, other;
-  TestEvent e;
+  TestEvent e, fork;
   DeviceBuffer d(kN), f(kN);
   set_value(d.get(), 1.f, kN, s);
   ASSERT_TRUE(wait_idle(s));
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   set_value(d.get(), 2.f, kN, s);  // captured
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(other), cudaErrorStreamCaptureUnsupported);
   ASSERT_EQ(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
   const std::string msg = error_of([&] { set_value(d.get(), 3.f, kN, s); });
@@ -807,6 +808,11 @@ TEST_F(GraphCapture, EveryCallIntoAnInvalidatedCaptureFailsUntilItsEnd) {
   EXPECT_EQ(cudaEventRecord(e, s), cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(cudaStreamWaitEvent(s, e), cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(cudaLaunchHostFunc(s, &count_call, &ran), cudaErrorStreamCaptureInvalidated);
+  // Another stream cannot join it either.
+  EXPECT_EQ(cudaStreamWaitEvent(other, fork), cudaErrorStreamCaptureInvalidated);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  ASSERT_EQ(cudaStreamIsCapturing(other, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
   cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(1);
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(graph, nullptr);
