@@ -389,12 +389,17 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
 
 ProcessGroupNCCL::~ProcessGroupNCCL() {
   {
-    std::lock_guard lock(impl_->mu);
+    // What is pending first finishes, or times out under the watchdog, which then aborts the
+    // communicator: NCCL's kernels wait for their peers without a timeout (over NVLink or shared
+    // memory nothing notices a peer that left or went elsewhere), so waiting for the device here
+    // could never end.
+    std::unique_lock lock(impl_->mu);
+    while (!impl_->pending.empty()) impl_->cv.wait_for(lock, std::chrono::milliseconds(20));
     impl_->stop = true;
   }
   impl_->cv.notify_all();
   impl_->watchdog.join();
-  if (impl_->comm) {
+  if (impl_->comm) {  // (not aborted)
     // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
     cuda::synchronize(impl_->device);
     ncclCommDestroy(impl_->comm);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -170,6 +171,42 @@ TEST_F(ProcessGroupNcclThreads, RanksSharingADeviceAreNamedOnEveryRankBeforeNccl
 // A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
 // not NCCL's "(run with NCCL_DEBUG=WARN for details)". Forced here through the emulated NCCL's
 // refusal of a bad RG_EMU_NCCL_INIT_TIMEOUT_MS.
+// Destroying a group with a collective pending that a peer has not joined (it is alive, but
+// elsewhere) ends within the group's timeout: the watchdog times the collective out and aborts the
+// communicator. It used to wait for the device, which NCCL's kernels would hold until the peer
+// came (here 4 s later; on a GPU possibly never).
+TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedEndsInItsTimeout) {
+  auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions o;
+  o.timeout = 500ms;
+  std::atomic<bool> destroyed{false};
+  std::chrono::steady_clock::duration took{};
+  std::string error;
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    auto pg = std::make_unique<ProcessGroupNCCL>(store, rank, 2, o);
+    pg->barrier()->wait();
+    const Tensor t = full({16}, 1.0, DType::f32, Device::cuda(rank));
+    if (rank == 0) {
+      WorkPtr w = pg->all_reduce(t);
+      const auto t0 = std::chrono::steady_clock::now();
+      pg.reset();
+      took = std::chrono::steady_clock::now() - t0;
+      destroyed = true;
+      error = testing::error_of([&] { w->wait(); });
+      return;
+    }
+    // Rank 1 goes elsewhere for 4 s, then issues the collective rank 0 abandoned.
+    for (int i = 0; i < 400 && !destroyed; ++i) std::this_thread::sleep_for(10ms);
+    WorkPtr w = pg->all_reduce(t);
+    (void)testing::error_of([&] { w->wait(); });  // fails: rank 0 aborted
+  });
+  EXPECT_LT(took, 3s) << "the destructor waited for the peer";
+  EXPECT_NE(error.find("timed out after 500 ms; ranks that have not joined it: 1"),
+            std::string::npos)
+      << error;
+}
+
 TEST_F(ProcessGroupNcclThreads, AFailedNcclCallSaysWhatNcclSaid) {
   ASSERT_EQ(setenv("RG_EMU_NCCL_INIT_TIMEOUT_MS", "soon", 1), 0);
   std::string msg;
