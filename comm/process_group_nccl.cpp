@@ -147,7 +147,15 @@ class NcclP2P : public PointToPoint {
   OpPair exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
                   int from, uint64_t slot) override {
     RG_CUDA_CHECK(ncclGroupStart());
-    OpPair ops = PointToPoint::exchange(send, send_bytes, to, recv, recv_bytes, from, slot);
+    OpPair ops;
+    try {
+      ops = PointToPoint::exchange(send, send_bytes, to, recv, recv_bytes, from, slot);
+    } catch (...) {
+      // The group is the thread's: left open, every later NCCL call of this thread would only be
+      // collected into it. (The enqueue that called this marks the group unusable.)
+      (void)ncclGroupEnd();
+      throw;
+    }
     RG_CUDA_CHECK(ncclGroupEnd());
     return ops;
   }
