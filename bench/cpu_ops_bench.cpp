@@ -11,9 +11,9 @@
 #include "engine/ops/factory.h"
 #include "engine/ops/unary.h"
 #include "kernels/binary.h"
-#include "kernels/cpu/runtime_env.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/runtime_env.h"
 #include "kernels/unary.h"
 
 // OpenBLAS picks its kernels by CPU model; reported so that results can be judged.
@@ -134,13 +134,30 @@ void elementwise(benchmark::State& state, Elementwise op, int64_t n, bool engine
                                                  out.data<float>(), n, {});
     } else {
       kernels::Binary<kernels::Cpu>::binary<float>(
-          op == Elementwise::add ? kernels::BinaryOp::add : kernels::BinaryOp::mul,
-          a.data<float>(), b.data<float>(), out.data<float>(), n, {});
+          op == Elementwise::add ? kernels::BinaryOp::add : kernels::BinaryOp::mul, a.data<float>(),
+          b.data<float>(), out.data<float>(), n, {});
     }
     benchmark::ClobberMemory();
   }
   const double bytes = double(n) * sizeof(float) * (op == Elementwise::exp ? 2 : 3);
   state.counters["GB/s"] = Counter(bytes * 1e-9, Counter::kIsIterationInvariantRate);
+}
+
+// The engine's own cost per op (dispatch, output allocation, autograd's record): add on
+// one-element tensors, so the kernel is nothing; with `grad`, the inputs require gradients and
+// each iteration also runs the backward (AddBackward, two gradient accumulations). A GPU step
+// pays this on the host for every op before the launch itself.
+void op_overhead(benchmark::State& state, bool grad) {
+  Tensor a = random_f32({1}, 6), b = random_f32({1}, 7);
+  if (grad) {
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+  }
+  for (auto _ : state) {
+    Tensor r = add(a, b);
+    if (grad) r.backward();
+    benchmark::DoNotOptimize(r.raw_data());
+  }
 }
 
 std::string shape_name(const kernels::cpu::GemmShape& s) {
@@ -206,6 +223,8 @@ int register_all() {
       }
     }
   }
+  RegisterBenchmark("overhead/add/1", op_overhead, false)->UseRealTime()->MinTime(0.3);
+  RegisterBenchmark("overhead/add+backward/1", op_overhead, true)->UseRealTime()->MinTime(0.3);
   return 0;
 }
 

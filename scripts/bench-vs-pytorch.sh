@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ringgrad against PyTorch 1.13 (Debian's python3-torch, used here only; the engine never uses it),
 # side by side in one run: training img/s and peak RSS (ToyNet, ResNet-18; 1 and 2 threads; native
-# and AVX2-capped instruction sets), 2-rank DDP on this host, and 64 MiB all-reduce. Prints each
+# and AVX2-capped instruction sets), 2-rank DDP on this host, 64 MiB all-reduce and the cost per op
+# on one-element tensors (overhead). Prints each
 # figure as ours / PyTorch's, the median of alternating runs. Takes about 20 minutes on 2 cores;
 # --quick for a smoke test, --only/--models/--threads/--isa to narrow it (see --help).
 # Usage: scripts/bench-vs-pytorch.sh [--build DIR] [--repeats N] [--quick] [...]
@@ -22,10 +23,12 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 BUILD=build/ci
 if [[ " $* " == *gpt* && ! -f data/kjv/kjv.txt ]]; then scripts/get-data.sh kjv; fi
-if [ ! -x "$BUILD/apps/ringgrad-bench" ] || [ ! -x "$BUILD/apps/ringgrad-train" ]; then
+if [ ! -x "$BUILD/apps/ringgrad-bench" ] || [ ! -x "$BUILD/apps/ringgrad-train" ] ||
+  [ ! -x "$BUILD/bench/rg_micro_bench" ]; then
   scripts/setup-deps.sh
   export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
   cmake --preset ci >/dev/null
-  cmake --build --preset ci -j "$(nproc)" --target ringgrad-bench ringgrad-run ringgrad-train
+  cmake --build --preset ci -j "$(nproc)" --target ringgrad-bench ringgrad-run ringgrad-train \
+    rg_micro_bench
 fi
 exec /usr/bin/python3 bench/pytorch/compare.py "$@"

@@ -15,6 +15,9 @@ better for img/s and bandwidth, lower for RSS). Configurations:
           situation of a second job, or of a DDP rank's neighbour, on the same machine)
   allreduce  64 MiB f32 all-reduce, 2 and 4 ranks: our ring and shared memory against Gloo's own, all
           inside ringgrad-bench allreduce (same processes, same transport)
+  overhead  the engine's own cost per op: add on one-element tensors, alone and with its backward
+          (rg_micro_bench's overhead/* from C++ against bench/pytorch/op_overhead.py, through
+          PyTorch's Python binding); ratio = PyTorch's time / ours (higher is better)
   gpt     not in the default list (about 15 minutes on 2 cores; --quick: under a minute): minGPT's
           character-level recipe on data/kjv/kjv.txt, 2-rank DDP, validation loss per epoch and
           training tokens/s of both sides (bench/pytorch/gpt_bench.py, which also runs alone with
@@ -31,6 +34,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_BENCH = os.path.join(ROOT, "bench", "pytorch", "train_bench.py")
+OVERHEAD_BENCH = os.path.join(ROOT, "bench", "pytorch", "op_overhead.py")
 GPT_BENCH = os.path.join(ROOT, "bench", "pytorch", "gpt_bench.py")
 SUMMARY = re.compile(r"median ([0-9.]+) img/s \| peak RSS ([0-9.]+) MB")
 AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2",
@@ -83,8 +87,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build", "ci"), help="ringgrad build dir")
     p.add_argument("--repeats", type=int, default=3, help="runs per side and configuration")
-    p.add_argument("--only", default="train,ddp,busy,allreduce",
-                   help="comma list: train,ddp,busy,allreduce,gpt (gpt, about 15 minutes, only "
+    p.add_argument("--only", default="train,ddp,busy,allreduce,overhead",
+                   help="comma list: train,ddp,busy,allreduce,overhead,gpt (gpt, about 15 minutes, only "
                    "when named)")
     p.add_argument("--models", default="toynet,resnet18")
     p.add_argument("--threads", default="1,2")
@@ -180,6 +184,28 @@ def main():
                 for line in out.splitlines():
                     if "gloo" in line and ("64" in line or "M" in line):
                         print("   ", line)
+    if "overhead" in only:
+        micro = os.path.join(a.build, "bench", "rg_micro_bench")
+        if not os.access(micro, os.X_OK):
+            sys.exit(f"bench-vs-pytorch: {micro} is missing: build it (RG_BUILD_BENCH=ON)")
+        ours, theirs = {}, {}
+        try:
+            for _ in range(a.repeats):
+                out = run([micro, "--benchmark_filter=^overhead/"], {}, 300)
+                for m in re.finditer(r"^overhead/(\S+)/1/\S+\s+([0-9.]+) ns", out, re.M):
+                    ours.setdefault(m.group(1), []).append(float(m.group(2)))
+                out = run(["/usr/bin/python3", OVERHEAD_BENCH], {}, 300)
+                for m in re.finditer(r"^(\S+) ([0-9.]+)$", out, re.M):
+                    theirs.setdefault(m.group(1), []).append(float(m.group(2)))
+        except RunFailed as e:
+            sys.exit(f"bench-vs-pytorch: {e}")
+        for op in ("add", "add+backward"):
+            if op not in ours or op not in theirs:
+                sys.exit(f"bench-vs-pytorch: no {op} figure (ours {ours}, torch {theirs})")
+            o, t = statistics.median(ours[op]), statistics.median(theirs[op])
+            print(f"{'overhead ' + op + ' (1 element)':<34} ours {o:8.0f} ns    torch {t:8.0f} ns"
+                  f"    torch/ours {t / o:5.2f}x   (runs: ours {[round(x) for x in ours[op]]}, "
+                  f"torch {[round(x) for x in theirs[op]]})", flush=True)
     if "gpt" in only:
         # Its own table (losses per epoch as well as rates): gpt_bench.py prints it.
         print("gpt: minGPT recipe on KJV, 2 ranks x 1T (bench/pytorch/gpt_bench.py)", flush=True)
