@@ -278,6 +278,9 @@ struct ProcessGroupNCCL::Impl {
         span.emplace(rg::detail::cat(op, " ", detail), "nccl", *stream,
                      rg::detail::cat("cuda:", device, " NCCL stream"),
                      rg::detail::cat("{\"seq\":", seq, "}"));
+      // Before the launch: a launch that fails midway (a ring's later step) may leave earlier
+      // parts queued that still use the tensors.
+      for (const Tensor& t : keep) cuda::record_stream(t, *stream);
       launch(as_cuda(*stream));
     } catch (const std::exception& e) {
       // NCCL refused the call (the communicator failed meanwhile): the group is unusable, and the
@@ -287,7 +290,6 @@ struct ProcessGroupNCCL::Impl {
       work->finish(std::make_exception_ptr(Error(broken)));
       return work;
     }
-    for (const Tensor& t : keep) cuda::record_stream(t, *stream);
     work->end.record(*stream);
     work->mark_started();
     if (graph != nullptr) {
@@ -407,11 +409,16 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   }
   impl_->cv.notify_all();
   impl_->watchdog.join();
-  if (impl_->comm) {  // (not aborted)
-    // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
-    cuda::synchronize(impl_->device);
-    ncclCommDestroy(impl_->comm);
+  if (!impl_->comm) return;  // aborted by the watchdog
+  if (!impl_->broken.empty()) {
+    // A call NCCL refused while it was queued (a ring all-reduce's later step) may leave earlier
+    // steps queued whose peers never come: they are aborted, not waited for.
+    ncclCommAbort(impl_->comm);
+    return;
   }
+  // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
+  cuda::synchronize(impl_->device);
+  ncclCommDestroy(impl_->comm);
 }
 
 int ProcessGroupNCCL::device() const { return impl_->device; }

@@ -168,9 +168,6 @@ TEST_F(ProcessGroupNcclThreads, RanksSharingADeviceAreNamedOnEveryRankBeforeNccl
   });
 }
 
-// A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
-// not NCCL's "(run with NCCL_DEBUG=WARN for details)". Forced here through the emulated NCCL's
-// refusal of a bad RG_EMU_NCCL_INIT_TIMEOUT_MS.
 // Destroying a group with a collective pending that a peer has not joined (it is alive, but
 // elsewhere) ends within the group's timeout: the watchdog times the collective out and aborts the
 // communicator. It used to wait for the device, which NCCL's kernels would hold until the peer
@@ -207,6 +204,9 @@ TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedE
       << error;
 }
 
+// A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
+// not NCCL's "(run with NCCL_DEBUG=WARN for details)". Forced here through the emulated NCCL's
+// refusal of a bad RG_EMU_NCCL_INIT_TIMEOUT_MS.
 TEST_F(ProcessGroupNcclThreads, AFailedNcclCallSaysWhatNcclSaid) {
   ASSERT_EQ(setenv("RG_EMU_NCCL_INIT_TIMEOUT_MS", "soon", 1), 0);
   std::string msg;
