@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -308,6 +309,11 @@ struct ProcessGroupNCCL::Impl {
   }
   std::unordered_map<uint64_t, std::string> details;
 
+  // A pending work as errors name it, e.g. "all_reduce #3 (f32[1000]) on rank 0" (under mu).
+  std::string describe(const NcclWork& w) {
+    return w.replay.empty() ? pg.describe(w.op(), w.seq(), details[w.seq()]) : w.replay;
+  }
+
   void watch() {
     std::unique_lock lock(mu);
     while (!stop) {
@@ -336,9 +342,7 @@ struct ProcessGroupNCCL::Impl {
       const bool timed_out = Clock::now() - oldest->issued > pg.options().timeout;
       if (async == ncclSuccess && !timed_out) continue;
       // Abort: the communicator cannot recover, every pending work fails with the reason.
-      std::string msg = oldest->replay.empty()
-                            ? pg.describe(oldest->op(), oldest->seq(), details[oldest->seq()])
-                            : oldest->replay;
+      std::string msg = describe(*oldest);
       if (timed_out)
         msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
       else
@@ -403,8 +407,20 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
     // communicator: NCCL's kernels wait for their peers without a timeout (over NVLink or shared
     // memory nothing notices a peer that left or went elsewhere), so waiting for the device here
     // could never end.
+    // A wait of more than a second says what it waits for (up to the timeout: minutes, by default).
     std::unique_lock lock(impl_->mu);
-    while (!impl_->pending.empty()) impl_->cv.wait_for(lock, std::chrono::milliseconds(20));
+    const Clock::time_point start = Clock::now();
+    bool said = false;
+    while (!impl_->pending.empty()) {
+      if (!said && Clock::now() - start > std::chrono::seconds(1)) {
+        said = true;
+        std::cerr << "ringgrad: destroying the NCCL group waits for " << impl_->pending.size()
+                  << " pending collective(s), the oldest "
+                  << impl_->describe(*impl_->pending.front()) << ", until they finish or time out ("
+                  << options_.timeout.count() << " ms after their issue)" << std::endl;
+      }
+      impl_->cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
     impl_->stop = true;
   }
   impl_->cv.notify_all();

@@ -170,15 +170,16 @@ TEST_F(ProcessGroupNcclThreads, RanksSharingADeviceAreNamedOnEveryRankBeforeNccl
 
 // Destroying a group with a collective pending that a peer has not joined (it is alive, but
 // elsewhere) ends within the group's timeout: the watchdog times the collective out and aborts the
-// communicator. It used to wait for the device, which NCCL's kernels would hold until the peer
-// came (here 4 s later; on a GPU possibly never).
+// communicator; after a second it says on stderr what it waits for. It used to wait for the
+// device, which NCCL's kernels would hold until the peer came (here 4 s later; on a GPU possibly
+// never).
 TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedEndsInItsTimeout) {
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions o;
-  o.timeout = 500ms;
+  o.timeout = 1500ms;
   std::atomic<bool> destroyed{false};
   std::chrono::steady_clock::duration took{};
-  std::string error;
+  std::string error, said;
   run_ranks(2, [&](int rank) {
     cuda::DeviceGuard guard(rank);
     auto pg = std::make_unique<ProcessGroupNCCL>(store, rank, 2, o);
@@ -187,7 +188,9 @@ TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedE
     if (rank == 0) {
       WorkPtr w = pg->all_reduce(t);
       const auto t0 = std::chrono::steady_clock::now();
+      ::testing::internal::CaptureStderr();
       pg.reset();
+      said = ::testing::internal::GetCapturedStderr();
       took = std::chrono::steady_clock::now() - t0;
       destroyed = true;
       error = testing::error_of([&] { w->wait(); });
@@ -199,9 +202,16 @@ TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedE
     (void)testing::error_of([&] { w->wait(); });  // fails: rank 0 aborted
   });
   EXPECT_LT(took, 3s) << "the destructor waited for the peer";
-  EXPECT_NE(error.find("timed out after 500 ms; ranks that have not joined it: 1"),
+  EXPECT_NE(error.find("timed out after 1500 ms; ranks that have not joined it: 1"),
             std::string::npos)
       << error;
+  EXPECT_NE(said.find("ringgrad: destroying the NCCL group waits for 1 pending collective(s), the "
+                      "oldest all_reduce #2"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("until they finish or time out (1500 ms after their issue)"),
+            std::string::npos)
+      << said;
 }
 
 // A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
