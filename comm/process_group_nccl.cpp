@@ -88,6 +88,49 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 cudaStream_t as_cuda(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
+// RG_NCCL_NONBLOCKING: 1 (default) makes the communicator nonblocking, 0 blocking (NCCL's default).
+bool nonblocking_from_env() {
+  const char* v = std::getenv("RG_NCCL_NONBLOCKING");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+  RG_CHECK(std::strcmp(v, "0") == 0, "RG_NCCL_NONBLOCKING=", v,
+           " must be 1 (nonblocking NCCL communicators, the default) or 0 (blocking ones)");
+  return false;
+}
+
+// Checks the result of an NCCL call on the group's communicator. A nonblocking communicator's call
+// returns ncclInProgress until NCCL has queued its work on the stream, which lasts as long as a
+// peer that NCCL connects this rank to at first use (at its first collective, at its first send
+// to or receive from that peer) has not made its own such call: polled until then, at most until
+// the deadline, or until the group is given up. A blocking communicator waits inside the call.
+struct NcclCall {
+  ncclComm_t comm = nullptr;
+  Clock::time_point deadline;
+  Millis timeout{};
+  const std::atomic<bool>* give_up = nullptr;
+
+  void check(ncclResult_t r, const char* call, const char* file, int line) const {
+    for (int polls = 0; r == ncclInProgress; ++polls) {
+      const std::string name(call, std::strcspn(call, "("));
+      RG_CHECK(give_up == nullptr || !give_up->load(), name,
+               " was abandoned while NCCL was still queuing it: the group failed meanwhile");
+      RG_CHECK(Clock::now() < deadline, "NCCL was still connecting this rank to its peers ",
+               timeout.count(), " ms after ", name,
+               " (it connects them at first use, at the first collective and at the first send "
+               "to or receive from each peer, and waits there until each of those peers makes its "
+               "own such call)");
+      if (polls < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (polls - 63))));
+      }
+      if (const ncclResult_t q = ncclCommGetAsyncError(comm, &r); q != ncclSuccess) r = q;
+    }
+    RG_CHECK(r == ncclSuccess, file, ":", line, ": ", call,
+             " failed: ", kernels::nccl_error_text(ncclGetErrorString(r), ncclGetLastError(comm)));
+  }
+};
+#define RG_NCCL(nccl_call, expr) (nccl_call).check((expr), #expr, __FILE__, __LINE__)
+
 // This rank's GPU as the other ranks must see it: NCCL refuses two ranks on one GPU only inside
 // ncclCommInitRank, with "invalid usage", so the ranks compare UUIDs first and say what to do.
 RankGpu this_rank_gpu(int device, int devices) {
@@ -133,16 +176,16 @@ class StreamOrderedOp : public P2POp {
 
 class NcclP2P : public PointToPoint {
  public:
-  NcclP2P(ncclComm_t comm, cudaStream_t stream, int rank, int size)
-      : comm_(comm), stream_(stream), rank_(rank), size_(size) {}
+  NcclP2P(const NcclCall& nccl, cudaStream_t stream, int rank, int size)
+      : nccl_(nccl), stream_(stream), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::unique_ptr<P2POp> isend(const void* data, size_t bytes, int peer, uint64_t) override {
-    RG_CUDA_CHECK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_));
+    RG_NCCL(nccl_, ncclSend(data, bytes, ncclUint8, peer, nccl_.comm, stream_));
     return std::make_unique<StreamOrderedOp>();
   }
   std::unique_ptr<P2POp> irecv(void* data, size_t bytes, int peer, uint64_t) override {
-    RG_CUDA_CHECK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_));
+    RG_NCCL(nccl_, ncclRecv(data, bytes, ncclUint8, peer, nccl_.comm, stream_));
     return std::make_unique<StreamOrderedOp>();
   }
   OpPair exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
@@ -157,12 +200,12 @@ class NcclP2P : public PointToPoint {
       (void)ncclGroupEnd();
       throw;
     }
-    RG_CUDA_CHECK(ncclGroupEnd());
+    RG_NCCL(nccl_, ncclGroupEnd());  // a nonblocking communicator: polled until queued
     return ops;
   }
 
  private:
-  ncclComm_t comm_;
+  const NcclCall& nccl_;
   cudaStream_t stream_;
   int rank_, size_;
 };
@@ -185,6 +228,15 @@ struct ProcessGroupNCCL::Impl {
   std::string broken;
   bool stop = false;
   std::thread watchdog;
+  bool nonblocking = true;  // RG_NCCL_NONBLOCKING
+  // NCCL takes one call at a time on a communicator (a nonblocking one: up to the poll that says
+  // it is queued). Issuers take turns on issue_mu, and count themselves in `issuing` (under mu)
+  // for the time they call NCCL, which they do without mu: the watchdog reads the communicator's
+  // error only while no one issues, and aborts it only once the issuer has stopped (`give_up`
+  // ends an issuer's polling).
+  std::mutex issue_mu;
+  int issuing = 0;
+  std::atomic<bool> give_up{false};
 
   explicit Impl(ProcessGroupNCCL& p) : pg(p) {}
 
@@ -252,10 +304,12 @@ struct ProcessGroupNCCL::Impl {
   // Queues `launch` on the communication stream after the current stream's work so far, and
   // returns a Work that the watchdog completes.
   WorkPtr enqueue(const char* op, const std::string& detail, std::vector<Tensor> keep,
-                  const std::function<void(cudaStream_t)>& launch, bool blocking = false) {
+                  const std::function<void(cudaStream_t, const NcclCall&)>& launch,
+                  bool blocking = false) {
     // Captured when the caller's stream is (not merely when a graph captures on this thread):
     // the collective is then part of `graph`, whose replays the group watches.
     cuda::Graph* const graph = cuda::Graph::capturing(device);
+    std::unique_lock turn(issue_mu);
     std::unique_lock lock(mu);
     const uint64_t seq = next_seq++;
     auto work = std::make_shared<NcclWork>(op, seq, keep, device);
@@ -268,30 +322,53 @@ struct ProcessGroupNCCL::Impl {
                                                  broken)));
       return work;
     }
-    cuda::DeviceGuard guard(device);
-    cuda::Event inputs_ready;
-    inputs_ready.record(cuda::current_stream(device));
-    inputs_ready.wait(*stream);
+    ++issuing;
+    // Started as soon as it is issued: a peer that waits for this rank to connect names only the
+    // ranks that never called.
+    if (graph == nullptr) board->started(seq);
+    lock.unlock();
+    std::string failure;
     try {
-      // On the trace, the collective's time on the communication stream (its own lane).
-      std::optional<cuda::StreamSpan> span;
-      if (trace::enabled())
-        span.emplace(rg::detail::cat(op, " ", detail), "nccl", *stream,
-                     rg::detail::cat("cuda:", device, " NCCL stream"),
-                     rg::detail::cat("{\"seq\":", seq, "}"));
-      // Before the launch: a launch that fails midway (a ring's later step) may leave earlier
-      // parts queued that still use the tensors.
-      for (const Tensor& t : keep) cuda::record_stream(t, *stream);
-      launch(as_cuda(*stream));
+      cuda::DeviceGuard guard(device);
+      cuda::Event inputs_ready;
+      inputs_ready.record(cuda::current_stream(device));
+      inputs_ready.wait(*stream);
+      {
+        // On the trace, the collective's time on the communication stream (its own lane).
+        std::optional<cuda::StreamSpan> span;
+        if (trace::enabled())
+          span.emplace(rg::detail::cat(op, " ", detail), "nccl", *stream,
+                       rg::detail::cat("cuda:", device, " NCCL stream"),
+                       rg::detail::cat("{\"seq\":", seq, "}"));
+        // Before the launch: a launch that fails midway (a ring's later step) may leave earlier
+        // parts queued that still use the tensors.
+        for (const Tensor& t : keep) cuda::record_stream(t, *stream);
+        const NcclCall nccl{comm, Clock::now() + pg.options().timeout, pg.options().timeout,
+                            &give_up};
+        launch(as_cuda(*stream), nccl);
+      }
+      // After the launch returned: a nonblocking call has queued its work only then.
+      work->end.record(*stream);
     } catch (const std::exception& e) {
-      // NCCL refused the call (the communicator failed meanwhile): the group is unusable, and the
-      // work fails with the reason instead of the caller's thread throwing mid-collective.
-      broken = pg.describe(op, seq, detail) + " could not be queued: " + e.what();
+      failure = e.what();
+    }
+    lock.lock();
+    --issuing;
+    cv.notify_all();
+    if (!failure.empty() || !broken.empty()) {
+      // NCCL refused the call, or did not queue it in time (a peer that never connects), or the
+      // group failed meanwhile: the group is unusable, the communicator aborted, and the work
+      // fails with the reason instead of the caller's thread throwing mid-collective.
+      const std::string msg =
+          failure.empty() ? pg.describe(op, seq, detail) +
+                                " was not run: the NCCL group failed during its issue: " + broken
+                          : pg.describe(op, seq, detail) + " could not be queued: " + failure +
+                                ranks_behind(seq);
+      abort_group(lock, msg);
       lock.unlock();
-      work->finish(std::make_exception_ptr(Error(broken)));
+      work->finish(std::make_exception_ptr(Error(msg)));
       return work;
     }
-    work->end.record(*stream);
     work->mark_started();
     if (graph != nullptr) {
       // Captured: done as far as the host is concerned (wait() joins the streams in the graph);
@@ -301,11 +378,42 @@ struct ProcessGroupNCCL::Impl {
       work->finish();
       return work;
     }
-    board->started(seq);
     pending.push_back(work);
     details[seq] = detail;
     cv.notify_all();
     return work;
+  }
+
+  // "; ranks that have not joined it: 1, 2" for collective `seq`, from the progress board.
+  std::string ranks_behind(uint64_t seq) {
+    auto behind = board->ranks_behind(seq);
+    if (!behind) return "";
+    return behind->empty() ? "; every rank had started it"
+                           : "; ranks that have not joined it: " + format_ranks(*behind);
+  }
+
+  // Makes the group unusable with `msg` (the first reason stays), fails every pending work with
+  // it and aborts the communicator once no issuer is inside NCCL (one polling a nonblocking call
+  // stops at `give_up`; one blocked in a blocking call only when that call returns). Under `lock`,
+  // which it releases meanwhile.
+  void abort_group(std::unique_lock<std::mutex>& lock, const std::string& msg) {
+    if (broken.empty()) broken = msg;
+    give_up = true;
+    auto failed = std::move(pending);
+    pending.clear();
+    for (const auto& w : failed) details.erase(w->seq());
+    lock.unlock();
+    for (auto& w : failed) w->finish(std::make_exception_ptr(Error(msg)));
+    lock.lock();
+    cv.wait(lock, [&] { return issuing == 0; });
+    ncclComm_t aborted = std::exchange(comm, nullptr);
+    if (aborted == nullptr) return;
+    lock.unlock();
+    // Without the lock: NCCL 2.26 and later keep an abort waiting until the CUDA graphs that
+    // captured the communicator's calls are destroyed, which the training thread does only
+    // after its next replay check has seen `broken` (and thrown).
+    ncclCommAbort(aborted);
+    lock.lock();
   }
   std::unordered_map<uint64_t, std::string> details;
 
@@ -325,8 +433,11 @@ struct ProcessGroupNCCL::Impl {
       size_t reached = 0;
       // Polls: the watchdog's view of the stream must not order the program's host work.
       while (reached < pending.size() && pending[reached]->end.poll()) ++reached;
+      // The communicator's error, unless an issuer is inside NCCL (it reports its own failure);
+      // ncclInProgress is no error.
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm, &async);
+      if (issuing == 0 && comm != nullptr) ncclCommGetAsyncError(comm, &async);
+      if (async == ncclInProgress) async = ncclSuccess;
       if (async == ncclSuccess) {
         for (; reached > 0; --reached) {
           auto w = pending.front();
@@ -348,21 +459,8 @@ struct ProcessGroupNCCL::Impl {
       else
         msg += " failed: " +
                kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
-      if (oldest->replay.empty())
-        if (auto behind = board->ranks_behind(oldest->seq()))
-          msg += behind->empty() ? "; every rank had started it"
-                                 : "; ranks that have not joined it: " + format_ranks(*behind);
-      broken = msg;
-      ncclComm_t aborted = std::exchange(comm, nullptr);
-      auto failed = std::move(pending);
-      pending.clear();
-      lock.unlock();
-      for (auto& w : failed) w->finish(std::make_exception_ptr(Error(msg)));
-      // Without the lock: NCCL 2.26 and later keep an abort waiting until the CUDA graphs that
-      // captured the communicator's calls are destroyed, which the training thread does only
-      // after its next replay check has seen `broken` (and thrown).
-      ncclCommAbort(aborted);
-      lock.lock();
+      if (oldest->replay.empty()) msg += ranks_behind(oldest->seq());
+      abort_group(lock, msg);
     }
   }
 };
@@ -394,7 +492,21 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   }
   {
     cuda::DeviceGuard guard(s.device);
-    RG_CUDA_CHECK(ncclCommInitRank(&s.comm, size, id, rank));
+    // Nonblocking, the communicator's creation, like every later call, can wait for peers only
+    // as long as the group's timeout (a blocking one can wait inside NCCL without end).
+    s.nonblocking = nonblocking_from_env();
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = s.nonblocking ? 0 : 1;
+    const NcclCall nccl{nullptr, Clock::now() + options_.timeout, options_.timeout, nullptr};
+    try {
+      const ncclResult_t r = ncclCommInitRankConfig(&s.comm, size, id, rank, &config);
+      NcclCall{s.comm, nccl.deadline, nccl.timeout, nullptr}.check(
+          r, "ncclCommInitRankConfig(&s.comm, size, id, rank, &config)", __FILE__, __LINE__);
+    } catch (const std::exception& e) {
+      if (s.comm != nullptr) ncclCommAbort(std::exchange(s.comm, nullptr));
+      RG_FAIL("ProcessGroupNCCL: rank ", rank, " of ", size,
+              " could not create its NCCL communicator: ", e.what());
+    }
     s.stream = std::make_unique<cuda::Stream>(cuda::pooled_stream(s.device));
   }
   s.board = std::make_unique<ProgressBoard>(s.store, rank, size);
@@ -425,15 +537,20 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   }
   impl_->cv.notify_all();
   impl_->watchdog.join();
-  if (!impl_->comm) return;  // aborted by the watchdog
-  if (!impl_->broken.empty()) {
-    // A call NCCL refused while it was queued (a ring all-reduce's later step) may leave earlier
-    // steps queued whose peers never come: they are aborted, not waited for.
+  if (!impl_->comm) return;  // aborted (the watchdog, or a failed issue)
+  // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
+  cuda::synchronize(impl_->device);
+  // Finalizing flushes what NCCL still holds; nonblocking, it is polled like any call. If it
+  // fails or does not end within the timeout, the communicator is aborted instead of destroyed.
+  try {
+    const NcclCall nccl{impl_->comm, Clock::now() + options_.timeout, options_.timeout, nullptr};
+    RG_NCCL(nccl, ncclCommFinalize(nccl.comm));
+  } catch (const std::exception& e) {
+    std::cerr << "ringgrad: the NCCL group of rank " << rank()
+              << " is aborted, as finalizing it failed: " << e.what() << std::endl;
     ncclCommAbort(impl_->comm);
     return;
   }
-  // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
-  cuda::synchronize(impl_->device);
   ncclCommDestroy(impl_->comm);
 }
 
@@ -463,8 +580,9 @@ WorkPtr ProcessGroupNCCL::modelled_all_reduce(const Tensor& t, double us) {
   RG_CHECK(us >= 0, "modelled_all_reduce: the time must be non-negative, got ", us);
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], modelled ",
                                     static_cast<int64_t>(us + 0.5), " us");
-  return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s) {
+  return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s, const NcclCall& nccl) {
     auto arg = std::make_unique<double>(us);
+    (void)nccl;
     RG_CUDA_CHECK(cudaLaunchHostFunc(s, &hold_stream, arg.get()));
     arg.release();  // hold_stream owns it now
   });
@@ -478,9 +596,9 @@ WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], ",
                                     reduce_op_name(op), ring ? ", ring" : ", native");
   if (!ring) {
-    return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s) {
-      RG_CUDA_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
-                                  nccl_type(t.dtype()), nccl_op(op), impl_->comm, s));
+    return impl_->enqueue("all_reduce", d, {t}, [&](cudaStream_t s, const NcclCall& nccl) {
+      RG_NCCL(nccl, ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                  nccl_type(t.dtype()), nccl_op(op), nccl.comm, s));
     });
   }
   // Our ring: every exchange, reduction and the average's division queued on the communication
@@ -496,8 +614,8 @@ WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
     scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(impl_->device));
   }
   const uint64_t seq = impl_->next_seq;
-  return impl_->enqueue("all_reduce", d, {t, scratch}, [&](cudaStream_t s) {
-    NcclP2P p2p(impl_->comm, s, rank(), size());
+  return impl_->enqueue("all_reduce", d, {t, scratch}, [&](cudaStream_t s, const NcclCall& nccl) {
+    NcclP2P p2p(nccl, s, rank(), size());
     dispatch_all(t.dtype(), [&]<class T>() {
       RingArgs a;
       a.data = t.raw_data();
@@ -526,9 +644,9 @@ WorkPtr ProcessGroupNCCL::broadcast(const Tensor& t, int root) {
   impl_->check_tensor(t, "broadcast", "input");
   check_rank(root, "broadcast", "root");
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "], root ", root);
-  return impl_->enqueue("broadcast", d, {t}, [&](cudaStream_t s) {
-    RG_CUDA_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()),
-                                root, impl_->comm, s));
+  return impl_->enqueue("broadcast", d, {t}, [&](cudaStream_t s, const NcclCall& nccl) {
+    RG_NCCL(nccl, ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()),
+                                root, nccl.comm, s));
   });
 }
 
@@ -539,10 +657,11 @@ WorkPtr ProcessGroupNCCL::all_gather(const Tensor& output, const Tensor& input) 
            "all_gather: output must hold group size ", size(), " x input ", input.numel(),
            " elements of the input's dtype");
   const std::string d = detail::cat(dtype_name(input.dtype()), "[", input.numel(), "]");
-  return impl_->enqueue("all_gather", d, {output, input}, [&](cudaStream_t s) {
-    RG_CUDA_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), size_t(input.numel()),
-                                nccl_type(input.dtype()), impl_->comm, s));
-  });
+  return impl_->enqueue(
+      "all_gather", d, {output, input}, [&](cudaStream_t s, const NcclCall& nccl) {
+        RG_NCCL(nccl, ncclAllGather(input.raw_data(), output.raw_data(), size_t(input.numel()),
+                                    nccl_type(input.dtype()), nccl.comm, s));
+      });
 }
 
 WorkPtr ProcessGroupNCCL::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
@@ -553,10 +672,11 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(const Tensor& output, const Tensor& inp
            " elements of the output's dtype");
   const std::string d =
       detail::cat(dtype_name(input.dtype()), "[", input.numel(), "], ", reduce_op_name(op));
-  return impl_->enqueue("reduce_scatter", d, {output, input}, [&](cudaStream_t s) {
-    RG_CUDA_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(output.numel()),
-                                    nccl_type(input.dtype()), nccl_op(op), impl_->comm, s));
-  });
+  return impl_->enqueue(
+      "reduce_scatter", d, {output, input}, [&](cudaStream_t s, const NcclCall& nccl) {
+        RG_NCCL(nccl, ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(output.numel()),
+                                        nccl_type(input.dtype()), nccl_op(op), nccl.comm, s));
+      });
 }
 
 WorkPtr ProcessGroupNCCL::barrier() {
@@ -567,9 +687,9 @@ WorkPtr ProcessGroupNCCL::barrier() {
   one.fill_(1.0);
   return impl_->enqueue(
       "barrier", "", {one},
-      [&](cudaStream_t s) {
-        RG_CUDA_CHECK(
-            ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl_->comm, s));
+      [&](cudaStream_t s, const NcclCall& nccl) {
+        RG_NCCL(nccl, ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum,
+                                    nccl.comm, s));
       },
       /*blocking=*/true);
 }
@@ -582,9 +702,9 @@ WorkPtr ProcessGroupNCCL::send(const Tensor& t, int dst, uint32_t tag) {
   RG_CHECK(dst != rank(), "send: rank ", rank(), " cannot send to itself");
   RG_CHECK(tag == 0, "send: NCCL matches sends and receives by order, not by tag (tag ", tag, ")");
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "] to ", dst);
-  return impl_->enqueue("send", d, {t}, [&](cudaStream_t s) {
-    RG_CUDA_CHECK(
-        ncclSend(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), dst, impl_->comm, s));
+  return impl_->enqueue("send", d, {t}, [&](cudaStream_t s, const NcclCall& nccl) {
+    RG_NCCL(nccl,
+            ncclSend(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), dst, nccl.comm, s));
   });
 }
 
@@ -594,9 +714,9 @@ WorkPtr ProcessGroupNCCL::recv(const Tensor& t, int src, uint32_t tag) {
   RG_CHECK(src != rank(), "recv: rank ", rank(), " cannot receive from itself");
   RG_CHECK(tag == 0, "recv: NCCL matches sends and receives by order, not by tag (tag ", tag, ")");
   const std::string d = detail::cat(dtype_name(t.dtype()), "[", t.numel(), "] from ", src);
-  return impl_->enqueue("recv", d, {t}, [&](cudaStream_t s) {
-    RG_CUDA_CHECK(
-        ncclRecv(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), src, impl_->comm, s));
+  return impl_->enqueue("recv", d, {t}, [&](cudaStream_t s, const NcclCall& nccl) {
+    RG_NCCL(nccl,
+            ncclRecv(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), src, nccl.comm, s));
   });
 }
 

@@ -13,6 +13,7 @@
 #               nvidia/*/lib folders of python3's CUDA wheels; sets RG_CUBLAS_LIBRARY etc.
 #   probe       ringgrad-bench on the GPU for one step: the device and the libraries' versions
 #   tests.*     each GPU test program (gtest), every test
+#   tests.nccl-blocking  rg_gpu_tests' NCCL tests again with RG_NCCL_NONBLOCKING=0
 #   mnist       one MNIST epoch with the demo recipe (scripts/demo.sh) in one process on cuda:0
 #   throughput  steady-state training throughput (median of timed windows after warm-up, the
 #               device synchronized at each window's ends) of ToyNet b64, ResNet-18 b64 and b256
@@ -284,16 +285,18 @@ stage_probe() {
 }
 
 # ---- tests.<program>: gtest ----
+# stage_test EXE [NAME GTEST-ARGS...]: NAME defaults to tests.<program>.
 stage_test() {
   local exe="$1" name t0 log rc=0 secs passed failed skipped names
-  name="tests.$(basename "$exe")"
+  name="${2:-tests.$(basename "$exe")}"
+  shift $(($# > 1 ? 2 : 1))
   wanted "$name" || return 0
   log="$OUT/logs/$name.log"
   secs="$(limit $((QUICK ? 75 : 180)) 20)"
   [ "$secs" != 0 ] || { record "$name" skipped 0 "the time budget is spent"; return; }
   t0="$(now)"
   ours timeout -k 5 "$secs" "$exe" --gtest_color=no --gtest_output="json:$OUT/logs/$name.json" \
-    >"$log" 2>&1 || rc=$?
+    "$@" >"$log" 2>&1 || rc=$?
   passed="$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)"
   failed="$(grep -oE '^\[  FAILED  \] [0-9]+ tests?, listed below' "$log" | grep -oE '[0-9]+' || echo 0)"
   skipped="$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?, listed below' "$log" | grep -oE '[0-9]+' || echo 0)"
@@ -701,6 +704,9 @@ wanted libs && stage stage_libs
 wanted probe && stage stage_probe
 [ -z "$NO_GPU" ] || finish
 for exe in "$KIT"/tests/*; do stage stage_test "$exe"; done
+# The NCCL tests again with blocking communicators (the default is nonblocking).
+[ ! -x "$KIT/tests/rg_gpu_tests" ] || RG_NCCL_NONBLOCKING=0 stage stage_test \
+  "$KIT/tests/rg_gpu_tests" tests.nccl-blocking '--gtest_filter=Nccl*'
 wanted mnist && stage stage_mnist
 wanted throughput && stage stage_throughput
 wanted overlap && stage stage_overlap

@@ -340,7 +340,7 @@ struct Status {
 // ---- Shared memory ----
 
 constexpr uint64_t kShmMagic = 0x52474e43434c3031ull;  // "RGNCCL01"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;
 constexpr int kMaxRanks = 256;
 // Per rank: two halves, alternating between steps. With 1 MiB a 64 MiB collective takes 128 steps.
 constexpr size_t kSlotBytes = size_t(1) << 20;
@@ -375,6 +375,7 @@ struct ShmHeader {
 struct alignas(64) RankArea {
   std::atomic<int32_t> pid{0};                   // 0 until the rank joined
   std::atomic<int32_t> left{0};                  // 1 once it destroyed its communicator
+  std::atomic<int32_t> coll_connect{0};          // 1 once it reached its first collective
   int32_t device = 0;                            // written before the rank counts as joined
   cudaUUID_t uuid{};                             // of that device (rg::emu::device_uuid)
   alignas(64) std::atomic<uint64_t> arrived{0};  // the last step whose part this rank wrote
@@ -390,6 +391,7 @@ struct P2PDesc {
 struct alignas(64) ChannelSide {
   std::atomic<uint64_t> posted{0};   // the last message whose descriptor this side posted
   std::atomic<uint64_t> matched{0};  // the last message this side compared (then desc is free)
+  std::atomic<int32_t> connect{0};   // 1 once this side reached its first message of the pair
   P2PDesc desc;
 };
 
@@ -526,12 +528,18 @@ struct ncclComm {
   char* rings = nullptr;
   size_t ring_bytes = 0;
   bool counted = false;     // holds one of header->attached
+  bool blocking = true;     // ncclConfig_t::blocking
   rg::emu::LinkModel link;  // RG_EMU_NCCL_LINK at init
 
   // Touched only by the op that holds the turn (see begin_turn).
   uint64_t step = 0;
   std::vector<uint64_t> sends, recvs;  // messages started per peer
   std::chrono::steady_clock::time_point last_pid_check{};
+
+  // Connected at first use (see shim/nccl.h): written by the thread that issues for this
+  // communicator, or by its nonblocking job (while no other call is accepted).
+  bool coll_connected = false;
+  std::vector<uint8_t> send_connected, recv_connected;  // per peer
 
   // Issued on the host under g_submit_mu.
   uint64_t coll_seq = 0;     // collectives issued, including the skipped ones
@@ -543,6 +551,7 @@ struct ncclComm {
   uint64_t turn = 0;    // the ticket whose op may run now
   int outstanding = 0;  // ops queued and not finished
   int running = 0;      // ops holding the turn
+  int in_progress = 0;  // a nonblocking communicator's jobs not yet done (init, or connect + queue)
   std::atomic<bool> aborted{false};
   std::atomic<int> error{ncclSuccess};
   std::string error_message;  // written once, under mu, with the first error
@@ -610,7 +619,8 @@ bool process_gone(pid_t pid) {
 
 // Why waiting for the ranks `waiting_on` cannot end, or ok. A rank that simply has not called yet
 // is no error: real NCCL waits for it too, until someone aborts the communicator.
-Status health(ncclComm& c, const std::vector<int>& waiting_on) {
+// last_check throttles the check of peer processes (the waiting thread's own).
+Status health(ncclComm& c, const std::vector<int>& waiting_on, Clock::time_point* last_check) {
   if (c.aborted.load()) return {ncclRemoteError, "the communicator was aborted on this rank"};
   if (const int a = c.header->aborted_by.load(std::memory_order_acquire); a != 0) {
     return {ncclRemoteError, cat("rank ", a - 1, " aborted the communicator")};
@@ -621,8 +631,8 @@ Status health(ncclComm& c, const std::vector<int>& waiting_on) {
     }
   }
   const auto now = Clock::now();
-  if (now - c.last_pid_check >= std::chrono::milliseconds(50)) {
-    c.last_pid_check = now;
+  if (now - *last_check >= std::chrono::milliseconds(50)) {
+    *last_check = now;
     for (int r : waiting_on) {
       const pid_t pid = c.area(r).pid.load();
       if (pid > 0 && process_gone(pid)) {
@@ -636,10 +646,12 @@ Status health(ncclComm& c, const std::vector<int>& waiting_on) {
 // Waits until ready(); blockers() names the ranks it waits for. A failed health check counts only
 // when ready() is still false after it: a peer may finish its part and then leave.
 template <class Ready, class Blockers>
-Status wait_until(ncclComm& c, Ready ready, Blockers blockers) {
+Status wait_until(ncclComm& c, Ready ready, Blockers blockers,
+                  Clock::time_point* last_check = nullptr) {
+  if (last_check == nullptr) last_check = &c.last_pid_check;
   Backoff backoff;
   while (!ready()) {
-    Status st = health(c, blockers());
+    Status st = health(c, blockers(), last_check);
     if (!st.ok()) return ready() ? Status{} : st;
     backoff.pause();
   }
@@ -754,7 +766,7 @@ Status run_collective(ncclComm& c, const Call& call) {
     const auto until = joined + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double, std::micro>(us));
     for (auto now = Clock::now(); now < until; now = Clock::now()) {
-      if (Status st = health(c, {}); !st.ok()) return st;
+      if (Status st = health(c, {}, &c.last_pid_check); !st.ok()) return st;
       std::this_thread::sleep_until(std::min(until, now + std::chrono::milliseconds(1)));
     }
   }
@@ -887,7 +899,7 @@ void run_p2p(const std::vector<const Call*>& calls) {
       continue;
     }
     for (P2P* p : waiting) {
-      Status st = health(*p->comm, {p->peer});
+      Status st = health(*p->comm, {p->peer}, &p->comm->last_pid_check);
       if (st.ok()) continue;
       Status mismatch;
       if (progress(*p, &mismatch) || !mismatch.ok()) {
@@ -992,6 +1004,9 @@ struct PendingInit {
   std::shared_ptr<ncclComm> comm;
   long timeout_ms;
 };
+
+// A nonblocking communicator's wait for the other ranks, on a background thread.
+void wait_joined_in_background(std::vector<PendingInit> inits);
 struct GroupState {
   int depth = 0;
   std::vector<Call> calls;
@@ -1134,6 +1149,8 @@ Status join(std::shared_ptr<ncclComm>* out, int nranks, const ncclUniqueId& id, 
   c->shm_name = parsed.name;
   c->sends.assign(size_t(nranks), 0);
   c->recvs.assign(size_t(nranks), 0);
+  c->send_connected.assign(size_t(nranks), 0);
+  c->recv_connected.assign(size_t(nranks), 0);
   if (Status st = open_shared(*c, parsed.name); !st.ok()) return st;
   int32_t other = 0;
   if (!c->area(rank).pid.compare_exchange_strong(other, int32_t(getpid()))) {
@@ -1170,6 +1187,10 @@ Status wait_joined(ncclComm& c, long timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   Backoff backoff;
   while (h->joined.load(std::memory_order_acquire) < c.nranks) {
+    if (c.aborted.load()) {
+      return {ncclInvalidUsage, cat("ncclCommInitRank: rank ", c.rank,
+                                    " was aborted while it waited for the others")};
+    }
     if (const int f = h->init_failed.load(std::memory_order_acquire); f > 0) {
       return {ncclResult_t(f), cat("ncclCommInitRank: rank ", c.rank,
                                    " stopped waiting for the other ranks: ", h->init_error)};
@@ -1419,7 +1440,6 @@ ncclResult_t submit_captured(std::vector<Call> calls) {
 // Queues calls (one call, or a whole group): one enqueue per stream, with the streams that share
 // a communicator joined into one, so that its grouped sends and receives progress together.
 ncclResult_t submit(std::vector<Call> calls) {
-  if (Status st = check_self_p2p(calls); !st.ok()) return failed(st);
   if (std::any_of(calls.begin(), calls.end(),
                   [](const Call& c) { return stream_capturing(c.stream); })) {
     return submit_captured(std::move(calls));
@@ -1508,12 +1528,152 @@ ncclResult_t submit(std::vector<Call> calls) {
   return result;
 }
 
+// ---- Connecting at first use ----
+
+// One side of a connection a call needs: kAllReduce stands for every collective (one rendezvous
+// of all ranks), kSend and kRecv for one direction of one pair.
+struct Connect {
+  std::shared_ptr<ncclComm> comm;
+  int32_t kind = 0;
+  int peer = -1;
+  CallDesc call;  // the first call that needs it
+  bool operator==(const Connect& o) const {
+    return comm == o.comm && kind == o.kind && peer == o.peer;
+  }
+};
+
+// The connections `calls` need that their communicators do not have yet. A count-0 collective
+// needs none (NCCL returns from it at once); sends and receives to self need none either.
+std::vector<Connect> connects_needed(const std::vector<Call>& calls) {
+  std::vector<Connect> out;
+  for (const Call& call : calls) {
+    const ncclComm& c = *call.comm;
+    Connect k{call.comm, kAllReduce, -1, call.desc};
+    if (is_collective(call.desc.kind)) {
+      if (c.coll_connected || call.desc.count == 0) continue;
+    } else {
+      k = Connect{call.comm, call.desc.kind, call.desc.root, call.desc};
+      const auto& done = call.desc.kind == kSend ? c.send_connected : c.recv_connected;
+      if (k.peer == c.rank || done[size_t(k.peer)] != 0) continue;
+    }
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::string describe(const Connect& k) {
+  const std::string what =
+      k.kind == kAllReduce
+          ? "its connection to every rank"
+          : cat("its connection ", k.kind == kSend ? "to" : "from", " rank ", k.peer);
+  return cat(describe(k.call), " on rank ", k.comm->rank, " waited for ", what,
+             " (made at first use)");
+}
+
+// Every side is announced before any is waited for, so that one thread can connect a group's
+// sends and receives, and several communicators of one process, together.
+Status connect_all(const std::vector<Connect>& connects) {
+  for (const Connect& k : connects) {
+    ncclComm& c = *k.comm;
+    if (k.kind == kAllReduce) {
+      c.area(c.rank).coll_connect.store(1, std::memory_order_release);
+    } else if (k.kind == kSend) {
+      c.channel(c.rank, k.peer).sender.connect.store(1, std::memory_order_release);
+    } else {
+      c.channel(k.peer, c.rank).receiver.connect.store(1, std::memory_order_release);
+    }
+  }
+  for (const Connect& k : connects) {
+    ncclComm& c = *k.comm;
+    auto missing = [&] {
+      std::vector<int> ranks;
+      if (k.kind == kAllReduce) {
+        for (int r = 0; r < c.nranks; ++r) {
+          if (c.area(r).coll_connect.load(std::memory_order_acquire) == 0) ranks.push_back(r);
+        }
+      } else if ((k.kind == kSend ? c.channel(c.rank, k.peer).receiver.connect
+                                  : c.channel(k.peer, c.rank).sender.connect)
+                     .load(std::memory_order_acquire) == 0) {
+        ranks.push_back(k.peer);
+      }
+      return ranks;
+    };
+    Clock::time_point last_check{};
+    Status st = wait_until(
+        c, [&] { return missing().empty(); }, missing, &last_check);
+    if (!st.ok()) return {st.code, cat(describe(k), ", which cannot be made: ", st.message)};
+  }
+  for (const Connect& k : connects) {
+    ncclComm& c = *k.comm;
+    if (k.kind == kAllReduce) {
+      c.coll_connected = true;
+    } else {
+      (k.kind == kSend ? c.send_connected : c.recv_connected)[size_t(k.peer)] = 1;
+    }
+  }
+  return {};
+}
+
+// Queues calls (one call, or a whole group) once their connections are made: on this thread for
+// blocking communicators, and for nonblocking ones on a background thread, as NCCL does for every
+// call of such a communicator (ncclInProgress; ncclCommGetAsyncError says when it is done, or why
+// it failed).
+ncclResult_t start(std::vector<Call> calls) {
+  if (Status st = check_self_p2p(calls); !st.ok()) return failed(st);
+  const bool blocking = calls.front().comm->blocking;
+  if (std::any_of(calls.begin(), calls.end(),
+                  [&](const Call& c) { return c.comm->blocking != blocking; })) {
+    return failed(ncclInvalidUsage,
+                  "ncclGroupEnd: a group mixes blocking and nonblocking communicators");
+  }
+  std::vector<Connect> connects = connects_needed(calls);
+  if (blocking && connects.empty()) return submit(std::move(calls));
+  std::vector<std::shared_ptr<ncclComm>> comms;
+  for (const Call& call : calls) {
+    if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) comms.push_back(call.comm);
+  }
+  if (blocking) {
+    if (Status st = connect_all(connects); !st.ok()) {
+      for (const auto& c : comms) c->fail(st);
+      return failed(st);
+    }
+    return submit(std::move(calls));
+  }
+  for (const auto& c : comms) {
+    std::lock_guard lock(c->mu);
+    ++c->in_progress;
+  }
+  std::thread([calls = std::move(calls), connects = std::move(connects), comms]() mutable {
+    Status st = connect_all(connects);
+    if (st.ok()) {
+      if (const ncclResult_t r = submit(std::move(calls)); r != ncclSuccess) st = {r, t_message};
+    }
+    for (const auto& c : comms) {
+      if (!st.ok()) c->fail(st);
+      std::lock_guard lock(c->mu);
+      --c->in_progress;
+      c->cv.notify_all();
+    }
+  }).detach();
+  return ncclInProgress;
+}
+
 // The communicator behind a handle, for a new call; or why the call fails.
 ncclResult_t usable(ncclComm_t handle, const char* api, std::shared_ptr<ncclComm>* out) {
   *out = lookup(handle);
   if (*out == nullptr) {
     return call_failed(ncclInvalidArgument,
                        cat(api, ": invalid communicator (NULL, destroyed or aborted)"));
+  }
+  {
+    std::lock_guard lock((*out)->mu);
+    if ((*out)->in_progress > 0) {
+      return call_failed(ncclInvalidArgument,
+                         cat(api,
+                             ": attempt to use a nonblocking communicator before its "
+                             "previous operation returned ncclSuccess (poll "
+                             "ncclCommGetAsyncError until it is no longer ncclInProgress)"));
+    }
   }
   if (const int e = (*out)->error.load(); e != ncclSuccess) {
     return call_failed(ncclResult_t(e),
@@ -1529,7 +1689,7 @@ ncclResult_t issue(Call call) {
   }
   std::vector<Call> calls;
   calls.push_back(std::move(call));
-  return submit(std::move(calls));
+  return start(std::move(calls));
 }
 
 ncclResult_t collective(const char* api, Kind kind, const void* send, void* recv, size_t count,
@@ -1601,10 +1761,10 @@ ncclResult_t point_to_point(const char* api, Kind kind, const void* send, void* 
   return issue(std::move(call));
 }
 
-// Waits until the communicator's queued ops have finished.
+// Waits until the communicator's background jobs and queued ops have finished.
 void drain(ncclComm& c) {
   std::unique_lock lock(c.mu);
-  c.cv.wait(lock, [&] { return c.outstanding == 0; });
+  c.cv.wait(lock, [&] { return c.in_progress == 0 && c.outstanding == 0; });
 }
 
 }  // namespace
@@ -1651,8 +1811,26 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* unique_id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  using namespace rg::emu;
+namespace rg::emu {
+namespace {
+
+void wait_joined_in_background(std::vector<PendingInit> inits) {
+  for (const PendingInit& init : inits) {
+    std::lock_guard lock(init.comm->mu);
+    ++init.comm->in_progress;
+  }
+  std::thread([inits = std::move(inits)] {
+    for (const PendingInit& init : inits) {
+      if (Status st = wait_joined(*init.comm, init.timeout_ms); !st.ok()) init.comm->fail(st);
+      std::lock_guard lock(init.comm->mu);
+      --init.comm->in_progress;
+      init.comm->cv.notify_all();
+    }
+  }).detach();
+}
+
+ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& commId, int rank,
+                       bool blocking) {
   t_message.clear();
   if (comm == nullptr) return failed(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
   long timeout_ms = 0;
@@ -1664,14 +1842,45 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
   std::shared_ptr<ncclComm> c;
   if (Status st = join(&c, nranks, commId, rank, device); !st.ok()) return failed(st);
   c->link = link;
+  c->blocking = blocking;
   if (t_group.depth > 0) {  // several ranks initialized from one thread: wait in ncclGroupEnd
     t_group.inits.push_back(PendingInit{c, timeout_ms});
+  } else if (!blocking) {
+    wait_joined_in_background({PendingInit{c, timeout_ms}});
   } else if (Status st = wait_joined(*c, timeout_ms); !st.ok()) {
     return failed(st);
   }
   publish(c);
   *comm = c.get();
-  return ncclSuccess;
+  return blocking || t_group.depth > 0 ? ncclSuccess : ncclInProgress;
+}
+
+}  // namespace
+}  // namespace rg::emu
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return rg::emu::init_rank(comm, nranks, commId, rank, /*blocking=*/true);
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config) {
+  using namespace rg::emu;
+  bool blocking = true;
+  if (config != nullptr) {
+    if (config->size != sizeof(ncclConfig_t) || config->magic != 0xcafebeef) {
+      t_message.clear();
+      return failed(ncclInvalidArgument,
+                    "ncclCommInitRankConfig: the config was not made with NCCL_CONFIG_INITIALIZER");
+    }
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1) {
+      t_message.clear();
+      return failed(ncclInvalidArgument,
+                    cat("ncclCommInitRankConfig: blocking must be 0 or 1, got ", config->blocking));
+    }
+    blocking = config->blocking != 0;
+  }
+  return init_rank(comm, nranks, commId, rank, blocking);
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
@@ -1751,7 +1960,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   c->header->aborted_by.compare_exchange_strong(none, c->rank + 1);
   // Running ops notice within a backoff period; queued ones will do nothing when they start.
   std::unique_lock lock(c->mu);
-  c->cv.wait_for(lock, std::chrono::seconds(10), [&] { return c->running == 0; });
+  c->cv.wait_for(lock, std::chrono::seconds(10),
+                 [&] { return c->running == 0 && c->in_progress == 0; });
   return ncclSuccess;
 }
 
@@ -1762,7 +1972,11 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   if (c == nullptr || asyncError == nullptr) {
     return failed(ncclInvalidArgument, "ncclCommGetAsyncError: invalid communicator or NULL");
   }
-  *asyncError = ncclResult_t(c->error.load());
+  std::lock_guard lock(c->mu);
+  const int e = c->error.load();
+  *asyncError = e != ncclSuccess     ? ncclResult_t(e)
+                : c->in_progress > 0 ? ncclInProgress
+                                     : ncclSuccess;
   return ncclSuccess;
 }
 
@@ -1885,11 +2099,18 @@ ncclResult_t ncclGroupEnd() {
   GroupState group = std::move(t_group);
   t_group = GroupState{};
   ncclResult_t result = ncclSuccess;
+  std::vector<PendingInit> nonblocking;
   for (PendingInit& init : group.inits) {
-    if (Status st = wait_joined(*init.comm, init.timeout_ms); !st.ok()) {
+    if (!init.comm->blocking) {
+      nonblocking.push_back(std::move(init));
+    } else if (Status st = wait_joined(*init.comm, init.timeout_ms); !st.ok()) {
       init.comm->fail(st);
       if (result == ncclSuccess) result = failed(st);
     }
+  }
+  if (!nonblocking.empty()) {
+    wait_joined_in_background(std::move(nonblocking));
+    if (result == ncclSuccess) result = ncclInProgress;
   }
   if (!group.error.ok()) {
     return failed(group.error.code, cat("ncclGroupEnd: nothing of the group was queued, since a "
@@ -1897,8 +2118,8 @@ ncclResult_t ncclGroupEnd() {
                                         group.error.message));
   }
   if (!group.calls.empty()) {
-    const ncclResult_t r = submit(std::move(group.calls));
-    if (result == ncclSuccess) result = r;
+    const ncclResult_t r = start(std::move(group.calls));
+    if (result == ncclSuccess || (result == ncclInProgress && r != ncclSuccess)) result = r;
   }
   return result;
 }

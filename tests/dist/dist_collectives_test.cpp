@@ -7,11 +7,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "comm/init.h"
 #include "comm/process_group_gloo.h"
@@ -161,10 +160,13 @@ Tensor device_ones(const ProcessGroup& pg, int64_t n) {
   return t;
 }
 
+// After a first collective (which connects the ranks), the last rank never calls the second: the
+// others' collective waits on the device until the watchdog's timeout.
 TEST(DistNcclFaults, RankThatNeverCallsEndsInANamedTimeoutAndAbort) {
   auto pg = nccl_fault_group("nccl-never", 2s);
   const int last = pg->size() - 1;
   auto store = default_store();
+  pg->all_reduce(device_ones(*pg, 10))->wait();
   if (pg->rank() != last) {
     const auto t0 = std::chrono::steady_clock::now();
     auto w = pg->all_reduce(device_ones(*pg, 1000));
@@ -172,13 +174,12 @@ TEST(DistNcclFaults, RankThatNeverCallsEndsInANamedTimeoutAndAbort) {
     const auto waited = std::chrono::steady_clock::now() - t0;
     EXPECT_GE(waited, 1500ms);
     EXPECT_LT(waited, 30s);
-    EXPECT_NE(e.find("all_reduce #1"), std::string::npos) << e;
+    EXPECT_NE(e.find("all_reduce #2"), std::string::npos) << e;
     // The first rank to time out aborts the communicator, so a neighbour may see that first.
     const bool timed_out = e.find("timed out after 2000 ms") != std::string::npos;
     EXPECT_TRUE(timed_out || e.find("aborted the communicator") != std::string::npos) << e;
     if (timed_out) {
-      EXPECT_NE(e.find("ranks that have not joined it: " + std::to_string(last)),
-                std::string::npos)
+      EXPECT_NE(e.find("ranks that have not joined it: " + std::to_string(last)), std::string::npos)
           << e;
     }
     // The group is aborted: later work fails at once, naming the first error.
@@ -191,6 +192,41 @@ TEST(DistNcclFaults, RankThatNeverCallsEndsInANamedTimeoutAndAbort) {
   }
   // Everyone (the absent rank too) keeps its communicator until the callers have checked.
   while (store->add("nccl-never/checked", 0) < last) std::this_thread::sleep_for(10ms);
+}
+
+// The last rank never makes its first collective, where NCCL connects the ranks on the host: the
+// others' all_reduce is not queued within the timeout, the call returns with the work failed (a
+// blocking communicator would wait inside NCCL for good), and the group is aborted.
+TEST(DistNcclFaults, RankThatNeverMakesTheFirstCollectiveEndsInATimeoutAtIssue) {
+  auto pg = nccl_fault_group("nccl-never-first", 2s);
+  const int last = pg->size() - 1;
+  auto store = default_store();
+  if (pg->rank() != last) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto w = pg->all_reduce(device_ones(*pg, 1000));
+    const auto returned = std::chrono::steady_clock::now() - t0;
+    const std::string e = nccl_error_of(*w);
+    EXPECT_LT(returned, 30s);
+    EXPECT_NE(e.find("all_reduce #1 (f32[1000], sum, native) on rank " +
+                     std::to_string(pg->rank()) + " of 3 could not be queued: "),
+              std::string::npos)
+        << e;
+    // The first rank to time out aborts the communicator, so a neighbour may see that first.
+    const bool timed_out =
+        e.find("NCCL was still connecting this rank to its peers 2000 ms after ncclAllReduce") !=
+        std::string::npos;
+    EXPECT_TRUE(timed_out || e.find("aborted the communicator") != std::string::npos) << e;
+    if (timed_out) {
+      EXPECT_GE(returned, 1500ms);
+      EXPECT_NE(e.find("ranks that have not joined it: " + std::to_string(last)), std::string::npos)
+          << e;
+    }
+    const std::string later = nccl_error_of(*pg->all_reduce(device_ones(*pg, 10)));
+    EXPECT_NE(later.find("unusable after an earlier failure"), std::string::npos) << later;
+    std::cout << "rank " << pg->rank() << " saw: " << e << "\n";
+    store->add("nccl-never-first/checked", 1);
+  }
+  while (store->add("nccl-never-first/checked", 0) < last) std::this_thread::sleep_for(10ms);
 }
 
 TEST(DistNcclFaults, MismatchedCollectivesAreNamedInsteadOfHanging) {

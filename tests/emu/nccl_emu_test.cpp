@@ -662,7 +662,8 @@ TEST(NcclEmuWorker, Collectives) {
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
-// Rank 1 exits right after joining; rank 0's all-reduce then fails instead of waiting forever.
+// Rank 1 exits after their first all-reduce (which connects them); rank 0's next all-reduce then
+// fails on its stream instead of waiting forever.
 TEST(NcclEmuWorker, PeerExits) {
   const std::optional<WorkerArgs> args = worker_args();
   if (!args) return;
@@ -671,9 +672,12 @@ TEST(NcclEmuWorker, PeerExits) {
   ncclComm_t comm = nullptr;
   ASSERT_EQ(ncclCommInitRank(&comm, 2, args->id, args->rank), ncclSuccess)
       << ncclGetLastError(nullptr);
-  if (args->rank == 1) _exit(0);
   cudaStream_t stream = new_stream();
   std::vector<float> x(1000, 1.0f);
+  ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 1, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+  ASSERT_TRUE(wait_stream(stream, Seconds(30)));
+  if (args->rank == 1) _exit(0);
+  x[0] = 1.0f;
   ASSERT_EQ(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, comm, stream),
             ncclSuccess);
   ASSERT_TRUE(wait_stream(stream, Seconds(30)));
@@ -799,6 +803,33 @@ std::vector<ncclComm_t> local_comms(int n) {
   return comms;
 }
 
+// local_comms(n) with the connections NCCL makes at first use (see shim/nccl.h) already made, so
+// that one thread can then call for one rank at a time: through one group, a one-element
+// all-reduce (collective #1 of every rank) and a one-element send and receive each way between
+// every pair.
+std::vector<ncclComm_t> connected_comms(int n) {
+  std::vector<ncclComm_t> comms = local_comms(n);
+  std::vector<cudaStream_t> streams;
+  for (int r = 0; r < n; ++r) streams.push_back(new_stream(r));
+  std::vector<std::vector<float>> buf(size_t(n), std::vector<float>(size_t(1 + 2 * n), 1.0f));
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    float* b = buf[size_t(r)].data();
+    const ncclComm_t c = comms[size_t(r)];
+    const cudaStream_t s = streams[size_t(r)];
+    EXPECT_EQ(ncclAllReduce(b, b, 1, ncclFloat32, ncclSum, c, s), ncclSuccess);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      EXPECT_EQ(ncclSend(b + 1 + p, 1, ncclFloat32, p, c, s), ncclSuccess);
+      EXPECT_EQ(ncclRecv(b + 1 + n + p, 1, ncclFloat32, p, c, s), ncclSuccess);
+    }
+  }
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (cudaStream_t s : streams) EXPECT_TRUE(wait_stream(s, Seconds(30)));
+  for (ncclComm_t c : comms) EXPECT_EQ(async_error(c), ncclSuccess) << last_error(c);
+  return comms;
+}
+
 TEST_F(NcclEmu, InitRankFromThreads) {
   within(Seconds(120), [] {
     LaunchBlockingOff blocking_off;
@@ -827,7 +858,7 @@ TEST_F(NcclEmu, InitRankFromThreads) {
 TEST_F(NcclEmu, OneCommunicatorOnSeveralStreams) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
-    std::vector<ncclComm_t> comms = local_comms(2);
+    std::vector<ncclComm_t> comms = connected_comms(2);
     cudaStream_t a = new_stream(0), b = new_stream(0), c = new_stream(1);
     const TypeInfo& f32 = type_info(ncclFloat32);
     const size_t count = 150001;
@@ -924,7 +955,7 @@ TEST_F(NcclEmu, LinkModelHoldsEachAllReduceForTheRingTime) {
 TEST_F(NcclEmu, ACapturedCollectiveRunsAtEachLaunchOfItsGraph) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
-    std::vector<ncclComm_t> comms = local_comms(2);
+    std::vector<ncclComm_t> comms = connected_comms(2);
     std::vector<cudaStream_t> streams = {new_stream(0), new_stream(1)};
     std::vector<std::vector<float>> x = {std::vector<float>(6, 1.f), std::vector<float>(6, 2.f)};
     std::vector<cudaGraphExec_t> execs(2, nullptr);
@@ -995,9 +1026,12 @@ TEST_F(NcclEmu, DifferentCollectivesAreNamedOnEveryRank) {
     std::vector<ncclComm_t> comms = local_comms(2);
     cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> a(1000, 1.0f), b(1000, 2.0f), out(1000, -1.0f);
+    // In one group: their first collectives connect the ranks on the host (see shim/nccl.h).
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(a.data(), out.data(), 1000, ncclFloat32, ncclSum, comms[0], s0),
               ncclSuccess);
     ASSERT_EQ(ncclBroadcast(b.data(), b.data(), 1000, ncclFloat32, 0, comms[1], s1), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
     ASSERT_TRUE(wait_stream(s0, Seconds(30)));
     ASSERT_TRUE(wait_stream(s1, Seconds(30)));
     const std::string want =
@@ -1032,11 +1066,13 @@ TEST_F(NcclEmu, SkippedCountZeroCollectiveIsNamedInAMismatch) {
     std::vector<ncclComm_t> comms = local_comms(2);
     cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> x(10, 1.0f), y(10, 1.0f);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);  // connects the ranks (see above)
     ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 0, ncclFloat32, ncclSum, comms[0], s0),
               ncclSuccess);
     ASSERT_EQ(ncclBroadcast(x.data(), x.data(), 10, ncclFloat32, 1, comms[0], s0), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(y.data(), y.data(), 10, ncclFloat32, ncclSum, comms[1], s1),
               ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
     ASSERT_TRUE(wait_stream(s0, Seconds(30)));
     ASSERT_TRUE(wait_stream(s1, Seconds(30)));
     const std::string want =
@@ -1057,8 +1093,10 @@ TEST_F(NcclEmu, DifferentSendAndReceiveAreNamed) {
     std::vector<ncclComm_t> comms = local_comms(2);
     cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> x(100, 1.0f), y(100, -1.0f);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);  // connects rank 0 to rank 1 (see above)
     ASSERT_EQ(ncclSend(x.data(), 100, ncclFloat32, 1, comms[0], s0), ncclSuccess);
     ASSERT_EQ(ncclRecv(y.data(), 50, ncclFloat32, 0, comms[1], s1), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
     ASSERT_TRUE(wait_stream(s0, Seconds(30)));
     ASSERT_TRUE(wait_stream(s1, Seconds(30)));
     const std::string want =
@@ -1076,7 +1114,7 @@ TEST_F(NcclEmu, DifferentSendAndReceiveAreNamed) {
 TEST_F(NcclEmu, AbortUnblocksARankWhosePeerNeverCalls) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
-    std::vector<ncclComm_t> comms = local_comms(2);
+    std::vector<ncclComm_t> comms = connected_comms(2);
     cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
     std::vector<float> x(1000, 1.0f);
     ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 1000, ncclFloat32, ncclSum, comms[0], s0),
@@ -1099,6 +1137,167 @@ TEST_F(NcclEmu, AbortUnblocksARankWhosePeerNeverCalls) {
     EXPECT_NE(last_error(comms[1]).find("rank 0 aborted the communicator"), std::string::npos)
         << last_error(comms[1]);
     EXPECT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+  });
+}
+
+// As NCCL 2.22 and later: a blocking communicator's first collective waits on the host until every
+// rank has made its own (they connect then), and its first send to a peer until that peer's first
+// receive from it; later calls do not wait on the host.
+TEST_F(NcclEmu, AFirstCallWaitsOnTheHostUntilItsPeersConnect) {
+  within(Seconds(60), [] {
+    using std::chrono::milliseconds;
+    LaunchBlockingOff blocking_off;
+    std::vector<ncclComm_t> comms = local_comms(2);
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
+    std::vector<float> x(8, 1.0f), y(8, 2.0f);
+    std::atomic<bool> returned{false};
+    ncclResult_t r0 = ncclInternalError;
+    auto on_rank0 = [&](const std::function<ncclResult_t()>& call) {
+      returned = false;
+      return std::thread([&, call] {
+        EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+        r0 = call();
+        returned = true;
+      });
+    };
+    std::thread t = on_rank0(
+        [&] { return ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, comms[0], s0); });
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_FALSE(returned) << "the first collective returned before its peer connected";
+    ASSERT_EQ(ncclAllReduce(y.data(), y.data(), 8, ncclFloat32, ncclSum, comms[1], s1),
+              ncclSuccess);
+    t.join();
+    EXPECT_EQ(r0, ncclSuccess) << last_error(comms[0]);
+    ASSERT_TRUE(wait_stream(s0, Seconds(30)));
+    ASSERT_TRUE(wait_stream(s1, Seconds(30)));
+    EXPECT_EQ(x, std::vector<float>(8, 3.0f));
+    EXPECT_EQ(y, std::vector<float>(8, 3.0f));
+    // Connected: one thread calls for one rank, then for the other.
+    ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, comms[0], s0),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(y.data(), y.data(), 8, ncclFloat32, ncclSum, comms[1], s1),
+              ncclSuccess);
+    ASSERT_TRUE(wait_stream(s0, Seconds(30)));
+    ASSERT_TRUE(wait_stream(s1, Seconds(30)));
+    EXPECT_EQ(x, std::vector<float>(8, 6.0f));
+    // The collectives' connection does not make sends and receives: rank 0's first send waits
+    // for rank 1's first receive from rank 0.
+    std::fill(y.begin(), y.end(), -1.0f);
+    t = on_rank0([&] { return ncclSend(x.data(), 8, ncclFloat32, 1, comms[0], s0); });
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_FALSE(returned) << "the first send returned before its peer connected";
+    ASSERT_EQ(ncclRecv(y.data(), 8, ncclFloat32, 0, comms[1], s1), ncclSuccess);
+    t.join();
+    EXPECT_EQ(r0, ncclSuccess) << last_error(comms[0]);
+    ASSERT_TRUE(wait_stream(s0, Seconds(30)));
+    ASSERT_TRUE(wait_stream(s1, Seconds(30)));
+    EXPECT_EQ(y, std::vector<float>(8, 6.0f));
+    for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  });
+}
+
+// A first call whose peer destroyed its communicator fails on the host, naming the call, the
+// connection it waited for and why that cannot be made.
+TEST_F(NcclEmu, AConnectionToAPeerThatLeftFailsOnTheHost) {
+  within(Seconds(60), [] {
+    LaunchBlockingOff blocking_off;
+    std::vector<ncclComm_t> comms = local_comms(2);
+    cudaStream_t s0 = new_stream(0);
+    ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+    std::vector<float> x(8, 1.0f);
+    EXPECT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, comms[0], s0),
+              ncclRemoteError);
+    const std::string want =
+        "ncclAllReduce(f32[8], sum) on rank 0 waited for its connection to every rank (made at "
+        "first use), which cannot be made: rank 1 destroyed the communicator";
+    EXPECT_NE(last_error(comms[0]).find(want), std::string::npos) << last_error(comms[0]);
+    EXPECT_EQ(async_error(comms[0]), ncclRemoteError);
+    EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  });
+}
+
+// A nonblocking communicator (ncclConfig_t::blocking = 0) returns from every call at once:
+// ncclCommGetAsyncError says ncclInProgress while its creation waits for the other ranks or a call
+// for its connections, and NCCL refuses the next call until then. ncclCommAbort ends a wait for a
+// connection that never comes.
+TEST_F(NcclEmu, ANonblockingCommunicatorIsInProgressUntilItsPeersJoinAndConnect) {
+  within(Seconds(60), [] {
+    using std::chrono::milliseconds;
+    LaunchBlockingOff blocking_off;
+    expect_devices(2);
+    auto settle = [](ncclComm_t c) {
+      ncclResult_t r = ncclInProgress;
+      for (int i = 0; i < 10000 && r == ncclInProgress; ++i) {
+        EXPECT_EQ(ncclCommGetAsyncError(c, &r), ncclSuccess);
+        if (r == ncclInProgress) std::this_thread::sleep_for(milliseconds(1));
+      }
+      return r;
+    };
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t c0 = nullptr, c1 = nullptr;
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(ncclCommInitRankConfig(&c0, 2, id, 0, &config), ncclInProgress);
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
+    std::vector<float> x(8, 1.0f), y(8, 2.0f);
+    std::this_thread::sleep_for(milliseconds(100));
+    EXPECT_EQ(async_error(c0), ncclInProgress) << "rank 1 has not joined";
+    EXPECT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, c0, s0),
+              ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("before its previous operation"),
+              std::string::npos)
+        << ncclGetLastError(nullptr);
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    ASSERT_EQ(ncclCommInitRankConfig(&c1, 2, id, 1, &config), ncclInProgress);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    EXPECT_EQ(settle(c0), ncclSuccess) << last_error(c0);
+    EXPECT_EQ(settle(c1), ncclSuccess) << last_error(c1);
+
+    // The first collective stays in progress, with nothing on its stream, until the peer's.
+    EXPECT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, c0, s0), ncclInProgress);
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_EQ(async_error(c0), ncclInProgress);
+    EXPECT_EQ(cudaStreamQuery(s0), cudaSuccess);
+    EXPECT_EQ(ncclAllReduce(y.data(), y.data(), 8, ncclFloat32, ncclSum, c1, s1), ncclInProgress);
+    EXPECT_EQ(settle(c0), ncclSuccess) << last_error(c0);
+    EXPECT_EQ(settle(c1), ncclSuccess) << last_error(c1);
+    ASSERT_TRUE(wait_stream(s0, Seconds(30)));
+    ASSERT_TRUE(wait_stream(s1, Seconds(30)));
+    EXPECT_EQ(x, std::vector<float>(8, 3.0f));
+    EXPECT_EQ(y, std::vector<float>(8, 3.0f));
+    // Connected calls too return ncclInProgress (NCCL queues them on a thread of its own).
+    EXPECT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, c0, s0), ncclInProgress);
+    EXPECT_EQ(ncclAllReduce(y.data(), y.data(), 8, ncclFloat32, ncclSum, c1, s1), ncclInProgress);
+    EXPECT_EQ(settle(c0), ncclSuccess) << last_error(c0);
+    EXPECT_EQ(settle(c1), ncclSuccess) << last_error(c1);
+    ASSERT_TRUE(wait_stream(s0, Seconds(30)));
+    ASSERT_TRUE(wait_stream(s1, Seconds(30)));
+    EXPECT_EQ(x, std::vector<float>(8, 6.0f));
+
+    // A group may not mix blocking and nonblocking communicators; nothing of it is queued.
+    std::vector<ncclComm_t> blocking = local_comms(2);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, c0, s0), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, blocking[0], s0),
+              ncclSuccess);
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("mixes blocking and nonblocking"),
+              std::string::npos)
+        << ncclGetLastError(nullptr);
+    for (ncclComm_t c : blocking) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    EXPECT_EQ(async_error(c0), ncclSuccess);
+
+    // Rank 0's first send to rank 1, which rank 1 never receives: in progress until aborted.
+    EXPECT_EQ(ncclSend(x.data(), 8, ncclFloat32, 1, c0, s0), ncclInProgress);
+    std::this_thread::sleep_for(milliseconds(100));
+    EXPECT_EQ(async_error(c0), ncclInProgress);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(ncclCommAbort(c0), ncclSuccess);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, Seconds(5));
+    EXPECT_EQ(x, std::vector<float>(8, 6.0f));
+    EXPECT_EQ(ncclCommDestroy(c1), ncclSuccess);
   });
 }
 

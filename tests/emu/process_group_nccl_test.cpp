@@ -214,6 +214,66 @@ TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedE
       << said;
 }
 
+// NCCL connects a rank to its peers on the host at first use (a communicator's first collective,
+// its first send to or receive from a peer) and waits there for each peer's own such call. With
+// the group's nonblocking communicator (the default) a peer that never makes it costs the
+// collective's timeout, then the work fails naming the rank that never joined, and the group is
+// aborted; a blocking communicator would wait inside that call for good, holding its issuer.
+TEST_F(ProcessGroupNcclThreads, AFirstCollectiveAPeerNeverMakesFailsAtItsTimeoutWhenIssued) {
+  auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions o;
+  o.timeout = 1500ms;
+  std::atomic<bool> checked{false};
+  std::chrono::steady_clock::duration took{};
+  std::string error, later;
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    ProcessGroupNCCL pg(store, rank, 2, o);
+    if (rank == 1) {  // goes elsewhere, and leaves without a collective
+      while (!checked) std::this_thread::sleep_for(10ms);
+      return;
+    }
+    const Tensor t = full({16}, 1.0, DType::f32, Device::cuda(rank));
+    const auto t0 = std::chrono::steady_clock::now();
+    WorkPtr w = pg.all_reduce(t);
+    took = std::chrono::steady_clock::now() - t0;
+    error = testing::error_of([&] { w->wait(); });
+    later = testing::error_of([&] { pg.all_reduce(t)->wait(); });
+    checked = true;
+  });
+  EXPECT_GE(took, 1400ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_NE(error.find("all_reduce #1 (f32[16], sum, native) on rank 0 of 2 could not be queued: "
+                       "NCCL was still connecting this rank to its peers 1500 ms after "
+                       "ncclAllReduce"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("; ranks that have not joined it: 1"), std::string::npos) << error;
+  EXPECT_NE(later.find("unusable after an earlier failure"), std::string::npos) << later;
+}
+
+// RG_NCCL_NONBLOCKING=0 makes the communicators blocking (NCCL's default): the same collectives,
+// values and ring; another value is refused naming the variable.
+TEST_F(ProcessGroupNcclThreads, BlockingCommunicatorsRunTheSameCollectives) {
+  ASSERT_EQ(setenv("RG_NCCL_NONBLOCKING", "0", 1), 0);
+  auto store = std::make_shared<HashStore>();
+  run_ranks(kWorld, [&](int rank) {
+    ProcessGroupNCCL pg(store, rank, kWorld, options());
+    rg::testing::check_all_reduce(pg, DType::f32, 1000, ReduceOp::sum);
+    rg::testing::check_broadcast(pg, DType::bf16, 300, 2);
+    rg::testing::check_all_gather(pg, DType::i64, 40);
+    rg::testing::check_send_recv(pg, DType::f32, 100);
+    pg.set_algorithm(Algorithm::ring);
+    rg::testing::check_all_reduce(pg, DType::f32, 100000, ReduceOp::avg);
+    pg.barrier()->wait();
+  });
+  ASSERT_EQ(setenv("RG_NCCL_NONBLOCKING", "yes", 1), 0);
+  expect_error([&] { ProcessGroupNCCL pg(std::make_shared<HashStore>(), 0, 1, options()); },
+               "RG_NCCL_NONBLOCKING=yes must be 1 (nonblocking NCCL communicators, the default) "
+               "or 0 (blocking ones)");
+  unsetenv("RG_NCCL_NONBLOCKING");
+}
+
 // A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
 // not NCCL's "(run with NCCL_DEBUG=WARN for details)". Forced here through the emulated NCCL's
 // refusal of a bad RG_EMU_NCCL_INIT_TIMEOUT_MS.
@@ -229,7 +289,12 @@ TEST_F(ProcessGroupNcclThreads, AFailedNcclCallSaysWhatNcclSaid) {
   const std::string last = ncclGetLastError(nullptr);
   unsetenv("RG_EMU_NCCL_INIT_TIMEOUT_MS");
   EXPECT_EQ(last, "RG_EMU_NCCL_INIT_TIMEOUT_MS=soon is not a positive integer");
-  EXPECT_NE(msg.find("ncclCommInitRank(&s.comm, size, id, rank) failed: invalid argument: " + last),
+  EXPECT_NE(msg.find("ProcessGroupNCCL: rank 0 of 1 could not create its NCCL communicator: "),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("ncclCommInitRankConfig(&s.comm, size, id, rank, &config) failed: invalid "
+                     "argument: " +
+                     last),
             std::string::npos)
       << msg;
   EXPECT_NE(std::string(ncclGetErrorString(ncclInvalidArgument)).find("NCCL_DEBUG"),

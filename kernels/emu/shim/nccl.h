@@ -70,12 +70,47 @@ typedef enum {
   ncclNumTypes = 12
 } ncclDataType_t;
 
+// The communicator options of ncclCommInitRankConfig. The emulator reads `blocking` only (and
+// checks size and magic); the other fields are NCCL's and are accepted and ignored.
+#define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define NCCL_CONFIG_UNDEF_PTR NULL
+typedef struct ncclConfig_v22800 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;  // 0: every call returns at once, ncclInProgress while it still waits (see below)
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char* netName;
+  int splitShare;
+} ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER                                                         \
+  {                                                                                     \
+    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT             \
+  }
+
+// Connections are made at first use, as NCCL 2.22 and later do (NCCL_RUNTIME_CONNECT=1): a
+// communicator's first collective waits on the host until every rank has reached its first
+// collective, and the first send to (receive from) a peer until that peer's first receive from
+// (send to) this rank. A blocking communicator waits inside the call (inside ncclGroupEnd for a
+// group); a nonblocking one returns ncclInProgress and connects and queues the work on a
+// background thread, and ncclCommGetAsyncError says ncclInProgress until that is done. Calls on
+// a communicator whose earlier call is still in progress are refused (ncclInvalidArgument), as
+// NCCL does. ncclCommAbort ends such a wait.
+
 extern "C" {
 
 ncclResult_t ncclGetVersion(int* version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId);
 // Blocks until all nranks ranks have joined, at most RG_EMU_NCCL_INIT_TIMEOUT_MS (default 300000).
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
+// config->blocking == 0: returns ncclInProgress after registering this rank, and waits for the
+// others on a background thread (ncclCommGetAsyncError: ncclInProgress until all have joined).
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config);
 ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
