@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -521,6 +522,17 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
     // could never end.
     // A wait of more than a second says what it waits for (up to the timeout: minutes, by default).
     std::unique_lock lock(impl_->mu);
+    if (std::uncaught_exceptions() > 0 && !impl_->pending.empty()) {
+      // Destroyed by an exception's unwinding: nothing will read what is pending, and its peers
+      // may be gone too. Aborted at once, as the rank's exit would, instead of waiting up to the
+      // timeout.
+      const std::string msg = detail::cat(
+          "ringgrad: the NCCL group of rank ", rank(), " is aborted with ", impl_->pending.size(),
+          " pending collective(s), the oldest ", impl_->describe(*impl_->pending.front()),
+          ", as it is destroyed by an exception");
+      std::cerr << msg << std::endl;
+      impl_->abort_group(lock, msg.substr(std::strlen("ringgrad: ")));
+    }
     const Clock::time_point start = Clock::now();
     bool said = false;
     while (!impl_->pending.empty()) {

@@ -214,6 +214,47 @@ TEST_F(ProcessGroupNcclThreads, DestroyingAGroupWithACollectiveAPeerNeverJoinedE
       << said;
 }
 
+// Destroyed by an exception's unwinding, with a collective its peer has not joined: the group is
+// aborted at once, saying so on stderr, instead of waiting for the collective's timeout (a minute
+// here); the pending work fails with that reason.
+TEST_F(ProcessGroupNcclThreads, DestroyingAGroupDuringAnExceptionAbortsItAtOnce) {
+  auto store = std::make_shared<HashStore>();
+  std::atomic<bool> destroyed{false};
+  std::chrono::steady_clock::duration took{};
+  std::string error, said;
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    auto pg = std::make_unique<ProcessGroupNCCL>(store, rank, 2, options());
+    pg->barrier()->wait();  // connected
+    const Tensor t = full({16}, 1.0, DType::f32, Device::cuda(rank));
+    if (rank == 0) {
+      WorkPtr w;
+      std::chrono::steady_clock::time_point t0;
+      ::testing::internal::CaptureStderr();
+      try {
+        const std::unique_ptr<ProcessGroupNCCL> owned = std::move(pg);
+        w = owned->all_reduce(t);
+        t0 = std::chrono::steady_clock::now();
+        throw std::runtime_error("the step failed");
+      } catch (const std::runtime_error&) {
+        took = std::chrono::steady_clock::now() - t0;
+      }
+      said = ::testing::internal::GetCapturedStderr();
+      destroyed = true;
+      error = testing::error_of([&] { w->wait(); });
+      return;
+    }
+    while (!destroyed) std::this_thread::sleep_for(10ms);
+    (void)testing::error_of([&] { pg->all_reduce(t)->wait(); });  // fails: rank 0 aborted
+  });
+  EXPECT_LT(took, 5s) << "the destructor waited for the collective's timeout";
+  const std::string want =
+      "the NCCL group of rank 0 is aborted with 1 pending collective(s), the oldest all_reduce #2 "
+      "(f32[16], sum, native) on rank 0 of 2, as it is destroyed by an exception";
+  EXPECT_NE(said.find("ringgrad: " + want), std::string::npos) << said;
+  EXPECT_NE(error.find(want), std::string::npos) << error;
+}
+
 // NCCL connects a rank to its peers on the host at first use (a communicator's first collective,
 // its first send to or receive from a peer) and waits there for each peer's own such call. With
 // the group's nonblocking communicator (the default) a peer that never makes it costs the
