@@ -348,24 +348,28 @@ struct ProcessGroupNCCL::Impl {
                             &give_up};
         launch(as_cuda(*stream), nccl);
       }
-      // After the launch returned: a nonblocking call has queued its work only then.
+      // After the launch returned: a nonblocking call has queued its work only then, and its
+      // time on the device starts then (its connection may have taken most of the timeout).
       work->end.record(*stream);
+      work->issued = Clock::now();
     } catch (const std::exception& e) {
       failure = e.what();
+    } catch (...) {
+      failure = "an exception that is not a std::exception";
     }
     lock.lock();
     --issuing;
     cv.notify_all();
     if (!failure.empty() || !broken.empty()) {
       // NCCL refused the call, or did not queue it in time (a peer that never connects), or the
-      // group failed meanwhile: the group is unusable, the communicator aborted, and the work
-      // fails with the reason instead of the caller's thread throwing mid-collective.
+      // group failed meanwhile: the group is unusable (the watchdog aborts the communicator), and
+      // the work fails with the reason instead of the caller's thread throwing mid-collective.
       const std::string msg =
           failure.empty() ? pg.describe(op, seq, detail) +
                                 " was not run: the NCCL group failed during its issue: " + broken
                           : pg.describe(op, seq, detail) + " could not be queued: " + failure +
-                                ranks_behind(seq);
-      abort_group(lock, msg);
+                                (graph == nullptr ? ranks_behind(seq) : "");
+      fail_group(lock, msg);
       lock.unlock();
       work->finish(std::make_exception_ptr(Error(msg)));
       return work;
@@ -393,11 +397,13 @@ struct ProcessGroupNCCL::Impl {
                            : "; ranks that have not joined it: " + format_ranks(*behind);
   }
 
-  // Makes the group unusable with `msg` (the first reason stays), fails every pending work with
-  // it and aborts the communicator once no issuer is inside NCCL (one polling a nonblocking call
-  // stops at `give_up`; one blocked in a blocking call only when that call returns). Under `lock`,
-  // which it releases meanwhile.
-  void abort_group(std::unique_lock<std::mutex>& lock, const std::string& msg) {
+  // Makes the group unusable with `msg` (the first reason stays) and fails every pending work
+  // with it; an issuer polling a nonblocking call stops at `give_up`. The communicator is
+  // aborted by the watchdog once no issuer is inside NCCL (maybe_abort), or by the destructor:
+  // never on the thread that issues, since NCCL 2.26 and later keep an abort waiting until the
+  // CUDA graphs that captured the communicator's calls are destroyed, which that thread does.
+  // Under `lock`, which it releases meanwhile.
+  void fail_group(std::unique_lock<std::mutex>& lock, const std::string& msg) {
     if (broken.empty()) broken = msg;
     give_up = true;
     auto failed = std::move(pending);
@@ -406,13 +412,17 @@ struct ProcessGroupNCCL::Impl {
     lock.unlock();
     for (auto& w : failed) w->finish(std::make_exception_ptr(Error(msg)));
     lock.lock();
-    cv.wait(lock, [&] { return issuing == 0; });
+    cv.notify_all();
+  }
+
+  // The watchdog's abort of a failed group, once no issuer is inside NCCL (an issuer blocked in a
+  // blocking communicator's call may never return: the watchdog goes on meanwhile). Without the
+  // lock: the abort may wait for the training thread to destroy CUDA graphs (see fail_group),
+  // which it does once its next replay check has seen `broken` (and thrown).
+  void maybe_abort(std::unique_lock<std::mutex>& lock) {
+    if (broken.empty() || comm == nullptr || issuing > 0) return;
     ncclComm_t aborted = std::exchange(comm, nullptr);
-    if (aborted == nullptr) return;
     lock.unlock();
-    // Without the lock: NCCL 2.26 and later keep an abort waiting until the CUDA graphs that
-    // captured the communicator's calls are destroyed, which the training thread does only
-    // after its next replay check has seen `broken` (and thrown).
     ncclCommAbort(aborted);
     lock.lock();
   }
@@ -427,6 +437,7 @@ struct ProcessGroupNCCL::Impl {
     std::unique_lock lock(mu);
     while (!stop) {
       cv.wait_for(lock, std::chrono::milliseconds(20));
+      maybe_abort(lock);
       if (pending.empty()) continue;
       // Works whose end event is reached, in issue order. An aborted or failed NCCL call also
       // reaches its end event, so the communicator's error is read after the events: an error
@@ -434,12 +445,14 @@ struct ProcessGroupNCCL::Impl {
       size_t reached = 0;
       // Polls: the watchdog's view of the stream must not order the program's host work.
       while (reached < pending.size() && pending[reached]->end.poll()) ++reached;
-      // The communicator's error, unless an issuer is inside NCCL (it reports its own failure);
+      // The communicator's error can be read only while no issuer is inside NCCL (NCCL takes one
+      // call at a time); meanwhile no work is completed, since a failed one reaches its end too.
       // ncclInProgress is no error.
+      const bool readable = issuing == 0 && comm != nullptr;
       ncclResult_t async = ncclSuccess;
-      if (issuing == 0 && comm != nullptr) ncclCommGetAsyncError(comm, &async);
+      if (readable) ncclCommGetAsyncError(comm, &async);
       if (async == ncclInProgress) async = ncclSuccess;
-      if (async == ncclSuccess) {
+      if (async == ncclSuccess && readable) {
         for (; reached > 0; --reached) {
           auto w = pending.front();
           pending.pop_front();
@@ -461,7 +474,8 @@ struct ProcessGroupNCCL::Impl {
         msg += " failed: " +
                kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
       if (oldest->replay.empty()) msg += ranks_behind(oldest->seq());
-      abort_group(lock, msg);
+      fail_group(lock, msg);
+      maybe_abort(lock);
     }
   }
 };
@@ -531,7 +545,7 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
           " pending collective(s), the oldest ", impl_->describe(*impl_->pending.front()),
           ", as it is destroyed by an exception");
       std::cerr << msg << std::endl;
-      impl_->abort_group(lock, msg.substr(std::strlen("ringgrad: ")));
+      impl_->fail_group(lock, msg.substr(std::strlen("ringgrad: ")));
     }
     const Clock::time_point start = Clock::now();
     bool said = false;
@@ -549,7 +563,14 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   }
   impl_->cv.notify_all();
   impl_->watchdog.join();
-  if (!impl_->comm) return;  // aborted (the watchdog, or a failed issue)
+  if (!impl_->comm) return;  // aborted by the watchdog
+  if (!impl_->broken.empty()) {
+    // Failed (a call NCCL refused or did not queue in time, a timeout, destroyed by an exception):
+    // what it queued may wait for peers that never come, so it is aborted, not waited for. CUDA
+    // graphs that captured its collectives are destroyed before it (see the docs).
+    ncclCommAbort(impl_->comm);
+    return;
+  }
   // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
   cuda::synchronize(impl_->device);
   // Finalizing flushes what NCCL still holds; nonblocking, it is polled like any call. If it

@@ -13,7 +13,7 @@
 #               nvidia/*/lib folders of python3's CUDA wheels; sets RG_CUBLAS_LIBRARY etc.
 #   probe       ringgrad-bench on the GPU for one step: the device and the libraries' versions
 #   tests.*     each GPU test program (gtest), every test
-#   tests.nccl-blocking  rg_gpu_tests' NCCL tests again with RG_NCCL_NONBLOCKING=0
+#   tests.nccl-blocking  rg_gpu_tests' one-rank NCCL tests again with RG_NCCL_NONBLOCKING=0
 #   mnist       one MNIST epoch with the demo recipe (scripts/demo.sh) in one process on cuda:0
 #   throughput  steady-state training throughput (median of timed windows after warm-up, the
 #               device synchronized at each window's ends) of ToyNet b64, ResNet-18 b64 and b256

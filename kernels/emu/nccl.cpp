@@ -552,6 +552,7 @@ struct ncclComm {
   int outstanding = 0;  // ops queued and not finished
   int running = 0;      // ops holding the turn
   int in_progress = 0;  // a nonblocking communicator's jobs not yet done (init, or connect + queue)
+  int captures = 0;     // captures of its calls that a CUDA graph still holds
   std::atomic<bool> aborted{false};
   std::atomic<int> error{ncclSuccess};
   std::string error_message;  // written once, under mu, with the first error
@@ -1426,7 +1427,25 @@ ncclResult_t submit_captured(std::vector<Call> calls) {
   const std::string what = work_name(named);
   std::vector<MemAccess> accesses;
   for (const Call& call : calls) add_accesses(call, &accesses);
-  auto captured = std::make_shared<const std::vector<Call>>(std::move(calls));
+  // NCCL 2.26 and later keep the communicator's abort and destroy waiting until the CUDA graphs
+  // that captured its calls are destroyed: counted while the graph holds this capture.
+  std::vector<std::shared_ptr<ncclComm>> comms;
+  for (const Call& call : calls) {
+    if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) comms.push_back(call.comm);
+  }
+  for (const auto& c : comms) {
+    std::lock_guard lock(c->mu);
+    ++c->captures;
+  }
+  auto captured = std::shared_ptr<const std::vector<Call>>(new std::vector<Call>(std::move(calls)),
+                                                           [comms](const std::vector<Call>* p) {
+                                                             delete p;
+                                                             for (const auto& c : comms) {
+                                                               std::lock_guard lock(c->mu);
+                                                               --c->captures;
+                                                               c->cv.notify_all();
+                                                             }
+                                                           });
   try {
     DeviceScope scope(device_of(key));
     enqueue_prepared(key.stream, what, std::move(accesses),
@@ -1623,8 +1642,9 @@ ncclResult_t start(std::vector<Call> calls) {
   const bool blocking = calls.front().comm->blocking;
   if (std::any_of(calls.begin(), calls.end(),
                   [&](const Call& c) { return c.comm->blocking != blocking; })) {
-    return failed(ncclInvalidUsage,
-                  "ncclGroupEnd: a group mixes blocking and nonblocking communicators");
+    return failed(ncclInvalidArgument,
+                  "ncclGroupEnd: blocking and nonblocking communicators are not allowed in the "
+                  "same group");
   }
   std::vector<Connect> connects = connects_needed(calls);
   if (blocking && connects.empty()) return submit(std::move(calls));
@@ -1759,6 +1779,19 @@ ncclResult_t point_to_point(const char* api, Kind kind, const void* send, void* 
   call.stream = stream;
   call.device = stream_device(stream);
   return issue(std::move(call));
+}
+
+// Waits until no CUDA graph holds a capture of the communicator's calls, as NCCL 2.26 and later do
+// in an abort or destroy: without end (a graph destroyed later never ends it), saying so on stderr
+// after 5 s.
+void wait_for_captures(ncclComm& c, const char* api) {
+  std::unique_lock lock(c.mu);
+  if (c.cv.wait_for(lock, std::chrono::seconds(5), [&] { return c.captures == 0; })) return;
+  std::fprintf(stderr,
+               "emulated NCCL: %s of rank %d waits until the %d CUDA graph capture(s) of its calls "
+               "are destroyed (as NCCL 2.26 and later do)\n",
+               api, c.rank, c.captures);
+  c.cv.wait(lock, [&] { return c.captures == 0; });
 }
 
 // Waits until the communicator's background jobs and queued ops have finished.
@@ -1928,6 +1961,24 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   t_message.clear();
   std::shared_ptr<ncclComm> c = lookup(comm);
   if (c == nullptr) return failed(ncclInvalidArgument, "ncclCommFinalize: invalid communicator");
+  if (!c->blocking) {  // flushed on a thread, as NCCL does: ncclInProgress until then
+    {
+      std::lock_guard lock(c->mu);
+      if (c->in_progress > 0) {
+        return failed(ncclInvalidArgument,
+                      "ncclCommFinalize: attempt to use a nonblocking communicator before its "
+                      "previous operation returned ncclSuccess");
+      }
+      ++c->in_progress;
+    }
+    std::thread([c] {
+      std::unique_lock lock(c->mu);
+      c->cv.wait(lock, [&] { return c->outstanding == 0; });
+      --c->in_progress;
+      c->cv.notify_all();
+    }).detach();
+    return ncclInProgress;
+  }
   drain(*c);
   if (const int e = c->error.load(); e != ncclSuccess) return failed(ncclResult_t(e), c->message());
   return ncclSuccess;
@@ -1940,6 +1991,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   std::shared_ptr<ncclComm> c = take(comm);
   if (c == nullptr) return failed(ncclInvalidArgument, "ncclCommDestroy: invalid communicator");
   drain(*c);
+  wait_for_captures(*c, "ncclCommDestroy");
   // Peers still waiting for this rank stop with an error instead of waiting forever.
   c->area(c->rank).left.store(1, std::memory_order_release);
   return ncclSuccess;
@@ -1959,9 +2011,12 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   int32_t none = 0;
   c->header->aborted_by.compare_exchange_strong(none, c->rank + 1);
   // Running ops notice within a backoff period; queued ones will do nothing when they start.
-  std::unique_lock lock(c->mu);
-  c->cv.wait_for(lock, std::chrono::seconds(10),
-                 [&] { return c->running == 0 && c->in_progress == 0; });
+  {
+    std::unique_lock lock(c->mu);
+    c->cv.wait_for(lock, std::chrono::seconds(10),
+                   [&] { return c->running == 0 && c->in_progress == 0; });
+  }
+  wait_for_captures(*c, "ncclCommAbort");
   return ncclSuccess;
 }
 

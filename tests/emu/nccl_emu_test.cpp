@@ -1020,6 +1020,38 @@ TEST_F(NcclEmu, ACapturedCollectiveRunsAtEachLaunchOfItsGraph) {
   });
 }
 
+// As NCCL 2.26 and later: a communicator's abort waits until the CUDA graphs that captured its
+// calls are destroyed (so a program must not abort on the thread that would destroy them).
+TEST_F(NcclEmu, AbortWaitsUntilTheGraphsThatCapturedItsCallsAreDestroyed) {
+  within(Seconds(60), [] {
+    LaunchBlockingOff blocking_off;
+    std::vector<ncclComm_t> comms = connected_comms(2);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    const cudaStream_t s = new_stream(0);
+    std::vector<float> x(6, 1.f);
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 6, ncclFloat32, ncclSum, comms[0], s), ncclSuccess);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    std::atomic<bool> returned{false};
+    std::thread aborter([&] {
+      EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+      returned = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_FALSE(returned) << "the abort returned while a graph held the communicator's calls";
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(returned) << "the instantiated graph still holds them";
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    aborter.join();
+    EXPECT_TRUE(returned);
+    EXPECT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+  });
+}
+
 TEST_F(NcclEmu, DifferentCollectivesAreNamedOnEveryRank) {
   within(Seconds(60), [] {
     LaunchBlockingOff blocking_off;
@@ -1282,8 +1314,9 @@ TEST_F(NcclEmu, ANonblockingCommunicatorIsInProgressUntilItsPeersJoinAndConnect)
     ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, c0, s0), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, blocking[0], s0),
               ncclSuccess);
-    EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
-    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("mixes blocking and nonblocking"),
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr))
+                  .find("blocking and nonblocking communicators are not allowed in the same group"),
               std::string::npos)
         << ncclGetLastError(nullptr);
     for (ncclComm_t c : blocking) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
@@ -1297,6 +1330,9 @@ TEST_F(NcclEmu, ANonblockingCommunicatorIsInProgressUntilItsPeersJoinAndConnect)
     EXPECT_EQ(ncclCommAbort(c0), ncclSuccess);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, Seconds(5));
     EXPECT_EQ(x, std::vector<float>(8, 6.0f));
+    // Finalizing is polled too.
+    EXPECT_EQ(ncclCommFinalize(c1), ncclInProgress);
+    EXPECT_EQ(settle(c1), ncclSuccess) << last_error(c1);
     EXPECT_EQ(ncclCommDestroy(c1), ncclSuccess);
   });
 }

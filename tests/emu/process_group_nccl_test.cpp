@@ -271,7 +271,8 @@ TEST_F(ProcessGroupNcclThreads, AFirstCollectiveAPeerNeverMakesFailsAtItsTimeout
     cuda::DeviceGuard guard(rank);
     ProcessGroupNCCL pg(store, rank, 2, o);
     if (rank == 1) {  // goes elsewhere, and leaves without a collective
-      while (!checked) std::this_thread::sleep_for(10ms);
+      // At most 10 s: were the call to block without end, rank 1's leaving would end it.
+      for (int i = 0; i < 1000 && !checked; ++i) std::this_thread::sleep_for(10ms);
       return;
     }
     const Tensor t = full({16}, 1.0, DType::f32, Device::cuda(rank));
@@ -293,13 +294,38 @@ TEST_F(ProcessGroupNcclThreads, AFirstCollectiveAPeerNeverMakesFailsAtItsTimeout
   EXPECT_NE(later.find("unusable after an earlier failure"), std::string::npos) << later;
 }
 
+// Sets an environment variable for its lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 // RG_NCCL_NONBLOCKING=0 makes the communicators blocking (NCCL's default): the same collectives,
-// values and ring; another value is refused naming the variable.
+// values and ring, but a first collective waits inside NCCL for a peer without the group's
+// timeout (here a peer 1.2 s late with a 0.5 s timeout: the collective succeeds; nonblocking it
+// fails at 0.5 s). Another value is refused naming the variable.
 TEST_F(ProcessGroupNcclThreads, BlockingCommunicatorsRunTheSameCollectives) {
-  ASSERT_EQ(setenv("RG_NCCL_NONBLOCKING", "0", 1), 0);
+  const ScopedEnv blocking("RG_NCCL_NONBLOCKING", "0");
   auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions o = options();
+  o.timeout = 500ms;
+  std::chrono::steady_clock::duration took{};
   run_ranks(kWorld, [&](int rank) {
-    ProcessGroupNCCL pg(store, rank, kWorld, options());
+    cuda::DeviceGuard guard(rank);
+    ProcessGroupNCCL pg(store, rank, kWorld, o);
+    Tensor one = full({1}, 1.0, DType::f32, Device::cuda(rank));
+    if (rank == 2) std::this_thread::sleep_for(1200ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    WorkPtr w = pg.all_reduce(one);
+    if (rank == 0) took = std::chrono::steady_clock::now() - t0;
+    w->wait();
+    EXPECT_EQ(one.to(Device::cpu()).item<float>(), 3.0f) << "rank " << rank;
     rg::testing::check_all_reduce(pg, DType::f32, 1000, ReduceOp::sum);
     rg::testing::check_broadcast(pg, DType::bf16, 300, 2);
     rg::testing::check_all_gather(pg, DType::i64, 40);
@@ -308,11 +334,53 @@ TEST_F(ProcessGroupNcclThreads, BlockingCommunicatorsRunTheSameCollectives) {
     rg::testing::check_all_reduce(pg, DType::f32, 100000, ReduceOp::avg);
     pg.barrier()->wait();
   });
-  ASSERT_EQ(setenv("RG_NCCL_NONBLOCKING", "yes", 1), 0);
+  EXPECT_GE(took, 1000ms) << "rank 0's first collective returned before rank 2 made its own";
+  const ScopedEnv bad("RG_NCCL_NONBLOCKING", "yes");
   expect_error([&] { ProcessGroupNCCL pg(std::make_shared<HashStore>(), 0, 1, options()); },
                "RG_NCCL_NONBLOCKING=yes must be 1 (nonblocking NCCL communicators, the default) "
                "or 0 (blocking ones)");
-  unsetenv("RG_NCCL_NONBLOCKING");
+}
+
+// With a blocking communicator an issuer can wait inside NCCL for as long as a peer does not
+// connect (here rank 0's first send to rank 1, which rank 1 never receives); the watchdog still
+// fails an older collective at its timeout meanwhile, and nothing waits for that issuer. Once rank
+// 1 leaves, the send fails too.
+TEST_F(ProcessGroupNcclThreads, WhileABlockingCallWaitsInNcclTheWatchdogStillTimesOutOlderWork) {
+  const ScopedEnv blocking("RG_NCCL_NONBLOCKING", "0");
+  auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions o = options();
+  o.timeout = 1000ms;
+  std::atomic<bool> checked{false};
+  std::string older, send_error;
+  std::chrono::steady_clock::duration older_after{};
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    ProcessGroupNCCL pg(store, rank, 2, o);
+    pg.barrier()->wait();  // the collectives are connected
+    if (rank == 1) {
+      for (int i = 0; i < 1000 && !checked; ++i) std::this_thread::sleep_for(10ms);
+      return;  // leaves: rank 0's send cannot connect
+    }
+    const Tensor t = full({16}, 1.0, DType::f32, Device::cuda(rank));
+    const auto t0 = std::chrono::steady_clock::now();
+    WorkPtr w = pg.all_reduce(t);  // rank 1 never joins
+    std::thread sender([&] {
+      cuda::DeviceGuard g(rank);
+      send_error = testing::error_of([&] { pg.send(t, 1)->wait(); });
+    });
+    while (!w->is_completed() && std::chrono::steady_clock::now() - t0 < 10s)
+      std::this_thread::sleep_for(10ms);
+    older_after = std::chrono::steady_clock::now() - t0;
+    older = testing::error_of([&] { w->wait(); });
+    checked = true;
+    sender.join();
+  });
+  EXPECT_LT(older_after, 5s) << "the watchdog waited for the issuer blocked in NCCL";
+  EXPECT_NE(older.find("all_reduce #2 (f32[16], sum, native) on rank 0 of 2 timed out after "
+                       "1000 ms; ranks that have not joined it: 1"),
+            std::string::npos)
+      << older;
+  EXPECT_NE(send_error.find("send #3"), std::string::npos) << send_error;
 }
 
 // A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
