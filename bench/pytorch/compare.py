@@ -18,8 +18,8 @@ better for img/s and bandwidth, lower for RSS). Configurations:
   overhead  the engine's own cost per op: add on one-element tensors, alone and with its backward
           (rg_micro_bench's overhead/* from C++ against bench/pytorch/op_overhead.py, through
           PyTorch's Python binding); ratio = PyTorch's time / ours (higher is better)
-  gpt     not in the default list (about 15 minutes on 2 cores; --quick: under a minute): minGPT's
-          character-level recipe on data/kjv/kjv.txt, 2-rank DDP, validation loss per epoch and
+  gpt     not in the default list (5 to 15 minutes on 2 cores, by machine; --quick: under a
+          minute): minGPT's character-level recipe on data/kjv/kjv.txt, 2-rank DDP, validation loss per epoch and
           training tokens/s of both sides (bench/pytorch/gpt_bench.py, which also runs alone with
           more options: --model, --epochs, --steps-per-epoch, --batch-size)
 """
@@ -88,7 +88,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build", "ci"), help="ringgrad build dir")
     p.add_argument("--repeats", type=int, default=3, help="runs per side and configuration")
     p.add_argument("--only", default="train,ddp,busy,allreduce,overhead",
-                   help="comma list: train,ddp,busy,allreduce,overhead,gpt (gpt, about 15 minutes, only "
+                   help="comma list: train,ddp,busy,allreduce,overhead,gpt (gpt, 5 to 15 minutes, only "
                    "when named)")
     p.add_argument("--models", default="toynet,resnet18")
     p.add_argument("--threads", default="1,2")
