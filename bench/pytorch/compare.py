@@ -20,8 +20,8 @@ better for img/s and bandwidth, lower for RSS). Configurations:
           PyTorch's Python binding); ratio = PyTorch's time / ours (higher is better)
   gpt     not in the default list (5 to 15 minutes on 2 cores, by machine; --quick: under a
           minute): minGPT's character-level recipe on data/kjv/kjv.txt, 2-rank DDP, validation
-          loss per epoch and training tokens/s of both sides (bench/pytorch/gpt_bench.py, which also runs alone with
-          more options: --model, --epochs, --steps-per-epoch, --batch-size)
+          loss per epoch and training tokens/s of both sides (bench/pytorch/gpt_bench.py, which
+          also runs alone with more options: --model, --epochs, --steps-per-epoch, --batch-size)
 """
 import argparse
 import itertools
