@@ -262,7 +262,9 @@ struct ProcessGroupNCCL::Impl {
       captured_by = g.id();
       std::weak_ptr<bool> token = alive;
       std::shared_ptr<Captured> info = captured;  // each graph's own, watched at its replays
-      g.on_replay([this, token] {
+      auto held = std::make_shared<const uint64_t>(g.id());  // expires with the graph's hooks
+      graphs.push_back(held);
+      g.on_replay([this, token, held] {
         RG_CHECK(!token.expired(),
                  "a CUDA graph replays NCCL collectives of a process group "
                  "that was destroyed");
@@ -278,6 +280,13 @@ struct ProcessGroupNCCL::Impl {
     }
     captured->ops.push_back(what);
     return captured;
+  }
+
+  // The CUDA graphs that captured the group's collectives and still exist (under mu).
+  std::vector<std::weak_ptr<const uint64_t>> graphs;
+  size_t live_graphs() {
+    std::erase_if(graphs, [](const auto& g) { return g.expired(); });
+    return graphs.size();
   }
 
   void watch_replay(Captured& c) {
@@ -463,9 +472,11 @@ struct ProcessGroupNCCL::Impl {
         }
         if (pending.empty()) continue;
       }
-      const auto& oldest = pending.front();
-      const bool timed_out = Clock::now() - oldest->issued > pg.options().timeout;
+      // The oldest work not reached times out (reached ones wait above for a readable error).
+      const bool timed_out = reached < pending.size() &&
+                             Clock::now() - pending[reached]->issued > pg.options().timeout;
       if (async == ncclSuccess && !timed_out) continue;
+      const auto& oldest = timed_out ? pending[reached] : pending.front();
       // Abort: the communicator cannot recover, every pending work fails with the reason.
       std::string msg = describe(*oldest);
       if (timed_out)
@@ -536,6 +547,13 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
     // could never end.
     // A wait of more than a second says what it waits for (up to the timeout: minutes, by default).
     std::unique_lock lock(impl_->mu);
+    if (const size_t n = impl_->live_graphs(); n > 0) {
+      std::cerr << "ringgrad: the NCCL group of rank " << rank() << " is destroyed while " << n
+                << " CUDA graph(s) that captured its collectives still exist: NCCL (2.26 and "
+                   "later) keeps its destroy or abort waiting until they are destroyed (destroy "
+                   "them first)"
+                << std::endl;
+    }
     if (std::uncaught_exceptions() > 0 && !impl_->pending.empty()) {
       // Destroyed by an exception's unwinding: nothing will read what is pending, and its peers
       // may be gone too. Aborted at once, as the rank's exit would, instead of waiting up to the

@@ -1433,19 +1433,20 @@ ncclResult_t submit_captured(std::vector<Call> calls) {
   for (const Call& call : calls) {
     if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) comms.push_back(call.comm);
   }
-  for (const auto& c : comms) {
+  auto release = [comms](const std::vector<Call>* p) {
+    delete p;
+    for (const auto& c : comms) {
+      std::lock_guard lock(c->mu);
+      --c->captures;
+      c->cv.notify_all();
+    }
+  };
+  auto captured = std::shared_ptr<const std::vector<Call>>(new std::vector<Call>(std::move(calls)),
+                                                           std::move(release));
+  for (const auto& c : comms) {  // once the deleter that counts them down exists
     std::lock_guard lock(c->mu);
     ++c->captures;
   }
-  auto captured = std::shared_ptr<const std::vector<Call>>(new std::vector<Call>(std::move(calls)),
-                                                           [comms](const std::vector<Call>* p) {
-                                                             delete p;
-                                                             for (const auto& c : comms) {
-                                                               std::lock_guard lock(c->mu);
-                                                               --c->captures;
-                                                               c->cv.notify_all();
-                                                             }
-                                                           });
   try {
     DeviceScope scope(device_of(key));
     enqueue_prepared(key.stream, what, std::move(accesses),
@@ -1973,7 +1974,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     }
     std::thread([c] {
       std::unique_lock lock(c->mu);
-      c->cv.wait(lock, [&] { return c->outstanding == 0; });
+      c->cv.wait(lock, [&] { return c->outstanding == 0 || c->aborted.load(); });
       --c->in_progress;
       c->cv.notify_all();
     }).detach();

@@ -19,7 +19,9 @@
 #include "comm/gpu_per_rank.h"
 #include "comm/hash_store.h"
 #include "engine/cuda/device_guard.h"
+#include "engine/cuda/graph.h"
 #include "engine/cuda/runtime.h"
+#include "engine/cuda/stream.h"
 #include "engine/device_checks.h"
 #include "engine/ops/factory.h"
 #include "engine/ops/loss.h"
@@ -381,6 +383,74 @@ TEST_F(ProcessGroupNcclThreads, WhileABlockingCallWaitsInNcclTheWatchdogStillTim
             std::string::npos)
       << older;
   EXPECT_NE(send_error.find("send #3"), std::string::npos) << send_error;
+}
+
+// A collective that completed stays pending while an issuer is inside NCCL (its error cannot be
+// read then), here rank 0's first send, which waits in a blocking communicator for rank 1's late
+// first receive (1.2 s, timeout 0.5 s): it is not timed out meanwhile, and everything succeeds.
+TEST_F(ProcessGroupNcclThreads, ACompletedCollectiveIsNotTimedOutWhileABlockingCallWaitsForAPeer) {
+  const ScopedEnv blocking("RG_NCCL_NONBLOCKING", "0");
+  auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions o = options();
+  o.timeout = 500ms;
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    ProcessGroupNCCL pg(store, rank, 2, o);
+    pg.barrier()->wait();  // the collectives are connected
+    Tensor one = full({1}, 1.0, DType::f32, Device::cuda(rank));
+    WorkPtr reduced = pg.all_reduce(one);
+    Tensor x = full({4}, double(rank + 5), DType::f32, Device::cuda(rank));
+    WorkPtr moved;
+    if (rank == 0) {
+      moved = pg.send(x, 1);
+    } else {
+      std::this_thread::sleep_for(1200ms);
+      moved = pg.recv(x, 0);
+    }
+    EXPECT_EQ(testing::error_of([&] { reduced->wait(); }), "") << "rank " << rank;
+    EXPECT_EQ(testing::error_of([&] { moved->wait(); }), "") << "rank " << rank;
+    EXPECT_EQ(one.to(Device::cpu()).item<float>(), 2.0f);
+    EXPECT_EQ(x.to(Device::cpu()).to_vector<float>(), std::vector<float>(4, 5.0f));
+    pg.barrier()->wait();
+  });
+}
+
+// A group destroyed before a CUDA graph that captured its collectives says so on stderr: NCCL's
+// destroy waits until the graph is destroyed (destroyed here 300 ms later, on another thread).
+TEST_F(ProcessGroupNcclThreads, DestroyingAGroupBeforeTheGraphOfItsCollectivesSaysSo) {
+  auto store = std::make_shared<HashStore>();
+  std::string said;
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    auto pg = std::make_unique<ProcessGroupNCCL>(store, rank, 2, options());
+    pg->barrier()->wait();
+    const cuda::Stream side = cuda::pooled_stream(rank);  // captured (not the legacy stream)
+    const cuda::StreamGuard on(side);
+    const Tensor t = full({8}, 1.0, DType::f32, Device::cuda(rank));
+    auto graph =
+        std::make_unique<cuda::Graph>(Device::cuda(rank), [&] { pg->all_reduce(t)->wait(); });
+    graph->replay();
+    cuda::synchronize(rank);
+    EXPECT_EQ(t.to(Device::cpu()).to_vector<float>(), std::vector<float>(8, 2.0f));
+    pg->barrier()->wait();
+    if (rank == 1) {
+      graph.reset();
+      pg.reset();
+      return;
+    }
+    std::thread later([&] {
+      std::this_thread::sleep_for(300ms);
+      graph.reset();
+    });
+    ::testing::internal::CaptureStderr();
+    pg.reset();
+    said = ::testing::internal::GetCapturedStderr();
+    later.join();
+  });
+  EXPECT_NE(said.find("ringgrad: the NCCL group of rank 0 is destroyed while 1 CUDA graph(s) that "
+                      "captured its collectives still exist"),
+            std::string::npos)
+      << said;
 }
 
 // A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
