@@ -108,6 +108,7 @@ struct NcclCall {
   Clock::time_point deadline;
   Millis timeout{};
   const std::atomic<bool>* give_up = nullptr;
+  uint64_t seq = 0;  // of the work being issued
 
   void check(ncclResult_t r, const char* call, const char* file, int line) const {
     for (int polls = 0; r == ncclInProgress; ++polls) {
@@ -237,6 +238,8 @@ struct ProcessGroupNCCL::Impl {
   // ends an issuer's polling).
   std::mutex issue_mu;
   int issuing = 0;
+  Clock::time_point issue_started;  // of the issue in flight (under mu)
+  std::string issue_what;           // its description
   std::atomic<bool> give_up{false};
 
   explicit Impl(ProcessGroupNCCL& p) : pg(p) {}
@@ -333,6 +336,8 @@ struct ProcessGroupNCCL::Impl {
       return work;
     }
     ++issuing;
+    issue_started = Clock::now();
+    issue_what = pg.describe(op, seq, detail);
     // Started as soon as it is issued: a peer that waits for this rank to connect names only the
     // ranks that never called.
     if (graph == nullptr) board->started(seq);
@@ -354,7 +359,7 @@ struct ProcessGroupNCCL::Impl {
         // parts queued that still use the tensors.
         for (const Tensor& t : keep) cuda::record_stream(t, *stream);
         const NcclCall nccl{comm, Clock::now() + pg.options().timeout, pg.options().timeout,
-                            &give_up};
+                            &give_up, seq};
         launch(as_cuda(*stream), nccl);
       }
       // After the launch returned: a nonblocking call has queued its work only then, and its
@@ -370,12 +375,13 @@ struct ProcessGroupNCCL::Impl {
     --issuing;
     cv.notify_all();
     if (!failure.empty() || !broken.empty()) {
+      turn.unlock();  // done with NCCL: a failed work's callbacks may issue again
       // NCCL refused the call, or did not queue it in time (a peer that never connects), or the
       // group failed meanwhile: the group is unusable (the watchdog aborts the communicator), and
       // the work fails with the reason instead of the caller's thread throwing mid-collective.
       const std::string msg =
           failure.empty() ? pg.describe(op, seq, detail) +
-                                " was not run: the NCCL group failed during its issue: " + broken
+                                " was queued, but the NCCL group failed during its issue: " + broken
                           : pg.describe(op, seq, detail) + " could not be queued: " + failure +
                                 (graph == nullptr ? ranks_behind(seq) : "");
       fail_group(lock, msg);
@@ -446,48 +452,77 @@ struct ProcessGroupNCCL::Impl {
     std::unique_lock lock(mu);
     while (!stop) {
       cv.wait_for(lock, std::chrono::milliseconds(20));
-      maybe_abort(lock);
-      if (pending.empty()) continue;
-      // Works whose end event is reached, in issue order. An aborted or failed NCCL call also
-      // reaches its end event, so the communicator's error is read after the events: an error
-      // set by any of them is seen here, and they fail with it instead of completing.
-      size_t reached = 0;
-      // Polls: the watchdog's view of the stream must not order the program's host work.
-      while (reached < pending.size() && pending[reached]->end.poll()) ++reached;
-      // The communicator's error can be read only while no issuer is inside NCCL (NCCL takes one
-      // call at a time); meanwhile no work is completed, since a failed one reaches its end too.
-      // ncclInProgress is no error.
-      const bool readable = issuing == 0 && comm != nullptr;
-      ncclResult_t async = ncclSuccess;
-      if (readable) ncclCommGetAsyncError(comm, &async);
-      if (async == ncclInProgress) async = ncclSuccess;
-      if (async == ncclSuccess && readable) {
-        for (; reached > 0; --reached) {
-          auto w = pending.front();
-          pending.pop_front();
-          details.erase(w->seq());
-          lock.unlock();
-          w->finish();
-          lock.lock();
-        }
-        if (pending.empty()) continue;
+      try {
+        watch_once(lock);
+      } catch (const std::exception& e) {
+        // A sticky CUDA error (an event's poll), a callback that threw: the group fails with it
+        // instead of the thread ending the process.
+        if (!lock.owns_lock()) lock.lock();
+        fail_group(lock, rg::detail::cat("the NCCL group's watchdog failed: ", e.what()));
       }
-      // The oldest work not reached times out (reached ones wait above for a readable error).
-      const bool timed_out = reached < pending.size() &&
-                             Clock::now() - pending[reached]->issued > pg.options().timeout;
-      if (async == ncclSuccess && !timed_out) continue;
-      const auto& oldest = timed_out ? pending[reached] : pending.front();
-      // Abort: the communicator cannot recover, every pending work fails with the reason.
-      std::string msg = describe(*oldest);
-      if (timed_out)
-        msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
-      else
-        msg += " failed: " +
-               kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
-      if (oldest->replay.empty()) msg += ranks_behind(oldest->seq());
-      fail_group(lock, msg);
-      maybe_abort(lock);
     }
+  }
+
+  // One pass of the watchdog, under `lock` (which it may release meanwhile).
+  void watch_once(std::unique_lock<std::mutex>& lock) {
+    maybe_abort(lock);
+    watch_pending(lock);
+    // A blocking communicator's issuer can stay inside NCCL without end (a peer that never
+    // connects); the group fails at the timeout, so that no one waits for it without a word
+    // (a nonblocking issuer polls with its own deadline).
+    if (issuing > 0 && !nonblocking && broken.empty() &&
+        Clock::now() - issue_started > pg.options().timeout) {
+      fail_group(lock,
+                 issue_what + detail::cat(" was still inside NCCL ", pg.options().timeout.count(),
+                                          " ms after its issue (a blocking communicator "
+                                          "waits there for peers without end)"));
+    }
+  }
+
+  // Completes the pending works whose end is reached, or fails the group with the first error or
+  // timeout (under `lock`, which it may release meanwhile).
+  void watch_pending(std::unique_lock<std::mutex>& lock) {
+    if (pending.empty()) return;
+    // Works whose end event is reached, in issue order. An aborted or failed NCCL call also
+    // reaches its end event, so the communicator's error is read after the events: an error
+    // set by any of them is seen here, and they fail with it instead of completing.
+    size_t reached = 0;
+    // Polls: the watchdog's view of the stream must not order the program's host work.
+    while (reached < pending.size() && pending[reached]->end.poll()) ++reached;
+    // The communicator's error can be read only while no issuer is inside NCCL (NCCL takes one
+    // call at a time); meanwhile no work is completed, since a failed one reaches its end too.
+    // ncclInProgress is no error.
+    const bool readable = issuing == 0 && comm != nullptr;
+    ncclResult_t async = ncclSuccess;
+    if (readable) ncclCommGetAsyncError(comm, &async);
+    if (async == ncclInProgress) async = ncclSuccess;
+    if (async == ncclSuccess && readable) {
+      // Taken off together, then finished without the lock (an issuer's fail_group may run
+      // meanwhile and empty `pending`).
+      std::vector<std::shared_ptr<NcclWork>> done(pending.begin(), pending.begin() + reached);
+      pending.erase(pending.begin(), pending.begin() + reached);
+      for (const auto& w : done) details.erase(w->seq());
+      reached = 0;
+      lock.unlock();
+      for (const auto& w : done) w->finish();
+      lock.lock();
+      if (pending.empty()) return;
+    }
+    // The oldest work not reached times out (reached ones wait above for a readable error).
+    const bool timed_out =
+        reached < pending.size() && Clock::now() - pending[reached]->issued > pg.options().timeout;
+    if (async == ncclSuccess && !timed_out) return;
+    const auto& oldest = timed_out ? pending[reached] : pending.front();
+    // Abort: the communicator cannot recover, every pending work fails with the reason.
+    std::string msg = describe(*oldest);
+    if (timed_out)
+      msg += detail::cat(" timed out after ", pg.options().timeout.count(), " ms");
+    else
+      msg +=
+          " failed: " + kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
+    if (oldest->replay.empty()) msg += ranks_behind(oldest->seq());
+    fail_group(lock, msg);
+    maybe_abort(lock);
   }
 };
 
@@ -533,10 +568,18 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
       RG_FAIL("ProcessGroupNCCL: rank ", rank, " of ", size,
               " could not create its NCCL communicator: ", e.what());
     }
-    s.stream = std::make_unique<cuda::Stream>(cuda::pooled_stream(s.device));
   }
-  s.board = std::make_unique<ProgressBoard>(s.store, rank, size);
-  s.watchdog = std::thread([this] { impl_->watch(); });
+  try {
+    {
+      cuda::DeviceGuard guard(s.device);
+      s.stream = std::make_unique<cuda::Stream>(cuda::pooled_stream(s.device));
+    }
+    s.board = std::make_unique<ProgressBoard>(s.store, rank, size);
+    s.watchdog = std::thread([this] { impl_->watch(); });
+  } catch (...) {
+    ncclCommAbort(std::exchange(s.comm, nullptr));  // the destructor does not run
+    throw;
+  }
 }
 
 ProcessGroupNCCL::~ProcessGroupNCCL() {
@@ -589,14 +632,15 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
     ncclCommAbort(impl_->comm);
     return;
   }
-  // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
-  cuda::synchronize(impl_->device);
   // Finalizing flushes what NCCL still holds; nonblocking, it is polled like any call. If it
   // fails or does not end within the timeout, the communicator is aborted instead of destroyed.
   try {
+    // The work of replayed CUDA graphs runs on the streams they were launched on, not ours.
+    cuda::synchronize(impl_->device);
     const NcclCall nccl{impl_->comm, Clock::now() + options_.timeout, options_.timeout, nullptr};
     RG_NCCL(nccl, ncclCommFinalize(nccl.comm));
   } catch (const std::exception& e) {
+    // A sticky CUDA error, or NCCL's: aborted, since a destructor must not throw.
     std::cerr << "ringgrad: the NCCL group of rank " << rank()
               << " is aborted, as finalizing it failed: " << e.what() << std::endl;
     ncclCommAbort(impl_->comm);
@@ -664,7 +708,6 @@ WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
     const size_t bytes = ring_scratch_bytes(size_t(t.numel()), size(), element_size(t.dtype()));
     scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(impl_->device));
   }
-  const uint64_t seq = impl_->next_seq;
   return impl_->enqueue("all_reduce", d, {t, scratch}, [&](cudaStream_t s, const NcclCall& nccl) {
     NcclP2P p2p(nccl, s, rank(), size());
     dispatch_all(t.dtype(), [&]<class T>() {
@@ -685,7 +728,7 @@ WorkPtr ProcessGroupNCCL::all_reduce(const Tensor& t, ReduceOp op) {
       }
       a.scratch = scratch.raw_data();
       a.chunk_bytes = options().ring_chunk_bytes;
-      a.slot_base = ring_slot_base(seq);
+      a.slot_base = ring_slot_base(nccl.seq);
       ring_all_reduce(p2p, a);
     });
   });

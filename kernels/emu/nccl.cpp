@@ -1441,12 +1441,13 @@ ncclResult_t submit_captured(std::vector<Call> calls) {
       c->cv.notify_all();
     }
   };
-  auto captured = std::shared_ptr<const std::vector<Call>>(new std::vector<Call>(std::move(calls)),
-                                                           std::move(release));
-  for (const auto& c : comms) {  // once the deleter that counts them down exists
+  // Counted before the shared_ptr exists: if making it throws, it runs the deleter.
+  auto* held = new std::vector<Call>(std::move(calls));
+  for (const auto& c : comms) {
     std::lock_guard lock(c->mu);
     ++c->captures;
   }
+  auto captured = std::shared_ptr<const std::vector<Call>>(held, std::move(release));
   try {
     DeviceScope scope(device_of(key));
     enqueue_prepared(key.stream, what, std::move(accesses),

@@ -309,25 +309,32 @@ class ScopedEnv {
 };
 
 // RG_NCCL_NONBLOCKING=0 makes the communicators blocking (NCCL's default): the same collectives,
-// values and ring, but a first collective waits inside NCCL for a peer without the group's
-// timeout (here a peer 1.2 s late with a 0.5 s timeout: the collective succeeds; nonblocking it
-// fails at 0.5 s). Another value is refused naming the variable.
+// values and ring; but a first collective waits inside NCCL for its peers without end (here a
+// peer 1.2 s late with a 0.5 s timeout: the call returns only when the peer comes, though the
+// group failed at 0.5 s, as the watchdog says; nonblocking it returns at 0.5 s). Another value is
+// refused naming the variable.
 TEST_F(ProcessGroupNcclThreads, BlockingCommunicatorsRunTheSameCollectives) {
   const ScopedEnv blocking("RG_NCCL_NONBLOCKING", "0");
   auto store = std::make_shared<HashStore>();
-  ProcessGroupOptions o = options();
-  o.timeout = 500ms;
+  ProcessGroupOptions late = options();
+  late.timeout = 500ms;
+  late.name = "late";
   std::chrono::steady_clock::duration took{};
+  std::string error;
   run_ranks(kWorld, [&](int rank) {
     cuda::DeviceGuard guard(rank);
-    ProcessGroupNCCL pg(store, rank, kWorld, o);
-    Tensor one = full({1}, 1.0, DType::f32, Device::cuda(rank));
-    if (rank == 2) std::this_thread::sleep_for(1200ms);
-    const auto t0 = std::chrono::steady_clock::now();
-    WorkPtr w = pg.all_reduce(one);
-    if (rank == 0) took = std::chrono::steady_clock::now() - t0;
-    w->wait();
-    EXPECT_EQ(one.to(Device::cpu()).item<float>(), 3.0f) << "rank " << rank;
+    {
+      ProcessGroupNCCL pg(store, rank, kWorld, late);
+      Tensor one = full({1}, 1.0, DType::f32, Device::cuda(rank));
+      if (rank == 2) std::this_thread::sleep_for(1200ms);
+      const auto t0 = std::chrono::steady_clock::now();
+      WorkPtr w = pg.all_reduce(one);
+      if (rank == 0) {
+        took = std::chrono::steady_clock::now() - t0;
+        error = testing::error_of([&] { w->wait(); });
+      }
+    }
+    ProcessGroupNCCL pg(store, rank, kWorld, options());
     rg::testing::check_all_reduce(pg, DType::f32, 1000, ReduceOp::sum);
     rg::testing::check_broadcast(pg, DType::bf16, 300, 2);
     rg::testing::check_all_gather(pg, DType::i64, 40);
@@ -337,6 +344,10 @@ TEST_F(ProcessGroupNcclThreads, BlockingCommunicatorsRunTheSameCollectives) {
     pg.barrier()->wait();
   });
   EXPECT_GE(took, 1000ms) << "rank 0's first collective returned before rank 2 made its own";
+  EXPECT_NE(error.find("all_reduce #1 (f32[1], sum, native) on rank 0 of 3 was still inside NCCL "
+                       "500 ms after its issue"),
+            std::string::npos)
+      << error;
   const ScopedEnv bad("RG_NCCL_NONBLOCKING", "yes");
   expect_error([&] { ProcessGroupNCCL pg(std::make_shared<HashStore>(), 0, 1, options()); },
                "RG_NCCL_NONBLOCKING=yes must be 1 (nonblocking NCCL communicators, the default) "
@@ -387,12 +398,15 @@ TEST_F(ProcessGroupNcclThreads, WhileABlockingCallWaitsInNcclTheWatchdogStillTim
 
 // A collective that completed stays pending while an issuer is inside NCCL (its error cannot be
 // read then), here rank 0's first send, which waits in a blocking communicator for rank 1's late
-// first receive (1.2 s, timeout 0.5 s): it is not timed out meanwhile, and everything succeeds.
-TEST_F(ProcessGroupNcclThreads, ACompletedCollectiveIsNotTimedOutWhileABlockingCallWaitsForAPeer) {
+// first receive (1.2 s, timeout 0.5 s): when the group fails, the message names the send that
+// outstayed the timeout, not the completed all-reduce.
+TEST_F(ProcessGroupNcclThreads,
+       ACompletedCollectiveIsNotBlamedWhenABlockingCallOutstaysTheTimeout) {
   const ScopedEnv blocking("RG_NCCL_NONBLOCKING", "0");
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions o = options();
   o.timeout = 500ms;
+  std::string reduced_error, moved_error;
   run_ranks(2, [&](int rank) {
     cuda::DeviceGuard guard(rank);
     ProcessGroupNCCL pg(store, rank, 2, o);
@@ -400,19 +414,20 @@ TEST_F(ProcessGroupNcclThreads, ACompletedCollectiveIsNotTimedOutWhileABlockingC
     Tensor one = full({1}, 1.0, DType::f32, Device::cuda(rank));
     WorkPtr reduced = pg.all_reduce(one);
     Tensor x = full({4}, double(rank + 5), DType::f32, Device::cuda(rank));
-    WorkPtr moved;
     if (rank == 0) {
-      moved = pg.send(x, 1);
+      WorkPtr moved = pg.send(x, 1);
+      reduced_error = testing::error_of([&] { reduced->wait(); });
+      moved_error = testing::error_of([&] { moved->wait(); });
     } else {
       std::this_thread::sleep_for(1200ms);
-      moved = pg.recv(x, 0);
+      (void)testing::error_of([&] { pg.recv(x, 0)->wait(); });
     }
-    EXPECT_EQ(testing::error_of([&] { reduced->wait(); }), "") << "rank " << rank;
-    EXPECT_EQ(testing::error_of([&] { moved->wait(); }), "") << "rank " << rank;
-    EXPECT_EQ(one.to(Device::cpu()).item<float>(), 2.0f);
-    EXPECT_EQ(x.to(Device::cpu()).to_vector<float>(), std::vector<float>(4, 5.0f));
-    pg.barrier()->wait();
   });
+  const std::string want =
+      "send #3 (f32[4] to 1) on rank 0 of 2 was still inside NCCL 500 ms after its issue";
+  EXPECT_NE(reduced_error.find(want), std::string::npos) << reduced_error;
+  EXPECT_EQ(reduced_error.find("timed out"), std::string::npos) << reduced_error;
+  EXPECT_NE(moved_error.find(want), std::string::npos) << moved_error;
 }
 
 // A group destroyed before a CUDA graph that captured its collectives says so on stderr: NCCL's
