@@ -283,6 +283,15 @@ std::pair<double, double> gradient_sums(const T* gy, const T* x, int64_t n, int6
   return {gy_lanes.total(), gy_xmu_lanes.total()};
 }
 
+// q[i] = g[i] where v[i] > 0, else 0 (g loaded before the select, so that the loop vectorizes).
+template <class T>
+void keep_where_positive(const T* g, const T* v, T* q, int64_t len) {
+  for (int64_t i = 0; i < len; ++i) {
+    const T gi = g[i];
+    q[i] = v[i] > T(0) ? gi : T(0);
+  }
+}
+
 // relu_backward of apply(..., relu = true) into out: gy where apply's output (y, or recomputed
 // from x with apply's arithmetic in T) is positive, else 0. gy is loaded before the select, so
 // the loops vectorize (as relu_backward's keep_where_positive).
@@ -306,11 +315,7 @@ void relu_masked(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, cons
             const T* g = gy + s * c;
             T* q = out + s * c;
             if (y) {
-              const T* v = y + s * c;
-              for (int64_t ch = 0; ch < c; ++ch) {
-                const T gi = g[ch];
-                q[ch] = v[ch] > T(0) ? gi : T(0);
-              }
+              keep_where_positive(g, y + s * c, q, c);
             } else {
               const T* p = x + s * c;
               for (int64_t ch = 0; ch < c; ++ch) {
@@ -332,11 +337,7 @@ void relu_masked(const T* gy, const T* x, int64_t n, int64_t c, int64_t hw, cons
           const T* p = x + job * hw;
           T* q = out + job * hw;
           if (y) {
-            const T* v = y + job * hw;
-            for (int64_t i = 0; i < hw; ++i) {
-              const T gi = g[i];
-              q[i] = v[i] > T(0) ? gi : T(0);
-            }
+            keep_where_positive(g, y + job * hw, q, hw);
           } else {
             for (int64_t i = 0; i < hw; ++i) {
               const T gi = g[i];
