@@ -323,6 +323,7 @@ struct ProcessGroupNCCL::Impl {
     // the collective is then part of `graph`, whose replays the group watches.
     cuda::Graph* const graph = cuda::Graph::capturing(device);
     std::unique_lock turn(issue_mu);
+    refuse_foreign_capture(op, detail, graph);
     std::unique_lock lock(mu);
     const uint64_t seq = next_seq++;
     auto work = std::make_shared<NcclWork>(op, seq, keep, device);
@@ -402,6 +403,26 @@ struct ProcessGroupNCCL::Impl {
     details[seq] = detail;
     cv.notify_all();
     return work;
+  }
+
+  // Once a captured collective has made the communication stream join a graph's capture, it
+  // stays in that capture until the capture ends: a collective issued meanwhile from a stream that
+  // is not in that capture (another thread's) would be recorded into the graph instead of running,
+  // and one from another graph's capture would tie the two captures together. Refused before
+  // anything is queued or numbered, so the group stays usable (under issue_mu, which a capturing
+  // thread holds while its issue makes the stream join).
+  void refuse_foreign_capture(const char* op, const std::string& detail, cuda::Graph* graph) {
+    if (!cuda::runtime().backend().stream_capturing(device, stream->handle())) return;
+    if (graph != nullptr && graph->id() == captured_by) return;
+    RG_FAIL(op, " (", detail, ") on rank ", pg.rank(), " of ", pg.size(),
+            graph == nullptr
+                ? " was issued from a stream outside the CUDA graph capture that this group's "
+                  "communication stream belongs to now (another thread captures collectives of "
+                  "this group): it would be recorded into that graph instead of running. Issue it "
+                  "after the capture ends, or from the capturing thread"
+                : " is captured into one CUDA graph while another graph's capture holds this "
+                  "group's communication stream: capture the collectives of one group into one "
+                  "graph at a time");
   }
 
   // "; ranks that have not joined it: 1, 2" for collective `seq`, from the progress board.

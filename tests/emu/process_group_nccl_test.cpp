@@ -468,6 +468,55 @@ TEST_F(ProcessGroupNcclThreads, DestroyingAGroupBeforeTheGraphOfItsCollectivesSa
       << said;
 }
 
+// While one thread captures a group's collectives into a CUDA graph, the group's communication
+// stream belongs to that capture: a collective another thread issues meanwhile is refused by name
+// (it would be recorded into the graph instead of running), before it is numbered, so the graph
+// replays the captured collective alone and the group stays usable.
+TEST_F(ProcessGroupNcclThreads, ACollectiveFromAnotherThreadDuringACaptureIsRefused) {
+  auto store = std::make_shared<HashStore>();
+  std::string refused;
+  run_ranks(2, [&](int rank) {
+    cuda::DeviceGuard guard(rank);
+    ProcessGroupNCCL pg(store, rank, 2, options());
+    pg.barrier()->wait();
+    const Tensor t = full({8}, 1.0, DType::f32, Device::cuda(rank));
+    const Tensor u = full({4}, 5.0, DType::f32, Device::cuda(rank));
+    cuda::synchronize(rank);
+    std::unique_ptr<cuda::Graph> graph;
+    {
+      const cuda::Stream side = cuda::pooled_stream(rank);
+      const cuda::StreamGuard on(side);
+      graph = std::make_unique<cuda::Graph>(Device::cuda(rank), [&] {
+        pg.all_reduce(t)->wait();
+        if (rank != 0) return;
+        std::thread other([&] {
+          cuda::DeviceGuard g(rank);
+          try {
+            pg.all_reduce(u)->wait();
+          } catch (const Error& e) {
+            refused = e.what();
+          }
+        });
+        other.join();
+      });
+    }
+    graph->replay();
+    graph->replay();
+    cuda::synchronize(rank);
+    EXPECT_EQ(t.to(Device::cpu()).to_vector<float>(), std::vector<float>(8, 4.0f));
+    EXPECT_EQ(u.to(Device::cpu()).to_vector<float>(), std::vector<float>(4, 5.0f));
+    pg.all_reduce(u)->wait();  // the group is usable, its numbering unchanged
+    cuda::synchronize(rank);
+    EXPECT_EQ(u.to(Device::cpu()).to_vector<float>(), std::vector<float>(4, 10.0f));
+    graph.reset();
+  });
+  EXPECT_NE(refused.find("all_reduce (f32[4], sum, native) on rank 0 of 2 was issued from a stream "
+                         "outside the CUDA graph capture that this group's communication stream "
+                         "belongs to now"),
+            std::string::npos)
+      << refused;
+}
+
 // A failed NCCL call's rg::Error carries ncclGetErrorString's words and ncclGetLastError's reason,
 // not NCCL's "(run with NCCL_DEBUG=WARN for details)". Forced here through the emulated NCCL's
 // refusal of a bad RG_EMU_NCCL_INIT_TIMEOUT_MS.
