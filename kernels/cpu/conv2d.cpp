@@ -708,7 +708,11 @@ template <class T>
 void Conv2d<Cpu>::forward(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y,
                           bool allow_tf32, Workspace workspace, Ctx ctx) {
   if (g.channels_last) {
-    if constexpr (std::is_same_v<T, float>) {  // oneDNN's NHWC convolution, on our arrays
+    if constexpr (std::is_same_v<T, float>) {  // our Winograd or oneDNN, on our NHWC arrays
+      if (cpu::use_own_winograd(g)) {
+        cpu::winograd_conv2d_forward(g, x, w, bias, y);
+        return;
+      }
       if (cpu::onednn_conv2d_forward(g, x, w, bias, y)) return;
     }
     // Otherwise converted at the boundary: the convolutions below are NCHW.
@@ -737,7 +741,12 @@ void Conv2d<Cpu>::backward(const Conv2dGeometry& g, const T* x, const T* w, cons
                            T* gw, T* gb, bool, Workspace, Ctx ctx) {
   if (g.channels_last) {
     if constexpr (std::is_same_v<T, float>) {
-      if (cpu::onednn_conv2d_backward(g, x, w, gy, gx, gw)) {
+      const bool own = cpu::use_own_winograd(g);
+      if (own) {
+        if (gx) cpu::winograd_conv2d_input_grad(g, w, gy, gx);
+        if (gw) cpu::winograd_conv2d_weight_grad(g, x, gy, gw);
+      }
+      if (own || cpu::onednn_conv2d_backward(g, x, w, gy, gx, gw)) {
         if (gb) cpu::conv2d_bias_grad_channels_last(g, gy, gb);
         return;
       }

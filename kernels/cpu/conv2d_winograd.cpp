@@ -30,6 +30,7 @@ constexpr int64_t kBlockBytes = int64_t(2) << 20;
 constexpr int64_t kSliceBytes = int64_t(8) << 20;
 constexpr int64_t kPoints = 36;
 constexpr int64_t kMinChannels = 16;
+constexpr int64_t kClTiles = 8;  // tiles per task of the channels-last transforms
 
 std::atomic<WinogradIsa>& isa_choice() {
   static std::atomic<WinogradIsa> isa{WinogradIsa::automatic};
@@ -73,16 +74,17 @@ struct Plan {
 };
 
 // y = conv(x, f) + bias for the stride-1 3x3 convolution `s` over n images, where the filters
-// f are w ([o][c]) or, `flipped`, w ([c][o]) turned by 180 degrees.
+// f are w ([o][c]) or, `flipped`, w ([c][o]) turned by 180 degrees; `cl`: x, y and w are
+// channels-last, and the transformed data holds one row per tile (M^T[p] = V^T[p] U^T[p]).
 void forward(const Shape& s, int64_t n, const float* x, const float* w, bool flipped,
-             const float* bias, float* y) {
+             const float* bias, float* y, bool cl) {
   const Kernels& k = kernels();
   const Plan plan(s, n);
   const bool one_slice = plan.rows == s.o;
   auto u = scratch(kPoints * plan.rows * s.c);
   auto transform_filters = [&](int64_t base, int64_t rows) {
     parallel_for(base, base + rows, 1, [&](int64_t lo, int64_t hi) {
-      k.filter(w, s.o, s.c, flipped, base, rows, lo, hi, u.get());
+      (cl ? k.filter_cl : k.filter)(w, s.o, s.c, flipped, base, rows, lo, hi, u.get());
     });
   };
   auto v = scratch(kPoints * s.c * plan.block);
@@ -91,6 +93,12 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
   SingleThreadedBlas single;
   auto transform_inputs = [&](int64_t t0) {
     const int64_t count = plan.fill(t0, tiles.data());
+    if (cl) {
+      parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
+        k.input_cl(s, x, tiles.data(), count, lo, hi, v.get());
+      });
+      return;
+    }
     parallel_for(0, s.c, 1, [&](int64_t lo, int64_t hi) {
       auto pad = scratch(input_scratch_floats(s, count));
       k.input(s, x, tiles.data(), count, round8(count), lo, hi, v.get(), pad.get());
@@ -100,10 +108,22 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
     const int64_t count = std::min(plan.block, plan.tiles - t0), width = round8(count);
     parallel_for(0, kPoints, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t p = lo; p < hi; ++p) {
-        gemm<float>(false, false, rows, width, s.c, 1.0f, u.get() + p * rows * s.c, s.c,
-                    v.get() + p * s.c * width, width, 0.0f, m.get() + p * rows * width, width);
+        const float* up = u.get() + p * rows * s.c;
+        if (cl) {
+          gemm<float>(false, true, count, rows, s.c, 1.0f, v.get() + p * count * s.c, s.c, up,
+                      s.c, 0.0f, m.get() + p * count * rows, rows);
+        } else {
+          gemm<float>(false, false, rows, width, s.c, 1.0f, up, s.c, v.get() + p * s.c * width,
+                      width, 0.0f, m.get() + p * rows * width, width);
+        }
       }
     });
+    if (cl) {
+      parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
+        k.output_cl(s, m.get(), tiles.data(), count, bias, base, rows, lo, hi, y);
+      });
+      return;
+    }
     parallel_for(base, base + rows, 1, [&](int64_t lo, int64_t hi) {
       k.output(s, m.get(), tiles.data(), count, width, bias, base, rows, lo, hi, y);
     });
@@ -169,14 +189,14 @@ bool winograd_avx2_available() {
 
 void winograd_conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w,
                              const float* bias, float* y) {
-  winograd::forward(winograd::shape_of(g), g.n, x, w, false, bias, y);
+  winograd::forward(winograd::shape_of(g), g.n, x, w, false, bias, y, g.channels_last);
 }
 
 void winograd_conv2d_input_grad(const Conv2dGeometry& g, const float* w, const float* gy,
                                 float* gx) {
   // gx = gy, padded by 2 - p, correlated with the filters transposed to [c][o] and turned.
   const winograd::Shape t{g.o, g.ho, g.wo, g.c, g.h, g.w, 2 - g.ph, 2 - g.pw};
-  winograd::forward(t, g.n, gy, w, true, nullptr, gx);
+  winograd::forward(t, g.n, gy, w, true, nullptr, gx, g.channels_last);
 }
 
 void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const float* gy,
@@ -186,7 +206,7 @@ void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const 
   const Shape s = shape_of(g);
   const Plan plan(s, g.n);
   // With every tile in one block, the input's transform is made once for all slices.
-  const bool one_block = plan.tiles <= plan.block;
+  const bool one_block = plan.tiles <= plan.block, cl = g.channels_last;
   auto xt = scratch(kPoints * s.c * plan.block);
   auto gyt = scratch(kPoints * plan.rows * plan.block);
   auto sum = scratch(kPoints * plan.rows * s.c);
@@ -197,27 +217,41 @@ void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const 
     for (int64_t t0 = 0; t0 < plan.tiles; t0 += plan.block) {
       const int64_t count = plan.fill(t0, tiles.data()), width = round8(count);
       const int64_t inputs = one_block && base > 0 ? 0 : s.c;
-      parallel_for(0, inputs + rows, 1, [&](int64_t lo, int64_t hi) {
-        // Channels [0, inputs) of the input, then the slice's channels of the gradient.
-        if (lo < inputs) {
-          auto pad = scratch(input_scratch_floats(s, count));
-          k.input(s, x, tiles.data(), count, width, lo, std::min(hi, inputs), xt.get(), pad.get());
-        }
-        if (hi > inputs) {
-          k.grad(s, gy, tiles.data(), count, width, base, rows, base + std::max(lo, inputs) - inputs,
-                 base + hi - inputs, gyt.get());
-        }
-      });
+      if (cl) {
+        parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
+          if (inputs > 0) k.input_cl(s, x, tiles.data(), count, lo, hi, xt.get());
+          k.grad_cl(s, gy, tiles.data(), count, base, rows, lo, hi, gyt.get());
+        });
+      } else {
+        parallel_for(0, inputs + rows, 1, [&](int64_t lo, int64_t hi) {
+          // Channels [0, inputs) of the input, then the slice's channels of the gradient.
+          if (lo < inputs) {
+            auto pad = scratch(input_scratch_floats(s, count));
+            k.input(s, x, tiles.data(), count, width, lo, std::min(hi, inputs), xt.get(),
+                    pad.get());
+          }
+          if (hi > inputs) {
+            k.grad(s, gy, tiles.data(), count, width, base, rows,
+                   base + std::max(lo, inputs) - inputs, base + hi - inputs, gyt.get());
+          }
+        });
+      }
       const float beta = t0 == 0 ? 0.0f : 1.0f;
       parallel_for(0, kPoints, 1, [&](int64_t lo, int64_t hi) {
         for (int64_t p = lo; p < hi; ++p) {
-          gemm<float>(false, true, rows, s.c, width, 1.0f, gyt.get() + p * rows * width, width,
-                      xt.get() + p * s.c * width, width, beta, sum.get() + p * rows * s.c, s.c);
+          float* sp = sum.get() + p * rows * s.c;
+          if (cl) {
+            gemm<float>(true, false, rows, s.c, count, 1.0f, gyt.get() + p * count * rows, rows,
+                        xt.get() + p * count * s.c, s.c, beta, sp, s.c);
+          } else {
+            gemm<float>(false, true, rows, s.c, width, 1.0f, gyt.get() + p * rows * width, width,
+                        xt.get() + p * s.c * width, width, beta, sp, s.c);
+          }
         }
       });
     }
     parallel_for(base, base + rows, 1, [&](int64_t lo, int64_t hi) {
-      k.weight(s, sum.get(), base, rows, lo, hi, gw);
+      (cl ? k.weight_cl : k.weight)(s, sum.get(), base, rows, lo, hi, gw);
     });
   }
 }

@@ -11,7 +11,10 @@
 // Tiles are processed in blocks whose transformed data fits kBlockBytes; within a block the
 // transforms run in parallel over channels and the GEMMs over p, so every sum is added in the same
 // order whatever the thread count. The transforms run on eight tiles at once, in AVX2 + FMA where
-// the CPU has them (conv2d_winograd_kernels.h).
+// the CPU has them (conv2d_winograd_kernels.h). Channels-last convolutions (Conv2dGeometry::
+// channels_last: x, y and their gradients [n][h][w][c], w [o][3][3][c]) run the same algorithm
+// with transforms that read and write NHWC directly, eight channels per vector, and GEMMs over
+// transformed data laid out one row per tile.
 #pragma once
 
 #include "kernels/conv2d.h"

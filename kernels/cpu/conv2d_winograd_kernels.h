@@ -49,6 +49,24 @@ struct Kernels {
   // gw[o][c] (3x3) = AWt S_oc AW from S[(p * rows + o - base) * C + c], for o in [o0, o1).
   void (*weight)(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
                  int64_t o1, float* gw);
+
+  // The same transforms for channels-last data (x and y [n][h][w][c], filters [o][3][3][c]),
+  // vectorized over eight channels instead of eight tiles: the transformed inputs and outputs
+  // hold one row per tile, of channels, and the calls take the tiles [t0, t1) of a block of tb.
+  // V[(p * tb + t) * C + c]; U as filter(), from w[a][3][3][b] or, `flipped`, w[b][3][3][a];
+  // y from M[(p * tb + t) * rows + o - base] for the slice's channels; GY[(p * tb + t) * rows +
+  // o - base]; gw[o][3][3][c] from S as weight().
+  void (*input_cl)(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t t0,
+                   int64_t t1, float* v);
+  void (*filter_cl)(const float* w, int64_t a_count, int64_t b_count, bool flipped, int64_t base,
+                    int64_t rows, int64_t a0, int64_t a1, float* u);
+  void (*output_cl)(const Shape& s, const float* m, const Tile* tiles, int64_t tb,
+                    const float* bias, int64_t base, int64_t rows, int64_t t0, int64_t t1,
+                    float* y);
+  void (*grad_cl)(const Shape& s, const float* gy, const Tile* tiles, int64_t tb, int64_t base,
+                  int64_t rows, int64_t t0, int64_t t1, float* gyt);
+  void (*weight_cl)(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
+                    int64_t o1, float* gw);
 };
 
 // Floats of `pad` that input() needs: the padded planes of the images one block of `tb` tiles
@@ -348,7 +366,150 @@ inline void weight(const Shape& s, const float* sum, int64_t base, int64_t rows,
   }
 }
 
-inline constexpr Kernels kTable{&input, &filter, &output, &grad, &weight};
+// Channels-last: eight consecutive channels per vector; `lanes` < 8 only for the last few.
+[[gnu::always_inline]] inline v8 load_n(const float* p, int lanes) {
+  if (lanes == 8) return load8(p);
+  v8 v = splat(0.0f);
+  for (int l = 0; l < lanes; ++l) v[l] = p[l];
+  return v;
+}
+[[gnu::always_inline]] inline void store_n(float* p, v8 v, int lanes) {
+  if (lanes == 8) {
+    store8(p, v);
+    return;
+  }
+  for (int l = 0; l < lanes; ++l) p[l] = v[l];
+}
+
+inline void input_cl(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t t0,
+                     int64_t t1, float* v) {
+  for (int64_t k = t0; k < t1; ++k) {
+    const Tile& tile = tiles[k];
+    const int64_t y0 = tile.oy - s.ph, x0 = tile.ox - s.pw;
+    bool row_in[6], col_in[6];
+    for (int i = 0; i < 6; ++i) {
+      row_in[i] = y0 + i >= 0 && y0 + i < s.h;
+      col_in[i] = x0 + i >= 0 && x0 + i < s.w;
+    }
+    const float* image = x + tile.image * s.h * s.w * s.c;
+    for (int64_t c0 = 0; c0 < s.c; c0 += 8) {
+      const int lanes = int(lesser(8, s.c - c0));
+      v8 d[6][6];
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 6; ++j) {
+          d[i][j] = row_in[i] && col_in[j]
+                        ? load_n(image + ((y0 + i) * s.w + x0 + j) * s.c + c0, lanes)
+                        : splat(0.0f);
+        }
+      }
+      v8 t[6][6], r[6][6];
+      left<6, 6, 6, kBT>(d, t);
+      right<6, 6, 6, kBT>(t, r);
+      float* dst = v + k * s.c + c0;
+      const int64_t stride = tb * s.c;
+#pragma GCC unroll 36
+      for (int p = 0; p < 36; ++p) store_n(dst + p * stride, r[p / 6][p % 6], lanes);
+    }
+  }
+}
+
+inline void filter_cl(const float* w, int64_t a_count, int64_t b_count, bool flipped,
+                      int64_t base, int64_t rows, int64_t a0, int64_t a1, float* u) {
+  for (int64_t a = a0; a < a1; ++a) {
+    for (int64_t b0 = 0; b0 < b_count; b0 += 8) {
+      const int lanes = int(lesser(8, b_count - b0));
+      v8 f[3][3];
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j) {
+          if (!flipped) {
+            f[i][j] = load_n(w + (a * 9 + i * 3 + j) * b_count + b0, lanes);
+            continue;
+          }
+          f[i][j] = splat(0.0f);
+          for (int l = 0; l < lanes; ++l) f[i][j][l] = w[((b0 + l) * 9 + 8 - (i * 3 + j)) * a_count + a];
+        }
+      }
+      v8 t[6][3], r[6][6];
+      left<6, 3, 3, kG>(f, t);
+      right<6, 3, 6, kG>(t, r);
+      for (int p = 0; p < 36; ++p) store_n(u + (p * rows + a - base) * b_count + b0, r[p / 6][p % 6], lanes);
+    }
+  }
+}
+
+inline void output_cl(const Shape& s, const float* m, const Tile* tiles, int64_t tb,
+                      const float* bias, int64_t base, int64_t rows, int64_t t0, int64_t t1,
+                      float* y) {
+  for (int64_t k = t0; k < t1; ++k) {
+    const Tile& tile = tiles[k];
+    const int height = int(lesser(4, s.ho - tile.oy)), width = int(lesser(4, s.wo - tile.ox));
+    float* image = y + tile.image * s.ho * s.wo * s.o;
+    for (int64_t c0 = 0; c0 < rows; c0 += 8) {
+      const int lanes = int(lesser(8, rows - c0));
+      v8 in[6][6];
+      const float* src = m + k * rows + c0;
+      const int64_t stride = tb * rows;
+#pragma GCC unroll 36
+      for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load_n(src + p * stride, lanes);
+      v8 t[4][6], r[4][4];
+      left<4, 6, 6, kAT>(in, t);
+      right<4, 6, 4, kAT>(t, r);
+      const v8 b = bias ? load_n(bias + base + c0, lanes) : splat(0.0f);
+      for (int i = 0; i < height; ++i) {
+        float* row = image + ((tile.oy + i) * s.wo + tile.ox) * s.o + base + c0;
+        for (int j = 0; j < width; ++j) store_n(row + j * s.o, r[i][j] + b, lanes);
+      }
+    }
+  }
+}
+
+inline void grad_cl(const Shape& s, const float* gy, const Tile* tiles, int64_t tb, int64_t base,
+                    int64_t rows, int64_t t0, int64_t t1, float* gyt) {
+  for (int64_t k = t0; k < t1; ++k) {
+    const Tile& tile = tiles[k];
+    const int height = int(lesser(4, s.ho - tile.oy)), width = int(lesser(4, s.wo - tile.ox));
+    const float* image = gy + tile.image * s.ho * s.wo * s.o;
+    for (int64_t c0 = 0; c0 < rows; c0 += 8) {
+      const int lanes = int(lesser(8, rows - c0));
+      v8 e[4][4];
+      for (int i = 0; i < 4; ++i) {
+        const float* row = image + ((tile.oy + i) * s.wo + tile.ox) * s.o + base + c0;
+        for (int j = 0; j < 4; ++j) {
+          e[i][j] = i < height && j < width ? load_n(row + j * s.o, lanes) : splat(0.0f);
+        }
+      }
+      v8 t[6][4], r[6][6];
+      left<6, 4, 4, kGw>(e, t);
+      right<6, 4, 6, kGw>(t, r);
+      float* dst = gyt + k * rows + c0;
+      const int64_t stride = tb * rows;
+#pragma GCC unroll 36
+      for (int p = 0; p < 36; ++p) store_n(dst + p * stride, r[p / 6][p % 6], lanes);
+    }
+  }
+}
+
+inline void weight_cl(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
+                      int64_t o1, float* gw) {
+  for (int64_t o = o0; o < o1; ++o) {
+    for (int64_t c0 = 0; c0 < s.c; c0 += 8) {
+      const int lanes = int(lesser(8, s.c - c0));
+      v8 in[6][6];
+      for (int p = 0; p < 36; ++p) {
+        in[p / 6][p % 6] = load_n(sum + (p * rows + o - base) * s.c + c0, lanes);
+      }
+      v8 t[3][6], r[3][3];
+      left<3, 6, 6, kAWt>(in, t);
+      right<3, 6, 3, kAWt>(t, r);
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j) store_n(gw + (o * 9 + i * 3 + j) * s.c + c0, r[i][j], lanes);
+      }
+    }
+  }
+}
+
+inline constexpr Kernels kTable{&input,    &filter,    &output,    &grad,    &weight,
+                                &input_cl, &filter_cl, &output_cl, &grad_cl, &weight_cl};
 
 }  // namespace rg::kernels::cpu::winograd::RG_WINOGRAD_ISA
 #endif

@@ -96,14 +96,43 @@ Result reference(const Conv2dGeometry& g) {
   return r;
 }
 
-// The same through our Winograd functions directly.
-Result winograd(const Conv2dGeometry& g) {
-  const auto x = random(g.n * g.c * g.h * g.w, 1), w = random(g.o * g.c * 9, 2);
-  const auto b = random(g.o, 3), gy = random(g.n * g.o * g.ho * g.wo, 4);
+// [n][c][hw] -> [n][hw][c] (`back`: the reverse).
+std::vector<float> permuted(const std::vector<float>& v, int64_t n, int64_t c, int64_t hw,
+                            bool back = false) {
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < c; ++k) {
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t first = (i * c + k) * hw + p, last = (i * hw + p) * c + k;
+        out[size_t(back ? first : last)] = v[size_t(back ? last : first)];
+      }
+    }
+  }
+  return out;
+}
+
+// The same through our Winograd functions directly; `channels_last`: on NHWC copies of the same
+// data (the results turned back to NCHW).
+Result winograd(Conv2dGeometry g, bool channels_last = false) {
+  auto x = random(g.n * g.c * g.h * g.w, 1), w = random(g.o * g.c * 9, 2);
+  auto gy = random(g.n * g.o * g.ho * g.wo, 4);
+  const auto b = random(g.o, 3);
+  const int64_t hw = g.h * g.w, hwo = g.ho * g.wo;
+  if (channels_last) {
+    g.channels_last = true;
+    x = permuted(x, g.n, g.c, hw);
+    w = permuted(w, g.o, g.c, 9);
+    gy = permuted(gy, g.n, g.o, hwo);
+  }
   std::vector<float> y(gy.size()), gx(x.size()), gw(w.size());
   cpu::winograd_conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
   cpu::winograd_conv2d_input_grad(g, w.data(), gy.data(), gx.data());
   cpu::winograd_conv2d_weight_grad(g, x.data(), gy.data(), gw.data());
+  if (channels_last) {
+    y = permuted(y, g.n, g.o, hwo, true);
+    gx = permuted(gx, g.n, g.c, hw, true);
+    gw = permuted(gw, g.o, g.c, 9, true);
+  }
   return {widen(y), widen(gx), widen(gw)};
 }
 
@@ -113,10 +142,14 @@ void expect_matches_reference(const Conv2dGeometry& g, double tolerance) {
   SCOPED_TRACE(::testing::Message() << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w
                                     << " o" << g.o << " p" << g.ph);
   ASSERT_TRUE(cpu::winograd_applies(g));
-  const Result ref = reference(g), got = winograd(g);
-  EXPECT_LE(scaled_error(got.y, ref.y), tolerance) << "y";
-  EXPECT_LE(scaled_error(got.gx, ref.gx), tolerance) << "gx";
-  EXPECT_LE(scaled_error(got.gw, ref.gw), tolerance) << "gw";
+  const Result ref = reference(g);
+  for (const bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "channels last" : "contiguous");
+    const Result got = winograd(g, channels_last);
+    EXPECT_LE(scaled_error(got.y, ref.y), tolerance) << "y";
+    EXPECT_LE(scaled_error(got.gx, ref.gx), tolerance) << "gx";
+    EXPECT_LE(scaled_error(got.gw, ref.gw), tolerance) << "gw";
+  }
 }
 
 class WinogradConv : public ::testing::TestWithParam<cpu::WinogradIsa> {
@@ -146,24 +179,30 @@ TEST_P(WinogradConv, MatchesTheF64ReferenceOnAwkwardGeometries) {
 // the f32 im2col path is about 5e-7, oneDNN's Winograd 2e-6, 2e-6 and 7e-7).
 TEST_P(WinogradConv, ResNetLayerStaysWithinFloatRounding) {
   const Conv2dGeometry g = geometry(64, 64, 32, 32, 64, 1);
-  const Result ref = reference(g), got = winograd(g);
-  const double e[3] = {scaled_error(got.y, ref.y), scaled_error(got.gx, ref.gx),
-                       scaled_error(got.gw, ref.gw)};
-  std::printf("winograd y %.2e  gx %.2e  gw %.2e (error / scale)\n", e[0], e[1], e[2]);
-  for (double v : e) EXPECT_LE(v, 2e-5);
+  const Result ref = reference(g);
+  for (const bool channels_last : {false, true}) {
+    const Result got = winograd(g, channels_last);
+    const double e[3] = {scaled_error(got.y, ref.y), scaled_error(got.gx, ref.gx),
+                         scaled_error(got.gw, ref.gw)};
+    std::printf("winograd%s y %.2e  gx %.2e  gw %.2e (error / scale)\n",
+                channels_last ? " channels-last" : "", e[0], e[1], e[2]);
+    for (double v : e) EXPECT_LE(v, 2e-5);
+  }
 }
 
 TEST_P(WinogradConv, SameBitsAtAnyThreadCount) {
   const Conv2dGeometry g = geometry(5, 32, 17, 19, 24, 1);
   const int threads = cpu::num_threads();
-  cpu::set_num_threads(1);
-  const Result one = winograd(g);
-  cpu::set_num_threads(3);
-  const Result three = winograd(g);
-  cpu::set_num_threads(threads);
-  EXPECT_EQ(one.y, three.y);
-  EXPECT_EQ(one.gx, three.gx);
-  EXPECT_EQ(one.gw, three.gw);
+  for (const bool channels_last : {false, true}) {
+    cpu::set_num_threads(1);
+    const Result one = winograd(g, channels_last);
+    cpu::set_num_threads(3);
+    const Result three = winograd(g, channels_last);
+    cpu::set_num_threads(threads);
+    EXPECT_EQ(one.y, three.y);
+    EXPECT_EQ(one.gx, three.gx);
+    EXPECT_EQ(one.gw, three.gw);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, WinogradConv,
@@ -214,6 +253,33 @@ TEST(WinogradConv, Conv2dCpuTakesItUnlessSwitchedOff) {
   EXPECT_EQ(gw, gw_own);
   EXPECT_NE(y, y_direct);
   EXPECT_LE(scaled_error(widen(y), widen(y_direct)), 1e-5);
+}
+
+// The same for a channels-last layer: with oneDNN off, Conv2d<Cpu> runs our channels-last
+// Winograd (the same bits as calling it directly) and the NHWC bias gradient.
+TEST(WinogradConv, Conv2dCpuTakesItForChannelsLastToo) {
+  Conv2dGeometry g = geometry(2, 16, 9, 10, 24, 1);
+  g.channels_last = true;
+  const auto x = random(g.n * g.c * g.h * g.w, 1), w = random(g.o * g.c * 9, 2);
+  const auto b = random(g.o, 3), gy = random(g.n * g.o * g.ho * g.wo, 4);
+  cpu::set_onednn_enabled(false);
+  std::vector<float> y(gy.size()), gx(x.size()), gw(w.size()), gb(b.size());
+  Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), b.data(), y.data(), false, {}, {});
+  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data(),
+                               false, {}, {});
+  cpu::set_onednn_enabled(true);
+  std::vector<float> y_own(gy.size()), gx_own(x.size()), gw_own(w.size());
+  cpu::winograd_conv2d_forward(g, x.data(), w.data(), b.data(), y_own.data());
+  cpu::winograd_conv2d_input_grad(g, w.data(), gy.data(), gx_own.data());
+  cpu::winograd_conv2d_weight_grad(g, x.data(), gy.data(), gw_own.data());
+  EXPECT_EQ(y, y_own);
+  EXPECT_EQ(gx, gx_own);
+  EXPECT_EQ(gw, gw_own);
+  for (int64_t o = 0; o < g.o; ++o) {
+    double sum = 0;
+    for (int64_t i = 0; i < g.n * g.ho * g.wo; ++i) sum += gy[size_t(i * g.o + o)];
+    EXPECT_NEAR(gb[size_t(o)], sum, 1e-4) << o;
+  }
 }
 
 }  // namespace
