@@ -80,8 +80,10 @@ void sgemm(benchmark::State& state, int64_t m, int64_t n, int64_t k, bool ta, bo
   }
 }
 
-// Raw kernels: what the convolution costs without allocation or autograd.
-void conv_kernel(benchmark::State& state, const Conv2dGeometry& g, bool backward) {
+// Raw kernels: what the convolution costs without allocation or autograd; `channels_last`: the
+// same layer on NHWC arrays (the buffers' shapes are only sizes here).
+void conv_kernel(benchmark::State& state, Conv2dGeometry g, bool backward, bool channels_last) {
+  g.channels_last = channels_last;
   const Tensor x = random_f32({g.n, g.c, g.h, g.w}, 3);
   const Tensor w = random_f32({g.o, g.c, g.kh, g.kw}, 4);
   const Tensor gy = random_f32({g.n, g.o, g.ho, g.wo}, 5);
@@ -204,8 +206,13 @@ int register_all() {
   for (const auto& [channels, size] : kResNetLayers) {
     const Conv2dGeometry g = resnet_geometry(channels, size);
     const std::string base = "conv2d/" + layer_name(g) + "_b32";
-    RegisterBenchmark((base + "/fwd").c_str(), conv_kernel, g, false)->UseRealTime()->MinTime(1.0);
-    RegisterBenchmark((base + "/fwd+bwd").c_str(), conv_kernel, g, true)
+    RegisterBenchmark((base + "/fwd").c_str(), conv_kernel, g, false, false)
+        ->UseRealTime()
+        ->MinTime(1.0);
+    RegisterBenchmark((base + "/fwd+bwd").c_str(), conv_kernel, g, true, false)
+        ->UseRealTime()
+        ->MinTime(1.5);
+    RegisterBenchmark((base + "/fwd+bwd_channels_last").c_str(), conv_kernel, g, true, true)
         ->UseRealTime()
         ->MinTime(1.5);
     RegisterBenchmark((base + "/fwd+bwd_autograd").c_str(), conv_autograd, g)

@@ -1,7 +1,7 @@
 // Our Winograd convolution's drivers (see conv2d_winograd.h): planning, blocks of tiles, the
 // GEMMs, and the choice of transform code; the generic build of the transforms lives here too.
 #define RG_WINOGRAD_ISA generic
-#include "kernels/cpu/conv2d_winograd_kernels.h"
+#include "kernels/cpu/conv2d_winograd.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/conv2d_winograd.h"
+#include "kernels/cpu/conv2d_winograd_kernels.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -75,7 +75,7 @@ struct Plan {
 
 // y = conv(x, f) + bias for the stride-1 3x3 convolution `s` over n images, where the filters
 // f are w ([o][c]) or, `flipped`, w ([c][o]) turned by 180 degrees; `cl`: x, y and w are
-// channels-last, and the transformed data holds one row per tile (M^T[p] = V^T[p] U^T[p]).
+// channels-last, and the transformed input holds one row of channels per tile.
 void forward(const Shape& s, int64_t n, const float* x, const float* w, bool flipped,
              const float* bias, float* y, bool cl) {
   const Kernels& k = kernels();
@@ -95,7 +95,7 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
     const int64_t count = plan.fill(t0, tiles.data());
     if (cl) {
       parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
-        k.input_cl(s, x, tiles.data(), count, lo, hi, v.get());
+        k.input_cl(s, x, tiles.data(), count, round8(count), lo, hi, v.get());
       });
       return;
     }
@@ -108,19 +108,15 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
     const int64_t count = std::min(plan.block, plan.tiles - t0), width = round8(count);
     parallel_for(0, kPoints, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t p = lo; p < hi; ++p) {
-        const float* up = u.get() + p * rows * s.c;
-        if (cl) {
-          gemm<float>(false, true, count, rows, s.c, 1.0f, v.get() + p * count * s.c, s.c, up,
-                      s.c, 0.0f, m.get() + p * count * rows, rows);
-        } else {
-          gemm<float>(false, false, rows, width, s.c, 1.0f, up, s.c, v.get() + p * s.c * width,
-                      width, 0.0f, m.get() + p * rows * width, width);
-        }
+        // V[p] is [C][width], or [width][C] channels-last; M[p] is [rows][width] for both.
+        gemm<float>(false, cl, rows, width, s.c, 1.0f, u.get() + p * rows * s.c, s.c,
+                    v.get() + p * s.c * width, cl ? s.c : width, 0.0f, m.get() + p * rows * width,
+                    width);
       }
     });
     if (cl) {
-      parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
-        k.output_cl(s, m.get(), tiles.data(), count, bias, base, rows, lo, hi, y);
+      parallel_for(0, width / 8, 1, [&](int64_t lo, int64_t hi) {
+        k.output_cl(s, m.get(), tiles.data(), count, width, bias, base, rows, lo, hi, y);
       });
       return;
     }
@@ -174,9 +170,9 @@ bool winograd_enabled() { return winograd_flag().load(std::memory_order_relaxed)
 void set_winograd_enabled(bool enabled) { winograd_flag().store(enabled); }
 
 bool winograd_applies(const Conv2dGeometry& g) {
-  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
-         g.ph >= 0 && g.ph <= 2 && g.pw >= 0 && g.pw <= 2 && g.n > 0 &&
-         g.c >= winograd::kMinChannels && g.o >= winograd::kMinChannels && g.ho > 0 && g.wo > 0;
+  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ph >= 0 &&
+         g.ph <= 2 && g.pw >= 0 && g.pw <= 2 && g.n > 0 && g.c >= winograd::kMinChannels &&
+         g.o >= winograd::kMinChannels && g.ho > 0 && g.wo > 0;
 }
 
 void set_winograd_isa(WinogradIsa isa) { winograd::isa_choice().store(isa); }
@@ -219,7 +215,7 @@ void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const 
       const int64_t inputs = one_block && base > 0 ? 0 : s.c;
       if (cl) {
         parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
-          if (inputs > 0) k.input_cl(s, x, tiles.data(), count, lo, hi, xt.get());
+          if (inputs > 0) k.input_cl(s, x, tiles.data(), count, count, lo, hi, xt.get());
           k.grad_cl(s, gy, tiles.data(), count, base, rows, lo, hi, gyt.get());
         });
       } else {

@@ -51,17 +51,18 @@ struct Kernels {
                  int64_t o1, float* gw);
 
   // The same transforms for channels-last data (x and y [n][h][w][c], filters [o][3][3][c]),
-  // vectorized over eight channels instead of eight tiles: the transformed inputs and outputs
-  // hold one row per tile, of channels, and the calls take the tiles [t0, t1) of a block of tb.
-  // V[(p * tb + t) * C + c]; U as filter(), from w[a][3][3][b] or, `flipped`, w[b][3][3][a];
-  // y from M[(p * tb + t) * rows + o - base] for the slice's channels; GY[(p * tb + t) * rows +
-  // o - base]; gw[o][3][3][c] from S as weight().
-  void (*input_cl)(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t t0,
-                   int64_t t1, float* v);
+  // vectorized over eight channels instead of eight tiles: the transformed inputs and gradients
+  // hold one row of channels per tile, and the calls take the tiles [t0, t1) of a block of tb.
+  // V[(p * tbp + t) * C + c], rows t in [tb, tbp) zero when t1 == tb; U as filter(), from
+  // w[a][3][3][b] or, `flipped`, w[b][3][3][a]; y from M as output() (one row of tiles per
+  // channel), for the groups of eight tiles [g0, g1); GY[(p * tb + t) * rows + o - base]; gw[o]
+  // [3][3][c] from S as weight().
+  void (*input_cl)(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
+                   int64_t t0, int64_t t1, float* v);
   void (*filter_cl)(const float* w, int64_t a_count, int64_t b_count, bool flipped, int64_t base,
                     int64_t rows, int64_t a0, int64_t a1, float* u);
-  void (*output_cl)(const Shape& s, const float* m, const Tile* tiles, int64_t tb,
-                    const float* bias, int64_t base, int64_t rows, int64_t t0, int64_t t1,
+  void (*output_cl)(const Shape& s, const float* m, const Tile* tiles, int64_t tb, int64_t tbp,
+                    const float* bias, int64_t base, int64_t rows, int64_t g0, int64_t g1,
                     float* y);
   void (*grad_cl)(const Shape& s, const float* gy, const Tile* tiles, int64_t tb, int64_t base,
                   int64_t rows, int64_t t0, int64_t t1, float* gyt);
@@ -381,8 +382,13 @@ inline void weight(const Shape& s, const float* sum, int64_t base, int64_t rows,
   for (int l = 0; l < lanes; ++l) p[l] = v[l];
 }
 
-inline void input_cl(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t t0,
-                     int64_t t1, float* v) {
+inline void input_cl(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
+                     int64_t t0, int64_t t1, float* v) {
+  if (t1 == tb) {
+    for (int p = 0; p < 36; ++p) {
+      __builtin_memset(v + (p * tbp + tb) * s.c, 0, size_t((tbp - tb) * s.c) * sizeof(float));
+    }
+  }
   for (int64_t k = t0; k < t1; ++k) {
     const Tile& tile = tiles[k];
     const int64_t y0 = tile.oy - s.ph, x0 = tile.ox - s.pw;
@@ -406,58 +412,114 @@ inline void input_cl(const Shape& s, const float* x, const Tile* tiles, int64_t 
       left<6, 6, 6, kBT>(d, t);
       right<6, 6, 6, kBT>(t, r);
       float* dst = v + k * s.c + c0;
-      const int64_t stride = tb * s.c;
+      const int64_t stride = tbp * s.c;
 #pragma GCC unroll 36
       for (int p = 0; p < 36; ++p) store_n(dst + p * stride, r[p / 6][p % 6], lanes);
     }
   }
 }
 
-inline void filter_cl(const float* w, int64_t a_count, int64_t b_count, bool flipped,
-                      int64_t base, int64_t rows, int64_t a0, int64_t a1, float* u) {
-  for (int64_t a = a0; a < a1; ++a) {
-    for (int64_t b0 = 0; b0 < b_count; b0 += 8) {
-      const int lanes = int(lesser(8, b_count - b0));
-      v8 f[3][3];
-      for (int i = 0; i < 3; ++i) {
-        for (int j = 0; j < 3; ++j) {
-          if (!flipped) {
-            f[i][j] = load_n(w + (a * 9 + i * 3 + j) * b_count + b0, lanes);
-            continue;
+// The filters (a, b0 .. b0 + lanes) one at a time, eight b per vector.
+[[gnu::always_inline]] inline void filter_cl_lanes(const float* w, int64_t a_count, int64_t b_count,
+                                                   bool flipped, int64_t base, int64_t rows,
+                                                   int64_t a, int64_t b0, int lanes, float* u) {
+  v8 f[3][3];
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      if (!flipped) {
+        f[i][j] = load_n(w + (a * 9 + i * 3 + j) * b_count + b0, lanes);
+        continue;
+      }
+      f[i][j] = splat(0.0f);
+      for (int l = 0; l < lanes; ++l) {
+        f[i][j][l] = w[((b0 + l) * 9 + 8 - (i * 3 + j)) * a_count + a];
+      }
+    }
+  }
+  v8 t[6][3], r[6][6];
+  left<6, 3, 3, kG>(f, t);
+  right<6, 3, 6, kG>(t, r);
+  for (int p = 0; p < 36; ++p) {
+    store_n(u + (p * rows + a - base) * b_count + b0, r[p / 6][p % 6], lanes);
+  }
+}
+
+inline void filter_cl(const float* w, int64_t a_count, int64_t b_count, bool flipped, int64_t base,
+                      int64_t rows, int64_t a0, int64_t a1, float* u) {
+  // Flipped, w[b][tap][a] is contiguous in a, and its rows are a_count floats apart, a power of
+  // two in most models, so that gathering eight b per vector makes every load miss the caches.
+  // Instead eight a per vector, in blocks of 8 a by 16 b: each b's transform, then per point
+  // two 8x8 transposes to whole cache lines of 16 b. The rest goes one filter row at a time.
+  const int64_t a_end = a0 + (a1 - a0) / 8 * 8, b_end = flipped ? b_count / 16 * 16 : 0;
+  for (int64_t b0 = 0; b0 < b_end; b0 += 16) {
+    for (int64_t a = a0; a < a_end; a += 8) {
+      v8 res[2][36][8];
+      for (int l = 0; l < 16; ++l) {
+        v8 f[3][3];
+        for (int i = 0; i < 3; ++i) {
+          for (int j = 0; j < 3; ++j) {
+            f[i][j] = load8(w + ((b0 + l) * 9 + 8 - (i * 3 + j)) * a_count + a);
           }
-          f[i][j] = splat(0.0f);
-          for (int l = 0; l < lanes; ++l) f[i][j][l] = w[((b0 + l) * 9 + 8 - (i * 3 + j)) * a_count + a];
+        }
+        v8 t[6][3], r[6][6];
+        left<6, 3, 3, kG>(f, t);
+        right<6, 3, 6, kG>(t, r);
+        for (int p = 0; p < 36; ++p) res[l / 8][p][l % 8] = r[p / 6][p % 6];
+      }
+      for (int p = 0; p < 36; ++p) {
+        transpose8(res[0][p]);
+        transpose8(res[1][p]);
+        for (int k = 0; k < 8; ++k) {
+          float* dst = u + (p * rows + a + k - base) * b_count + b0;
+          store8(dst, res[0][p][k]);
+          store8(dst + 8, res[1][p][k]);
         }
       }
-      v8 t[6][3], r[6][6];
-      left<6, 3, 3, kG>(f, t);
-      right<6, 3, 6, kG>(t, r);
-      for (int p = 0; p < 36; ++p) store_n(u + (p * rows + a - base) * b_count + b0, r[p / 6][p % 6], lanes);
+    }
+  }
+  for (int64_t a = a0; a < a1; ++a) {
+    for (int64_t b0 = a < a_end ? b_end : 0; b0 < b_count; b0 += 8) {
+      filter_cl_lanes(w, a_count, b_count, flipped, base, rows, a, b0, int(lesser(8, b_count - b0)),
+                      u);
     }
   }
 }
 
-inline void output_cl(const Shape& s, const float* m, const Tile* tiles, int64_t tb,
-                      const float* bias, int64_t base, int64_t rows, int64_t t0, int64_t t1,
+inline void output_cl(const Shape& s, const float* m, const Tile* tiles, int64_t tb, int64_t tbp,
+                      const float* bias, int64_t base, int64_t rows, int64_t g0, int64_t g1,
                       float* y) {
-  for (int64_t k = t0; k < t1; ++k) {
-    const Tile& tile = tiles[k];
-    const int height = int(lesser(4, s.ho - tile.oy)), width = int(lesser(4, s.wo - tile.ox));
-    float* image = y + tile.image * s.ho * s.wo * s.o;
+  // Eight channels of eight tiles at a time: each channel's transform over the eight tiles (as
+  // output()), then per output position an 8x8 transpose to the tiles' rows of channels.
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t t0 = 8 * g;
     for (int64_t c0 = 0; c0 < rows; c0 += 8) {
       const int lanes = int(lesser(8, rows - c0));
-      v8 in[6][6];
-      const float* src = m + k * rows + c0;
-      const int64_t stride = tb * rows;
+      v8 out[16][8];
+      for (int l = 0; l < 8; ++l) {
+        if (l >= lanes) {
+          for (int q = 0; q < 16; ++q) out[q][l] = splat(0.0f);
+          continue;
+        }
+        v8 in[6][6];
+        const float* src = m + (c0 + l) * tbp + t0;
+        const int64_t stride = rows * tbp;
 #pragma GCC unroll 36
-      for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load_n(src + p * stride, lanes);
-      v8 t[4][6], r[4][4];
-      left<4, 6, 6, kAT>(in, t);
-      right<4, 6, 4, kAT>(t, r);
+        for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load8(src + p * stride);
+        v8 t[4][6], r[4][4];
+        left<4, 6, 6, kAT>(in, t);
+        right<4, 6, 4, kAT>(t, r);
+        for (int q = 0; q < 16; ++q) out[q][l] = r[q / 4][q % 4];
+      }
+      for (int q = 0; q < 16; ++q) transpose8(out[q]);
       const v8 b = bias ? load_n(bias + base + c0, lanes) : splat(0.0f);
-      for (int i = 0; i < height; ++i) {
-        float* row = image + ((tile.oy + i) * s.wo + tile.ox) * s.o + base + c0;
-        for (int j = 0; j < width; ++j) store_n(row + j * s.o, r[i][j] + b, lanes);
+      for (int l = 0; l < 8 && t0 + l < tb; ++l) {
+        const Tile& tile = tiles[t0 + l];
+        const int height = int(lesser(4, s.ho - tile.oy)), width = int(lesser(4, s.wo - tile.ox));
+        float* image = y + tile.image * s.ho * s.wo * s.o;
+        for (int i = 0; i < height; ++i) {
+          float* row = image + ((tile.oy + i) * s.wo + tile.ox) * s.o + base + c0;
+          for (int j = 0; j < width; ++j) store_n(row + j * s.o, out[i * 4 + j][l] + b, lanes);
+        }
       }
     }
   }

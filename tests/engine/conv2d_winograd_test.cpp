@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "kernels/conv2d.h"
-#include "support/scaled_error.h"
 #include "kernels/cpu/conv2d_onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/winograd_matrices.h"
+#include "support/scaled_error.h"
 
 namespace rg::kernels {
 namespace {
@@ -39,12 +39,13 @@ std::vector<float> random(int64_t n, unsigned seed) {
 
 TEST(WinogradMatrices, F43IsLavinAndGraysAlgorithm) {
   // Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks" (2016), section 4.2.
-  const double bt[36] = {4, 0, -5, 0,  1, 0, 0, -4, -4, 1,  1, 0, 0, 4, -4, -1, 1, 0,
-                         0, -2, -1, 2, 1, 0, 0, 2, -1, -2, 1, 0, 0, 4, 0,  -5, 0, 1};
-  const double g[18] = {1.0 / 4,  0,        0,       -1.0 / 6, -1.0 / 6, -1.0 / 6,
-                        -1.0 / 6, 1.0 / 6,  -1.0 / 6, 1.0 / 24, 1.0 / 12, 1.0 / 6,
-                        1.0 / 24, -1.0 / 12, 1.0 / 6, 0,        0,        1};
-  const double at[24] = {1, 1, 1, 1, 1, 0, 0, 1, -1, 2, -2, 0, 0, 1, 1, 4, 4, 0, 0, 1, -1, 8, -8, 1};
+  const double bt[36] = {4, 0,  -5, 0, 1, 0, 0, -4, -4, 1,  1, 0, 0, 4, -4, -1, 1, 0,
+                         0, -2, -1, 2, 1, 0, 0, 2,  -1, -2, 1, 0, 0, 4, 0,  -5, 0, 1};
+  const double g[18] = {1.0 / 4,  0,         0,        -1.0 / 6, -1.0 / 6, -1.0 / 6,
+                        -1.0 / 6, 1.0 / 6,   -1.0 / 6, 1.0 / 24, 1.0 / 12, 1.0 / 6,
+                        1.0 / 24, -1.0 / 12, 1.0 / 6,  0,        0,        1};
+  const double at[24] = {1, 1, 1, 1, 1, 0, 0, 1, -1, 2, -2, 0,
+                         0, 1, 1, 4, 4, 0, 0, 1, -1, 8, -8, 1};
   for (int i = 0; i < 36; ++i) EXPECT_EQ(wm::kF43.bt[size_t(i)], bt[i]) << "BT " << i;
   for (int i = 0; i < 18; ++i) EXPECT_NEAR(wm::kF43.g[size_t(i)], g[i], 1e-15) << "G " << i;
   for (int i = 0; i < 24; ++i) EXPECT_EQ(wm::kF43.at[size_t(i)], at[i]) << "AT " << i;
@@ -91,8 +92,8 @@ Result reference(const Conv2dGeometry& g) {
   Result r{std::vector<double>(gy.size()), std::vector<double>(x.size()),
            std::vector<double>(w.size())};
   Conv2d<Cpu>::forward<double>(g, x.data(), w.data(), b.data(), r.y.data(), false, {}, {});
-  Conv2d<Cpu>::backward<double>(g, x.data(), w.data(), gy.data(), r.gx.data(), r.gw.data(),
-                                nullptr, false, {}, {});
+  Conv2d<Cpu>::backward<double>(g, x.data(), w.data(), gy.data(), r.gx.data(), r.gw.data(), nullptr,
+                                false, {}, {});
   return r;
 }
 
@@ -139,8 +140,8 @@ Result winograd(Conv2dGeometry g, bool channels_last = false) {
 using test::scaled_error;
 
 void expect_matches_reference(const Conv2dGeometry& g, double tolerance) {
-  SCOPED_TRACE(::testing::Message() << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w
-                                    << " o" << g.o << " p" << g.ph);
+  SCOPED_TRACE(::testing::Message() << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " o"
+                                    << g.o << " p" << g.ph);
   ASSERT_TRUE(cpu::winograd_applies(g));
   const Result ref = reference(g);
   for (const bool channels_last : {false, true}) {
@@ -164,12 +165,12 @@ class WinogradConv : public ::testing::TestWithParam<cpu::WinogradIsa> {
 };
 
 TEST_P(WinogradConv, MatchesTheF64ReferenceOnAwkwardGeometries) {
-  expect_matches_reference(geometry(2, 16, 9, 7, 17, 1), 1e-5);   // partial tiles, odd o
-  expect_matches_reference(geometry(3, 17, 5, 6, 16, 0), 1e-5);   // no padding, odd c
-  expect_matches_reference(geometry(1, 24, 4, 4, 32, 2), 1e-5);   // padding 2
-  expect_matches_reference(geometry(2, 16, 1, 1, 16, 1), 1e-5);   // 1x1 images
+  expect_matches_reference(geometry(2, 16, 9, 7, 17, 1), 1e-5);  // partial tiles, odd o
+  expect_matches_reference(geometry(3, 17, 5, 6, 16, 0), 1e-5);  // no padding, odd c
+  expect_matches_reference(geometry(1, 24, 4, 4, 32, 2), 1e-5);  // padding 2
+  expect_matches_reference(geometry(2, 16, 1, 1, 16, 1), 1e-5);  // 1x1 images
   expect_matches_reference(geometry(3, 20, 12, 13, 24, 1), 1e-5);
-  expect_matches_reference(geometry(9, 16, 40, 38, 16, 1), 1e-5); // several blocks of tiles
+  expect_matches_reference(geometry(9, 16, 40, 38, 16, 1), 1e-5);  // several blocks of tiles
   // Output channels in two uneven slices (36 x o x c floats > 8 MiB), over two blocks of tiles.
   expect_matches_reference(geometry(30, 200, 4, 4, 301, 1), 2e-5);  // long sums: 1.2e-5
 }
@@ -234,10 +235,10 @@ TEST(WinogradConv, Conv2dCpuTakesItUnlessSwitchedOff) {
   cpu::set_onednn_enabled(false);
   std::vector<float> y(gy.size()), gx(x.size(), 42.0f), gw(w.size(), 42.0f);
   Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), b.data(), y.data(), false, {}, {});
-  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), nullptr, gw.data(), nullptr,
-                               false, {}, {});
-  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), nullptr, nullptr,
-                               false, {}, {});
+  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), nullptr, gw.data(), nullptr, false,
+                               {}, {});
+  Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), nullptr, nullptr, false,
+                               {}, {});
   std::vector<float> y_direct(gy.size());
   cpu::set_winograd_enabled(false);
   Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), b.data(), y_direct.data(), false, {}, {});
