@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Lists every CUDA runtime, cuBLAS, cuDNN and NCCL call and every kernel launch (RG_LAUNCH) in
 engine/, comm/ and kernels/cuda/, and whether the emulated build runs it, from the gcov data of
-scripts/coverage.sh (gcovr's JSON). Writes docs/cuda-call-sites.md (scripts/coverage.sh calls it);
---check compares the call sites (file and call, not line numbers or counts) with that file.
+scripts/coverage.sh (gcovr's JSON). Writes docs/cuda-call-sites.md (scripts/coverage.sh calls it).
+Sites are named by file, enclosing function and call, not by line, so edits elsewhere in a file
+leave the document true. --check compares the sites with that file (CI runs it: the test
+docs.cuda_call_sites); --refresh rewrites it from the code without coverage data, keeping the
+verdicts of the sites it lists and marking new ones unmeasured until scripts/coverage.sh runs.
 
 Usage: scripts/cuda-call-sites.py --coverage build/coverage/coverage/coverage.json [--out FILE]
        scripts/cuda-call-sites.py --check [FILE]
+       scripts/cuda-call-sites.py --refresh [FILE]
 """
 import argparse
 import collections
@@ -250,12 +254,16 @@ def classify(site, counts, code_cache):
     return "no", NOT_REACHED.get(key, "NOT RUN by the emulated tests (no reason recorded)")
 
 
+UNMEASURED = "unmeasured"
+
+
 def render(sites, verdicts):
     apis = ("cudart", "cuBLAS", "cuDNN", "NCCL", "launch")
-    by_api = collections.OrderedDict((a, [0, 0]) for a in apis)
+    by_api = collections.OrderedDict((a, [0, 0, 0]) for a in apis)
     for s, (ran, _) in zip(sites, verdicts):
         by_api[s["api"]][0] += 1
         by_api[s["api"]][1] += ran == "yes"
+        by_api[s["api"]][2] += ran == UNMEASURED
     out = [
         "# CUDA call sites and the emulator",
         "",
@@ -264,28 +272,39 @@ def render(sites, verdicts):
         "(`cublas*`), cuDNN (`cudnn*`) and NCCL (`nccl*`) call and every kernel launch",
         "(`RG_LAUNCH`) in `engine/`, `comm/` and `kernels/cuda/`, and whether the emulated build",
         "(`rg_engine_emu`, `rg_comm_emu`, `rg_kernels_cuda_emu`) runs it in the tests that",
-        "`scripts/coverage.sh` runs: *yes* when gcov counted its statement.",
+        "`scripts/coverage.sh` runs: *yes* when gcov counted its statement; *unmeasured* for a",
+        "site added since that last ran (`scripts/cuda-call-sites.py --refresh` lists it). Sites",
+        "are in the order of the code; the CI test `docs.cuda_call_sites` checks that this list",
+        "is the code's.",
         "",
-        "| API | call sites | run under emulation | not run |",
-        "| --- | ---: | ---: | ---: |",
+        "| API | call sites | run under emulation | not run | unmeasured |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for api, (total, ran) in by_api.items():
-        out.append(f"| {api} | {total} | {ran} | {total - ran} |")
-    total = sum(v[0] for v in by_api.values())
-    ran = sum(v[1] for v in by_api.values())
-    out += [f"| all | {total} | {ran} | {total - ran} |", "",
-            "| site | call | API | runs under emulation | why not |",
-            "| --- | --- | --- | --- | --- |"]
+    for api, (total, ran, unmeasured) in by_api.items():
+        out.append(f"| {api} | {total} | {ran} | {total - ran - unmeasured} | {unmeasured} |")
+    total, ran, unmeasured = (sum(v[i] for v in by_api.values()) for i in range(3))
+    out += [f"| all | {total} | {ran} | {total - ran - unmeasured} | {unmeasured} |", "",
+            "| file | function | call | API | runs under emulation | why not |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for s, (r, why) in zip(sites, verdicts):
         how = " (passed by name)" if s["by_name"] else ""
-        out.append(f"| {s['file']}:{s['line']} | `{s['call']}`{how} | {s['api']} | {r} | {why} |")
+        function = f"`{s['function']}`" if s["function"] else "(file scope)"
+        out.append(f"| {s['file']} | {function} | `{s['call']}`{how} | {s['api']} | {r} | {why} |")
     return "\n".join(out) + "\n"
 
 
-def site_keys(text):
-    return collections.Counter(
-        (m.group(1).rsplit(":", 1)[0], m.group(2))
-        for m in re.finditer(r"^\| ([^|]+:\d+) \| `([^`]+)`[^|]* \|", text, re.M))
+ROW = re.compile(r"^\| ([^|`]+?) \| (?:`([^`]*)`|\(file scope\)) \| `([^`]+)`[^|]* \| [^|]+ \| "
+                 r"([^|]+?) \| ([^|]*?) ?\|$", re.M)
+
+
+def key(site):
+    return (site["file"], site["function"], site["call"])
+
+
+def listed(text):
+    """The sites a document lists, in order: ((file, function, call), (verdict, why))."""
+    return [((m.group(1), m.group(2) or "", m.group(3)), (m.group(4), m.group(5).strip()))
+            for m in ROW.finditer(text)]
 
 
 def main():
@@ -293,20 +312,40 @@ def main():
     ap.add_argument("--coverage", help="gcovr JSON of scripts/coverage.sh")
     ap.add_argument("--out", default=str(DOC))
     ap.add_argument("--check", nargs="?", const=str(DOC), help="compare the call sites with FILE")
+    ap.add_argument("--refresh", nargs="?", const=str(DOC),
+                    help="rewrite FILE's list from the code, keeping the verdicts it has")
     args = ap.parse_args()
     sites = find_sites()
     if args.check:
-        want = collections.Counter((s["file"], s["call"]) for s in sites)
-        have = site_keys(pathlib.Path(args.check).read_text())
+        want = collections.Counter(key(s) for s in sites)
+        have = collections.Counter(k for k, _ in listed(pathlib.Path(args.check).read_text()))
         if want == have:
             print(f"cuda-call-sites: {args.check} lists all {sum(want.values())} call sites")
             return 0
         for k in sorted((want - have).keys()):
-            print(f"cuda-call-sites: missing from {args.check}: {k[0]}: {k[1]}", file=sys.stderr)
+            print(f"cuda-call-sites: missing from {args.check}: {k[0]}, in {k[1] or 'file scope'}: "
+                  f"{k[2]}", file=sys.stderr)
         for k in sorted((have - want).keys()):
-            print(f"cuda-call-sites: gone from the code: {k[0]}: {k[1]}", file=sys.stderr)
-        print("cuda-call-sites: run scripts/coverage.sh to regenerate it", file=sys.stderr)
+            print(f"cuda-call-sites: gone from the code: {k[0]}, in {k[1] or 'file scope'}: {k[2]}",
+                  file=sys.stderr)
+        print("cuda-call-sites: run scripts/cuda-call-sites.py --refresh to list them (and "
+              "scripts/coverage.sh to measure them)", file=sys.stderr)
         return 1
+    if args.refresh:
+        # Each listed site's verdict, in order, for the sites of the same file, function and call.
+        known = collections.defaultdict(list)
+        for k, verdict in listed(pathlib.Path(args.refresh).read_text()):
+            known[k].append(verdict)
+        verdicts = []
+        for s in sites:
+            left = known.get(key(s))
+            verdicts.append(left.pop(0) if left else
+                            (UNMEASURED, "added since scripts/coverage.sh last ran"))
+        pathlib.Path(args.refresh).write_text(render(sites, verdicts))
+        fresh = sum(v[0] == UNMEASURED for v in verdicts)
+        print(f"cuda-call-sites: {len(sites)} call sites written to {args.refresh}, {fresh} of "
+              "them unmeasured")
+        return 0
     if not args.coverage:
         ap.error("--coverage (the gcovr JSON of scripts/coverage.sh) or --check")
     counts = load_counts(args.coverage)
