@@ -251,6 +251,9 @@ struct ProcessGroupNCCL::Impl {
   };
   std::shared_ptr<Captured> captured;  // of the graph capturing now (null: none)
   uint64_t captured_by = 0;            // its cuda::Graph::id
+  // The graph whose capture the communication stream joined last (under issue_mu; set before the
+  // join, so a capture whose collective then failed is still known as this one).
+  uint64_t joined_capture = 0;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);  // hooks outliving the group
 
   // Collectives queued during a CUDA graph capture on this device are recorded into the graph
@@ -348,6 +351,7 @@ struct ProcessGroupNCCL::Impl {
       cuda::DeviceGuard guard(device);
       cuda::Event inputs_ready;
       inputs_ready.record(cuda::current_stream(device));
+      if (graph != nullptr) joined_capture = graph->id();
       inputs_ready.wait(*stream);
       {
         // On the trace, the collective's time on the communication stream (its own lane).
@@ -413,13 +417,14 @@ struct ProcessGroupNCCL::Impl {
   // thread holds while its issue makes the stream join).
   void refuse_foreign_capture(const char* op, const std::string& detail, cuda::Graph* graph) {
     if (!cuda::runtime().backend().stream_capturing(device, stream->handle())) return;
-    if (graph != nullptr && graph->id() == captured_by) return;
+    if (graph != nullptr && graph->id() == joined_capture) return;
     RG_FAIL(op, " (", detail, ") on rank ", pg.rank(), " of ", pg.size(),
             graph == nullptr
                 ? " was issued from a stream outside the CUDA graph capture that this group's "
                   "communication stream belongs to now (another thread captures collectives of "
-                  "this group): it would be recorded into that graph instead of running. Issue it "
-                  "after the capture ends, or from the capturing thread"
+                  "this group, or this thread issued it from a stream that is not capturing): it "
+                  "would be recorded into that graph instead of running. Issue it after the "
+                  "capture ends, or on the capturing stream"
                 : " is captured into one CUDA graph while another graph's capture holds this "
                   "group's communication stream: capture the collectives of one group into one "
                   "graph at a time");

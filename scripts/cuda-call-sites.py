@@ -289,6 +289,8 @@ def render(sites, verdicts):
     for s, (r, why) in zip(sites, verdicts):
         how = " (passed by name)" if s["by_name"] else ""
         function = f"`{s['function']}`" if s["function"] else "(file scope)"
+        if "|" in s["call"] + why:
+            sys.exit(f"cuda-call-sites: '|' in a call or reason breaks the table: {s['call']}: {why}")
         out.append(f"| {s['file']} | {function} | `{s['call']}`{how} | {s['api']} | {r} | {why} |")
     return "\n".join(out) + "\n"
 
@@ -302,9 +304,17 @@ def key(site):
 
 
 def listed(text):
-    """The sites a document lists, in order: ((file, function, call), (verdict, why))."""
-    return [((m.group(1), m.group(2) or "", m.group(3)), (m.group(4), m.group(5).strip()))
-            for m in ROW.finditer(text)]
+    """The sites a document lists, in order: ((file, function, call), (verdict, why)); exits
+    naming a row of the site table that does not parse (a hand edit), rather than losing it."""
+    table = text.split("| --- | --- | --- | --- | --- | --- |", 1)
+    rows = [l for l in table[1].split("\n") if l.startswith("|")] if len(table) == 2 else []
+    out = []
+    for row in rows:
+        m = ROW.match(row)
+        if m is None:
+            sys.exit(f"cuda-call-sites: cannot read this row of the site table: {row}")
+        out.append(((m.group(1), m.group(2) or "", m.group(3)), (m.group(4), m.group(5).strip())))
+    return out
 
 
 def main():
