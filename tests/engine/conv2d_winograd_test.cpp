@@ -171,6 +171,7 @@ TEST_P(WinogradConv, MatchesTheF64ReferenceOnAwkwardGeometries) {
   expect_matches_reference(geometry(2, 16, 1, 1, 16, 1), 1e-5);  // 1x1 images
   expect_matches_reference(geometry(3, 20, 12, 13, 24, 1), 1e-5);
   expect_matches_reference(geometry(9, 16, 40, 38, 16, 1), 1e-5);  // several blocks of tiles
+  expect_matches_reference(geometry(1, 136, 7, 7, 72, 1), 1e-5);   // few tiles, many channels
   // Output channels in two uneven slices (36 x o x c floats > 8 MiB), over two blocks of tiles.
   expect_matches_reference(geometry(30, 200, 4, 4, 301, 1), 2e-5);  // long sums: 1.2e-5
 }
