@@ -376,6 +376,9 @@ struct ProcessGroupNCCL::Impl {
     } catch (...) {
       failure = "an exception that is not a std::exception";
     }
+    // Which peers had not started it: store round trips, so before the group's lock (the
+    // watchdog goes on meanwhile).
+    const std::string behind = !failure.empty() && graph == nullptr ? ranks_behind(seq) : "";
     lock.lock();
     --issuing;
     cv.notify_all();
@@ -385,10 +388,10 @@ struct ProcessGroupNCCL::Impl {
       // group failed meanwhile: the group is unusable (the watchdog aborts the communicator), and
       // the work fails with the reason instead of the caller's thread throwing mid-collective.
       const std::string msg =
-          failure.empty() ? pg.describe(op, seq, detail) +
-                                " was queued, but the NCCL group failed during its issue: " + broken
-                          : pg.describe(op, seq, detail) + " could not be queued: " + failure +
-                                (graph == nullptr ? ranks_behind(seq) : "");
+          failure.empty()
+              ? pg.describe(op, seq, detail) +
+                    " was queued, but the NCCL group failed during its issue: " + broken
+              : pg.describe(op, seq, detail) + " could not be queued: " + failure + behind;
       fail_group(lock, msg);
       lock.unlock();
       work->finish(std::make_exception_ptr(Error(msg)));
@@ -430,7 +433,8 @@ struct ProcessGroupNCCL::Impl {
                   "graph at a time");
   }
 
-  // "; ranks that have not joined it: 1, 2" for collective `seq`, from the progress board.
+  // "; ranks that have not joined it: 1, 2" for collective `seq`, from the progress board (store
+  // round trips: called without `mu`).
   std::string ranks_behind(uint64_t seq) {
     auto behind = board->ranks_behind(seq);
     if (!behind) return "";
@@ -546,7 +550,14 @@ struct ProcessGroupNCCL::Impl {
     else
       msg +=
           " failed: " + kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
-    if (oldest->replay.empty()) msg += ranks_behind(oldest->seq());
+    if (oldest->replay.empty()) {
+      // The store's round trips without the lock (an issuer that fails the group meanwhile keeps
+      // its reason: fail_group keeps the first).
+      const uint64_t seq = oldest->seq();
+      lock.unlock();
+      msg += ranks_behind(seq);
+      lock.lock();
+    }
     fail_group(lock, msg);
     maybe_abort(lock);
   }
