@@ -376,9 +376,6 @@ struct ProcessGroupNCCL::Impl {
     } catch (...) {
       failure = "an exception that is not a std::exception";
     }
-    // Which peers had not started it: store round trips, so before the group's lock (the
-    // watchdog goes on meanwhile).
-    const std::string behind = !failure.empty() && graph == nullptr ? ranks_behind(seq) : "";
     lock.lock();
     --issuing;
     cv.notify_all();
@@ -387,11 +384,11 @@ struct ProcessGroupNCCL::Impl {
       // NCCL refused the call, or did not queue it in time (a peer that never connects), or the
       // group failed meanwhile: the group is unusable (the watchdog aborts the communicator), and
       // the work fails with the reason instead of the caller's thread throwing mid-collective.
-      const std::string msg =
-          failure.empty()
-              ? pg.describe(op, seq, detail) +
-                    " was queued, but the NCCL group failed during its issue: " + broken
-              : pg.describe(op, seq, detail) + " could not be queued: " + failure + behind;
+      std::string msg =
+          failure.empty() ? pg.describe(op, seq, detail) +
+                                " was queued, but the NCCL group failed during its issue: " + broken
+                          : pg.describe(op, seq, detail) + " could not be queued: " + failure;
+      if (!failure.empty() && graph == nullptr) msg = with_ranks_behind(lock, msg, seq);
       fail_group(lock, msg);
       lock.unlock();
       work->finish(std::make_exception_ptr(Error(msg)));
@@ -431,6 +428,21 @@ struct ProcessGroupNCCL::Impl {
                 : " is captured into one CUDA graph while another graph's capture holds this "
                   "group's communication stream: capture the collectives of one group into one "
                   "graph at a time");
+  }
+
+  // `msg` + "; ranks that have not joined it: 1, 2" for collective `seq`, from the progress
+  // board: store round trips, so without the lock, which it releases meanwhile. The group is
+  // marked failed with `msg` first (unless it failed already), so that no one issues on the
+  // failed communicator meanwhile, and given the whole reason after if that is still its reason.
+  std::string with_ranks_behind(std::unique_lock<std::mutex>& lock, const std::string& msg,
+                                uint64_t seq) {
+    if (broken.empty()) broken = msg;
+    give_up = true;
+    lock.unlock();
+    const std::string full = msg + ranks_behind(seq);
+    lock.lock();
+    if (broken == msg) broken = full;
+    return full;
   }
 
   // "; ranks that have not joined it: 1, 2" for collective `seq`, from the progress board (store
@@ -550,14 +562,7 @@ struct ProcessGroupNCCL::Impl {
     else
       msg +=
           " failed: " + kernels::nccl_error_text(ncclGetErrorString(async), ncclGetLastError(comm));
-    if (oldest->replay.empty()) {
-      // The store's round trips without the lock (an issuer that fails the group meanwhile keeps
-      // its reason: fail_group keeps the first).
-      const uint64_t seq = oldest->seq();
-      lock.unlock();
-      msg += ranks_behind(seq);
-      lock.lock();
-    }
+    if (oldest->replay.empty()) msg = with_ranks_behind(lock, msg, oldest->seq());
     fail_group(lock, msg);
     maybe_abort(lock);
   }

@@ -62,7 +62,8 @@ void accumulate(int64_t hw, Lanes& acc, F&& f) {
 // hw == 1: channels per parallel task (adjacent in each row), and rows per task. The sums (stats,
 // backward) walk rows, in parallel over blocks of channels, from kRowsFrom channels on (by_rows):
 // fewer share cache lines anyway, and the per-channel loops spread them over more tasks. The
-// elementwise loops (apply, the relu mask) walk rows in parallel over rows for any c.
+// elementwise loops (apply and the relu mask for any c, the backward's input gradient by_rows)
+// walk rows in parallel over rows.
 constexpr int64_t kRowChannels = 16;
 constexpr int64_t kRowsFrom = 2 * kRowChannels;
 bool by_rows(int64_t c, int64_t hw) { return hw == 1 && c >= kRowsFrom; }
