@@ -264,20 +264,24 @@ inline void filter(const float* w, int64_t a_count, int64_t b_count, bool flippe
   }
 }
 
+// r = AT m A for eight tiles' transformed outputs m[p] at src + p * stride.
+[[gnu::always_inline]] inline void output_tiles(const float* src, int64_t stride, v8 (&r)[4][4]) {
+  v8 in[6][6];
+#pragma GCC unroll 36
+  for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load8(src + p * stride);
+  v8 t[4][6];
+  left<4, 6, 6, kAT>(in, t);
+  right<4, 6, 4, kAT>(t, r);
+}
+
 inline void output(const Shape& s, const float* m, const Tile* tiles, int64_t tb, int64_t tbp,
                    const float* bias, int64_t base, int64_t rows, int64_t o0, int64_t o1,
                    float* y) {
   for (int64_t o = o0; o < o1; ++o) {
     const float b = bias ? bias[o] : 0.0f;
     for (int64_t t0 = 0; t0 < tb; t0 += 8) {
-      v8 in[6][6];
-      const float* src = m + (o - base) * tbp + t0;
-      const int64_t stride = rows * tbp;
-#pragma GCC unroll 36
-      for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load8(src + p * stride);
-      v8 t[4][6], r[4][4];
-      left<4, 6, 6, kAT>(in, t);
-      right<4, 6, 4, kAT>(t, r);
+      v8 r[4][4];
+      output_tiles(m + (o - base) * tbp + t0, rows * tbp, r);
       // Row i of every tile: the 4 vectors r[i][0..3] regrouped so that q[l % 4] holds tile l's
       // 4 values in its low (l < 4) or high half.
       float rows4[4][4][8];
@@ -339,35 +343,8 @@ inline void grad(const Shape& s, const float* gy, const Tile* tiles, int64_t tb,
   }
 }
 
-inline void weight(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
-                   int64_t o1, float* gw) {
-  for (int64_t o = o0; o < o1; ++o) {
-    for (int64_t c0 = 0; c0 < s.c; c0 += 8) {
-      const int lanes = int(lesser(8, s.c - c0));
-      v8 in[6][6];
-      for (int p = 0; p < 36; ++p) {
-        const float* src = sum + (p * rows + o - base) * s.c + c0;
-        if (lanes == 8) {
-          in[p / 6][p % 6] = load8(src);
-        } else {
-          in[p / 6][p % 6] = splat(0.0f);
-          for (int l = 0; l < lanes; ++l) in[p / 6][p % 6][l] = src[l];
-        }
-      }
-      v8 t[3][6], r[3][3];
-      left<3, 6, 6, kAWt>(in, t);
-      right<3, 6, 3, kAWt>(t, r);
-      for (int l = 0; l < lanes; ++l) {
-        float* k = gw + (o * s.c + c0 + l) * 9;
-        for (int i = 0; i < 3; ++i) {
-          for (int j = 0; j < 3; ++j) k[i * 3 + j] = r[i][j][l];
-        }
-      }
-    }
-  }
-}
-
-// Channels-last: eight consecutive channels per vector; `lanes` < 8 only for the last few.
+// Eight consecutive floats, of which `lanes` (< 8 only for the last few channels) are read or
+// written.
 [[gnu::always_inline]] inline v8 load_n(const float* p, int lanes) {
   if (lanes == 8) return load8(p);
   v8 v = splat(0.0f);
@@ -380,6 +357,41 @@ inline void weight(const Shape& s, const float* sum, int64_t base, int64_t rows,
     return;
   }
   for (int l = 0; l < lanes; ++l) p[l] = v[l];
+}
+
+// gw from S, [o][c][3][3] or channels-last [o][3][3][c].
+template <bool ChannelsLast>
+inline void weight_in(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
+                      int64_t o1, float* gw) {
+  for (int64_t o = o0; o < o1; ++o) {
+    for (int64_t c0 = 0; c0 < s.c; c0 += 8) {
+      const int lanes = int(lesser(8, s.c - c0));
+      v8 in[6][6];
+      for (int p = 0; p < 36; ++p) {
+        in[p / 6][p % 6] = load_n(sum + (p * rows + o - base) * s.c + c0, lanes);
+      }
+      v8 t[3][6], r[3][3];
+      left<3, 6, 6, kAWt>(in, t);
+      right<3, 6, 3, kAWt>(t, r);
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j) {
+          if constexpr (ChannelsLast) {
+            store_n(gw + (o * 9 + i * 3 + j) * s.c + c0, r[i][j], lanes);
+          } else {
+            for (int l = 0; l < lanes; ++l) gw[(o * s.c + c0 + l) * 9 + i * 3 + j] = r[i][j][l];
+          }
+        }
+      }
+    }
+  }
+}
+inline void weight(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
+                   int64_t o1, float* gw) {
+  weight_in<false>(s, sum, base, rows, o0, o1, gw);
+}
+inline void weight_cl(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
+                      int64_t o1, float* gw) {
+  weight_in<true>(s, sum, base, rows, o0, o1, gw);
 }
 
 inline void input_cl(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
@@ -500,14 +512,8 @@ inline void output_cl(const Shape& s, const float* m, const Tile* tiles, int64_t
           for (int q = 0; q < 16; ++q) out[q][l] = splat(0.0f);
           continue;
         }
-        v8 in[6][6];
-        const float* src = m + (c0 + l) * tbp + t0;
-        const int64_t stride = rows * tbp;
-#pragma GCC unroll 36
-        for (int p = 0; p < 36; ++p) in[p / 6][p % 6] = load8(src + p * stride);
-        v8 t[4][6], r[4][4];
-        left<4, 6, 6, kAT>(in, t);
-        right<4, 6, 4, kAT>(t, r);
+        v8 r[4][4];
+        output_tiles(m + (c0 + l) * tbp + t0, rows * tbp, r);
         for (int q = 0; q < 16; ++q) out[q][l] = r[q / 4][q % 4];
       }
       for (int q = 0; q < 16; ++q) transpose8(out[q]);
@@ -547,25 +553,6 @@ inline void grad_cl(const Shape& s, const float* gy, const Tile* tiles, int64_t 
       const int64_t stride = tb * rows;
 #pragma GCC unroll 36
       for (int p = 0; p < 36; ++p) store_n(dst + p * stride, r[p / 6][p % 6], lanes);
-    }
-  }
-}
-
-inline void weight_cl(const Shape& s, const float* sum, int64_t base, int64_t rows, int64_t o0,
-                      int64_t o1, float* gw) {
-  for (int64_t o = o0; o < o1; ++o) {
-    for (int64_t c0 = 0; c0 < s.c; c0 += 8) {
-      const int lanes = int(lesser(8, s.c - c0));
-      v8 in[6][6];
-      for (int p = 0; p < 36; ++p) {
-        in[p / 6][p % 6] = load_n(sum + (p * rows + o - base) * s.c + c0, lanes);
-      }
-      v8 t[3][6], r[3][3];
-      left<3, 6, 6, kAWt>(in, t);
-      right<3, 6, 3, kAWt>(t, r);
-      for (int i = 0; i < 3; ++i) {
-        for (int j = 0; j < 3; ++j) store_n(gw + (o * 9 + i * 3 + j) * s.c + c0, r[i][j], lanes);
-      }
     }
   }
 }

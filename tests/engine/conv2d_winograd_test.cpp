@@ -226,6 +226,20 @@ TEST(WinogradConv, AppliesToStrideOne3x3LayersOnly) {
   EXPECT_FALSE(cpu::winograd_applies(geometry(0, 16, 8, 8, 16, 1)));
 }
 
+// Conv2d<Cpu>'s results y, gx, gw are those of calling our Winograd directly, bit for bit.
+void expect_direct_calls_give(const Conv2dGeometry& g, const std::vector<float>& x,
+                              const std::vector<float>& w, const std::vector<float>& b,
+                              const std::vector<float>& gy, const std::vector<float>& y,
+                              const std::vector<float>& gx, const std::vector<float>& gw) {
+  std::vector<float> y_own(gy.size()), gx_own(x.size()), gw_own(w.size());
+  cpu::winograd_conv2d_forward(g, x.data(), w.data(), b.data(), y_own.data());
+  cpu::winograd_conv2d_input_grad(g, w.data(), gy.data(), gx_own.data());
+  cpu::winograd_conv2d_weight_grad(g, x.data(), gy.data(), gw_own.data());
+  EXPECT_EQ(y, y_own);
+  EXPECT_EQ(gx, gx_own);
+  EXPECT_EQ(gw, gw_own);
+}
+
 // With oneDNN off, Conv2d<Cpu> runs our Winograd for a layer it applies to (the same bits as
 // calling it directly), gradients left null stay unwritten, and RG_CONV_ALGO=direct's switch
 // gives the im2col path (different bits, same values within rounding).
@@ -245,14 +259,7 @@ TEST(WinogradConv, Conv2dCpuTakesItUnlessSwitchedOff) {
   Conv2d<Cpu>::forward<float>(g, x.data(), w.data(), b.data(), y_direct.data(), false, {}, {});
   cpu::set_winograd_enabled(true);
   cpu::set_onednn_enabled(true);
-
-  std::vector<float> y_own(gy.size()), gx_own(x.size()), gw_own(w.size());
-  cpu::winograd_conv2d_forward(g, x.data(), w.data(), b.data(), y_own.data());
-  cpu::winograd_conv2d_input_grad(g, w.data(), gy.data(), gx_own.data());
-  cpu::winograd_conv2d_weight_grad(g, x.data(), gy.data(), gw_own.data());
-  EXPECT_EQ(y, y_own);
-  EXPECT_EQ(gx, gx_own);
-  EXPECT_EQ(gw, gw_own);
+  expect_direct_calls_give(g, x, w, b, gy, y, gx, gw);
   EXPECT_NE(y, y_direct);
   EXPECT_LE(scaled_error(widen(y), widen(y_direct)), 1e-5);
 }
@@ -270,13 +277,7 @@ TEST(WinogradConv, Conv2dCpuTakesItForChannelsLastToo) {
   Conv2d<Cpu>::backward<float>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data(),
                                false, {}, {});
   cpu::set_onednn_enabled(true);
-  std::vector<float> y_own(gy.size()), gx_own(x.size()), gw_own(w.size());
-  cpu::winograd_conv2d_forward(g, x.data(), w.data(), b.data(), y_own.data());
-  cpu::winograd_conv2d_input_grad(g, w.data(), gy.data(), gx_own.data());
-  cpu::winograd_conv2d_weight_grad(g, x.data(), gy.data(), gw_own.data());
-  EXPECT_EQ(y, y_own);
-  EXPECT_EQ(gx, gx_own);
-  EXPECT_EQ(gw, gw_own);
+  expect_direct_calls_give(g, x, w, b, gy, y, gx, gw);
   for (int64_t o = 0; o < g.o; ++o) {
     double sum = 0;
     for (int64_t i = 0; i < g.n * g.ho * g.wo; ++i) sum += gy[size_t(i * g.o + o)];
