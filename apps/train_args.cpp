@@ -97,7 +97,8 @@ int parse_train_args(int argc, const char* const* argv, TrainConfig& c, int& thr
   app.add_flag("--cuda-graphs", c.cuda_graphs,
                "CUDA: after 2 warm-up steps, capture forward, backward and the optimizer step as "
                "one CUDA graph and replay it for each full batch (one device or DDP over NCCL; f16 "
-               "with SGD only; not with accumulation)");
+               "with SGD, or Adam/AdamW whose betas' bias corrections reach 1 within 2^20 steps; "
+               "not with accumulation)");
   app.add_flag("--channels-last", c.channels_last,
                "the model's 4-d weights and the batches channels last (NHWC, as PyTorch's "
                "torch.channels_last): cuDNN's NHWC convolutions, no layout conversion per step");

@@ -89,12 +89,6 @@ void expect_matches_cpu(const std::string& what, DType t, const testing::DeviceF
   }
 }
 
-// Batch norm has no f64 on CUDA (tests/device/ops_device_test.cpp checks the error).
-#define SKIP_F64_BATCH_NORM()                                               \
-  do {                                                                      \
-    if (dtype() == DType::f64) GTEST_SKIP() << "no f64 batch_norm on CUDA"; \
-  } while (0)
-
 // (dtype, cuDNN enabled)
 class CudnnOps : public ::testing::TestWithParam<std::tuple<DType, bool>> {
  protected:
@@ -112,7 +106,8 @@ class CudnnOps : public ::testing::TestWithParam<std::tuple<DType, bool>> {
   Tensor rnd(const Shape& s, double lo = -1.0, double hi = 1.0) {
     return random_tensor(s, gen_, DType::f32, lo, hi);
   }
-  // Batch norm runs through cuDNN for f32 and f16 while it is enabled; bf16 stays on our kernels.
+  // Batch norm runs through cuDNN for f32 and f16 while it is enabled; bf16 and f64 stay on our
+  // kernels.
   bool batch_norm_via_cudnn() const {
     return cudnn() && (dtype() == DType::f32 || dtype() == DType::f16);
   }
@@ -122,7 +117,6 @@ class CudnnOps : public ::testing::TestWithParam<std::tuple<DType, bool>> {
 };
 
 TEST_P(CudnnOps, BatchNormTrainingUpdatesTheRunningStatistics) {
-  SKIP_F64_BATCH_NORM();
   const DType t = dtype(), ref = reference_dtype(t);
   const Tensor x = rnd({4, 3, 5, 5}, -2.0, 3.0), w = rnd({3}), b = rnd({3});
   Tensor rm_dev = zeros({3}, t, kCuda), rv_dev = ones({3}, t, kCuda);
@@ -152,7 +146,6 @@ TEST_P(CudnnOps, BatchNormTrainingUpdatesTheRunningStatistics) {
 }
 
 TEST_P(CudnnOps, BatchNormOf2dInputsWithoutAffineOrRunningStatistics) {
-  SKIP_F64_BATCH_NORM();
   const CudnnCalls forward("cudnnBatchNormalizationForwardTraining");
   expect_matches_cpu(
       name("batch_norm [N, C]"), dtype(),
@@ -167,7 +160,6 @@ TEST_P(CudnnOps, BatchNormOf2dInputsWithoutAffineOrRunningStatistics) {
 }
 
 TEST_P(CudnnOps, BatchNormEvalAndItsBackward) {
-  SKIP_F64_BATCH_NORM();
   const DType t = dtype();
   const Tensor x = rnd({3, 4, 3, 5}, -2.0, 2.0), w = rnd({4}), b = rnd({4});
   const Tensor rm = rnd({4}, -0.5, 0.5), rv = rnd({4}, 0.5, 2.0);
@@ -203,7 +195,6 @@ TEST_P(CudnnOps, BatchNormEvalAndItsBackward) {
 }
 
 TEST_P(CudnnOps, BatchNormWeightGradientWithoutInputGradient) {
-  SKIP_F64_BATCH_NORM();
   const CudnnCalls backward("cudnnBatchNormalizationBackward");
   expect_matches_cpu(name("batch_norm, x without grad"), dtype(),
                      [](const V& v) {
@@ -216,7 +207,6 @@ TEST_P(CudnnOps, BatchNormWeightGradientWithoutInputGradient) {
 }
 
 TEST_P(CudnnOps, BatchNormOfAnEmptyBatch) {
-  SKIP_F64_BATCH_NORM();
   const DType t = dtype();
   const Tensor rm = zeros({3}), rv = ones({3});
   const CudnnCalls forward("cudnnBatchNormalizationForwardInference");

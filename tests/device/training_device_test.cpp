@@ -333,7 +333,7 @@ ResNetPass resnet_pass(Device device, DType dtype, const Tensor& x, const Tensor
 
 // The whole of ResNet-18 (cuDNN convolutions, batch norm with running statistics, residual adds,
 // global pooling, linear) forward and backward on the device in f32, against the truth: the same
-// pass on the CPU in f64 (CUDA has no f64 batch norm, so the device cannot run f64 itself).
+// pass on the CPU in f64.
 // The tolerance is one a CPU-vs-CPU comparison in another summation order also meets: the
 // device's f32 error against the truth, per tensor and measured as ||dev - truth|| / ||truth||,
 // may be at most 10 times the CPU's own f32 error against it (floor 1e-6). Elementwise bounds do
