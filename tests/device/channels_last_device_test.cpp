@@ -21,6 +21,7 @@
 #include "engine/ops/reduce.h"
 #include "engine/ops/shape.h"
 #include "engine/tf32.h"
+#include "kernels/cpu/conv2d_onednn.h"
 #include "kernels/error.h"
 #include "layers/models/registry.h"
 #include "layers/module.h"
@@ -317,45 +318,57 @@ Tensor step(nn::Module& model, optim::Optimizer& opt, const Tensor& x, const Ten
   return loss;
 }
 
+// Three steps of a contiguous and a channels_last ResNet-18 on `device`: no layout conversion,
+// the same losses and parameters.
+void expect_layouts_train_alike(Device device) {
+  const nn::ModelSpec spec{.name = "resnet18", .sample_shape = {3, 16, 16}, .num_classes = 10};
+  auto plain = nn::make_model(spec), last = nn::make_model(spec);
+  plain->to(device);
+  last->to(device);
+  last->to(kLast);
+  for (const auto& [name, t] : last->state_dict())
+    EXPECT_EQ(t.memory_format(), t.dim() == 4 ? kLast : kContiguous) << name;
+  optim::Sgd opt_plain(plain->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::Sgd opt_last(last->parameters(), {.lr = 0.05, .momentum = 0.9});
+  Generator gen(17);
+  const Tensor x = random_tensor({2, 3, 16, 16}, gen, DType::f32).to(device);
+  const Tensor xl = x.contiguous(kLast);
+  const Tensor target = from_vector<int64_t>({3, 7}, {2}).to(device);
+  for (int i = 0; i < 3; ++i) {
+    const int64_t before = layout_conversions();
+    const Tensor lp = step(*plain, opt_plain, x, target);
+    const Tensor ll = step(*last, opt_last, xl, target);
+    EXPECT_EQ(layout_conversions(), before) << "step " << i << " converted a layout";
+    EXPECT_NEAR(ll.item(), lp.item(), 2e-4 * std::max(1.0, std::abs(lp.item()))) << "step " << i;
+  }
+  const auto pp = plain->parameters(), pl = last->parameters();
+  for (size_t i = 0; i < pp.size(); ++i) {
+    EXPECT_EQ(pl[i].grad().memory_format(), pl[i].memory_format()) << "parameter " << i;
+    EXPECT_LT(testing::relative_error(pl[i], pp[i]), 1e-4) << "parameter " << i;
+  }
+  // The control: a contiguous batch into the channels_last model costs conv1 one conversion
+  // (its input needs no gradient, so none in the backward).
+  const int64_t before = layout_conversions();
+  step(*last, opt_last, x, target);
+  EXPECT_EQ(layout_conversions(), before + 1);
+}
+
 // On the CPU both models run the same algorithm for the 3x3 layers (oneDNN's Winograd on AVX-512
 // machines, ours below), in both layouts: the parameters agree within 1.1e-6 after three steps,
 // with or without ONEDNN_MAX_CPU_ISA=AVX2 (2026-11-30). Before our Winograd took NHWC arrays, an
 // AVX2 machine ran direct convolutions for the channels-last model only, whose different
-// rounding grew through three SGD steps of batch-2 batch norm to 1e-3 of the parameters.
+// rounding grew through three SGD steps of batch-2 batch norm to 1e-3 of the parameters. On the
+// CPU again with oneDNN off, so that our own Winograd (both layouts) and im2col paths run on any
+// machine, as they do on one without AVX-512.
 TEST(ChannelsLast, AChannelsLastResNet18StepConvertsNothingAndTrainsAsTheContiguousOne) {
   for (const Device device : devices()) {
     SCOPED_TRACE(device.str());
-    const nn::ModelSpec spec{.name = "resnet18", .sample_shape = {3, 16, 16}, .num_classes = 10};
-    auto plain = nn::make_model(spec), last = nn::make_model(spec);
-    plain->to(device);
-    last->to(device);
-    last->to(kLast);
-    for (const auto& [name, t] : last->state_dict())
-      EXPECT_EQ(t.memory_format(), t.dim() == 4 ? kLast : kContiguous) << name;
-    optim::Sgd opt_plain(plain->parameters(), {.lr = 0.05, .momentum = 0.9});
-    optim::Sgd opt_last(last->parameters(), {.lr = 0.05, .momentum = 0.9});
-    Generator gen(17);
-    const Tensor x = random_tensor({2, 3, 16, 16}, gen, DType::f32).to(device);
-    const Tensor xl = x.contiguous(kLast);
-    const Tensor target = from_vector<int64_t>({3, 7}, {2}).to(device);
-    for (int i = 0; i < 3; ++i) {
-      const int64_t before = layout_conversions();
-      const Tensor lp = step(*plain, opt_plain, x, target);
-      const Tensor ll = step(*last, opt_last, xl, target);
-      EXPECT_EQ(layout_conversions(), before) << "step " << i << " converted a layout";
-      EXPECT_NEAR(ll.item(), lp.item(), 2e-4 * std::max(1.0, std::abs(lp.item()))) << "step " << i;
-    }
-    const auto pp = plain->parameters(), pl = last->parameters();
-    for (size_t i = 0; i < pp.size(); ++i) {
-      EXPECT_EQ(pl[i].grad().memory_format(), pl[i].memory_format()) << "parameter " << i;
-      EXPECT_LT(testing::relative_error(pl[i], pp[i]), 1e-4) << "parameter " << i;
-    }
-    // The control: a contiguous batch into the channels_last model costs conv1 one conversion
-    // (its input needs no gradient, so none in the backward).
-    const int64_t before = layout_conversions();
-    step(*last, opt_last, x, target);
-    EXPECT_EQ(layout_conversions(), before + 1);
+    expect_layouts_train_alike(device);
   }
+  SCOPED_TRACE("cpu, oneDNN off");
+  kernels::cpu::set_onednn_enabled(false);
+  expect_layouts_train_alike(Device::cpu());
+  kernels::cpu::set_onednn_enabled(true);
 }
 
 }  // namespace
