@@ -152,17 +152,19 @@ def enclosing_function(lines, index):
 def first_argument(rest):
     """The first macro argument in `rest` (after the opening parenthesis), outer parentheses
     dropped: RG_LAUNCH((kernel<A, B>), ...) names kernel<A, B>."""
-    depth = 0
+    depth, end = 0, len(rest)
     for i, c in enumerate(rest):
         if c == "(":
             depth += 1
         elif c == ")":
             if depth == 0:
+                end = i
                 break
             depth -= 1
         elif c == "," and depth == 0:
+            end = i
             break
-    arg = rest[:i].strip()
+    arg = rest[:end].strip()
     if arg.startswith("(") and arg.endswith(")"):
         arg = arg[1:-1].strip()
     return " ".join(arg.split())
@@ -196,7 +198,8 @@ def find_sites():
                                           function=enclosing_function(raw, i)))
                     if not in_macro:
                         for m in LAUNCH.finditer(line):
-                            kernel = first_argument(line[m.end():])
+                            # The macro's arguments may go on over the next lines.
+                            kernel = first_argument(" ".join([line[m.end():]] + code[i + 1:i + 6]))
                             sites.append(dict(file=rel, line=i + 1, call=f"RG_LAUNCH({kernel})",
                                               api="launch", region=region[i], macro=False,
                                               by_name=False,
