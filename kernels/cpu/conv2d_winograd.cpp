@@ -30,7 +30,6 @@ constexpr int64_t kBlockBytes = int64_t(2) << 20;
 constexpr int64_t kSliceBytes = int64_t(8) << 20;
 constexpr int64_t kPoints = 36;
 constexpr int64_t kMinChannels = 16;
-constexpr int64_t kClTiles = 8;  // tiles per task of the channels-last transforms
 
 std::atomic<WinogradIsa>& isa_choice() {
   static std::atomic<WinogradIsa> isa{WinogradIsa::automatic};
@@ -75,7 +74,7 @@ struct Plan {
 
 // y = conv(x, f) + bias for the stride-1 3x3 convolution `s` over n images, where the filters
 // f are w ([o][c]) or, `flipped`, w ([c][o]) turned by 180 degrees; `cl`: x, y and w are
-// channels-last, and the transformed input holds one row of channels per tile.
+// channels-last (the transforms differ, the transformed data and the GEMMs do not).
 void forward(const Shape& s, int64_t n, const float* x, const float* w, bool flipped,
              const float* bias, float* y, bool cl) {
   const Kernels& k = kernels();
@@ -94,7 +93,7 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
   auto transform_inputs = [&](int64_t t0) {
     const int64_t count = plan.fill(t0, tiles.data());
     if (cl) {
-      parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
+      parallel_for(0, round8(count) / 8, 1, [&](int64_t lo, int64_t hi) {
         k.input_cl(s, x, tiles.data(), count, round8(count), lo, hi, v.get());
       });
       return;
@@ -108,10 +107,8 @@ void forward(const Shape& s, int64_t n, const float* x, const float* w, bool fli
     const int64_t count = std::min(plan.block, plan.tiles - t0), width = round8(count);
     parallel_for(0, kPoints, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t p = lo; p < hi; ++p) {
-        // V[p] is [C][width], or [width][C] channels-last; M[p] is [rows][width] for both.
-        gemm<float>(false, cl, rows, width, s.c, 1.0f, u.get() + p * rows * s.c, s.c,
-                    v.get() + p * s.c * width, cl ? s.c : width, 0.0f, m.get() + p * rows * width,
-                    width);
+        gemm<float>(false, false, rows, width, s.c, 1.0f, u.get() + p * rows * s.c, s.c,
+                    v.get() + p * s.c * width, width, 0.0f, m.get() + p * rows * width, width);
       }
     });
     if (cl) {
@@ -214,9 +211,11 @@ void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const 
       const int64_t count = plan.fill(t0, tiles.data()), width = round8(count);
       const int64_t inputs = one_block && base > 0 ? 0 : s.c;
       if (cl) {
-        parallel_for(0, count, kClTiles, [&](int64_t lo, int64_t hi) {
-          if (inputs > 0) k.input_cl(s, x, tiles.data(), count, count, lo, hi, xt.get());
-          k.grad_cl(s, gy, tiles.data(), count, base, rows, lo, hi, gyt.get());
+        // Groups of eight tiles: the input's transform is one row of tiles per channel.
+        parallel_for(0, width / 8, 1, [&](int64_t lo, int64_t hi) {
+          if (inputs > 0) k.input_cl(s, x, tiles.data(), count, width, lo, hi, xt.get());
+          k.grad_cl(s, gy, tiles.data(), count, base, rows, 8 * lo, std::min(count, 8 * hi),
+                    gyt.get());
         });
       } else {
         parallel_for(0, inputs + rows, 1, [&](int64_t lo, int64_t hi) {
@@ -237,8 +236,8 @@ void winograd_conv2d_weight_grad(const Conv2dGeometry& g, const float* x, const 
         for (int64_t p = lo; p < hi; ++p) {
           float* sp = sum.get() + p * rows * s.c;
           if (cl) {
-            gemm<float>(true, false, rows, s.c, count, 1.0f, gyt.get() + p * count * rows, rows,
-                        xt.get() + p * count * s.c, s.c, beta, sp, s.c);
+            gemm<float>(true, true, rows, s.c, count, 1.0f, gyt.get() + p * count * rows, rows,
+                        xt.get() + p * s.c * width, width, beta, sp, s.c);
           } else {
             gemm<float>(false, true, rows, s.c, width, 1.0f, gyt.get() + p * rows * width, width,
                         xt.get() + p * s.c * width, width, beta, sp, s.c);

@@ -51,14 +51,13 @@ struct Kernels {
                  int64_t o1, float* gw);
 
   // The same transforms for channels-last data (x and y [n][h][w][c], filters [o][3][3][c]),
-  // vectorized over eight channels instead of eight tiles: the transformed inputs and gradients
-  // hold one row of channels per tile, and the calls take the tiles [t0, t1) of a block of tb.
-  // V[(p * tbp + t) * C + c], rows t in [tb, tbp) zero when t1 == tb; U as filter(), from
-  // w[a][3][3][b] or, `flipped`, w[b][3][3][a]; y from M as output() (one row of tiles per
-  // channel), for the groups of eight tiles [g0, g1); GY[(p * tb + t) * rows + o - base]; gw[o]
-  // [3][3][c] from S as weight().
+  // vectorized over eight channels instead of eight tiles. V as input() (one row of tiles per
+  // channel; tiles t in [tb, tbp) zero) and y from M as output(), for the groups of eight tiles
+  // [g0, g1), through 8x8 transposes; U as filter(), from w[a][3][3][b] or, `flipped`,
+  // w[b][3][3][a]; the gradient's transform holds one row of channels per tile,
+  // GY[(p * tb + t) * rows + o - base], for the tiles [t0, t1); gw[o][3][3][c] from S as weight().
   void (*input_cl)(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
-                   int64_t t0, int64_t t1, float* v);
+                   int64_t g0, int64_t g1, float* v);
   void (*filter_cl)(const float* w, int64_t a_count, int64_t b_count, bool flipped, int64_t base,
                     int64_t rows, int64_t a0, int64_t a1, float* u);
   void (*output_cl)(const Shape& s, const float* m, const Tile* tiles, int64_t tb, int64_t tbp,
@@ -395,38 +394,40 @@ inline void weight_cl(const Shape& s, const float* sum, int64_t base, int64_t ro
 }
 
 inline void input_cl(const Shape& s, const float* x, const Tile* tiles, int64_t tb, int64_t tbp,
-                     int64_t t0, int64_t t1, float* v) {
-  if (t1 == tb) {
-    for (int p = 0; p < 36; ++p) {
-      __builtin_memset(v + (p * tbp + tb) * s.c, 0, size_t((tbp - tb) * s.c) * sizeof(float));
-    }
-  }
-  for (int64_t k = t0; k < t1; ++k) {
-    const Tile& tile = tiles[k];
-    const int64_t y0 = tile.oy - s.ph, x0 = tile.ox - s.pw;
-    bool row_in[6], col_in[6];
-    for (int i = 0; i < 6; ++i) {
-      row_in[i] = y0 + i >= 0 && y0 + i < s.h;
-      col_in[i] = x0 + i >= 0 && x0 + i < s.w;
-    }
-    const float* image = x + tile.image * s.h * s.w * s.c;
+                     int64_t g0, int64_t g1, float* v) {
+  // Eight channels of eight tiles at a time: each tile's transform over the eight channels, then
+  // per point an 8x8 transpose to the channels' rows of tiles (as output_cl, the other way).
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t t0 = 8 * g;
     for (int64_t c0 = 0; c0 < s.c; c0 += 8) {
       const int lanes = int(lesser(8, s.c - c0));
-      v8 d[6][6];
-      for (int i = 0; i < 6; ++i) {
-        for (int j = 0; j < 6; ++j) {
-          d[i][j] = row_in[i] && col_in[j]
-                        ? load_n(image + ((y0 + i) * s.w + x0 + j) * s.c + c0, lanes)
-                        : splat(0.0f);
+      v8 res[36][8];
+      for (int l = 0; l < 8; ++l) {
+        if (t0 + l >= tb) {
+          for (int p = 0; p < 36; ++p) res[p][l] = splat(0.0f);
+          continue;
         }
+        const Tile& tile = tiles[t0 + l];
+        const int64_t y0 = tile.oy - s.ph, x0 = tile.ox - s.pw;
+        const float* image = x + tile.image * s.h * s.w * s.c;
+        v8 d[6][6];
+        for (int i = 0; i < 6; ++i) {
+          const bool row_in = y0 + i >= 0 && y0 + i < s.h;
+          for (int j = 0; j < 6; ++j) {
+            d[i][j] = row_in && x0 + j >= 0 && x0 + j < s.w
+                          ? load_n(image + ((y0 + i) * s.w + x0 + j) * s.c + c0, lanes)
+                          : splat(0.0f);
+          }
+        }
+        v8 t[6][6], r[6][6];
+        left<6, 6, 6, kBT>(d, t);
+        right<6, 6, 6, kBT>(t, r);
+        for (int p = 0; p < 36; ++p) res[p][l] = r[p / 6][p % 6];
       }
-      v8 t[6][6], r[6][6];
-      left<6, 6, 6, kBT>(d, t);
-      right<6, 6, 6, kBT>(t, r);
-      float* dst = v + k * s.c + c0;
-      const int64_t stride = tbp * s.c;
-#pragma GCC unroll 36
-      for (int p = 0; p < 36; ++p) store_n(dst + p * stride, r[p / 6][p % 6], lanes);
+      for (int p = 0; p < 36; ++p) {
+        transpose8(res[p]);
+        for (int k = 0; k < lanes; ++k) store8(v + (p * s.c + c0 + k) * tbp + t0, res[p][k]);
+      }
     }
   }
 }
